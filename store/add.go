@@ -1,0 +1,287 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultEpoch is the mtime that content added with AddDir and AddText is
+// clamped to, as Nix clamps to 1: the same bytes added twice are the same path.
+const DefaultEpoch = 1
+
+// BuildFunc writes a path's content at out, which does not exist yet and lies
+// in a private staging directory on the store's filesystem.
+type BuildFunc func(ctx context.Context, out string) error
+
+// AddOptions describe a path being added.
+type AddOptions struct {
+	Deriver    Path
+	References []Path
+	// Epoch clamps every mtime in the path to at most this many seconds since
+	// 1970 (SOURCE_DATE_EPOCH of the build). Zero means DefaultEpoch.
+	Epoch int64
+	CA    string
+}
+
+// Realize makes p valid, calling build to produce it if it is not. If another
+// process is building p, Realize waits for it and reuses its result, so every
+// path is built once however many processes ask for it. p stays a temporary
+// root of this Store until it is closed. built reports whether this call built p.
+func (s *Store) Realize(ctx context.Context, p Path, opts AddOptions, build BuildFunc) (info *PathInfo, built bool, err error) {
+	if err := s.AddTempRoot(ctx, p); err != nil {
+		return nil, false, err
+	}
+	if info, err := s.Info(p); err == nil {
+		return info, false, nil
+	}
+	pl, err := lock(ctx, s.pathLockFile(p), unix.LOCK_EX)
+	if err != nil {
+		return nil, false, err
+	}
+	defer pl.unlock()
+	if info, err := s.Info(p); err == nil {
+		return info, false, nil // built while we waited
+	}
+	st, err := s.newStage(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer st.remove()
+	out := filepath.Join(st.dir, "out")
+	if err := build(ctx, out); err != nil {
+		return nil, false, err
+	}
+	if _, err := os.Lstat(out); err != nil {
+		return nil, false, fmt.Errorf("build %s: produced no output: %w", p, err)
+	}
+	failpoint("add-staged")
+	info, err = s.register(ctx, p, out, opts, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	return info, true, nil
+}
+
+// AddDir copies src (a directory or a file) into the store as a
+// content-addressed path named name: its hash part derives from its content,
+// so adding the same content again returns the same path and adds nothing.
+func (s *Store) AddDir(ctx context.Context, src, name string, refs []Path) (*PathInfo, error) {
+	if err := CheckName(name); err != nil {
+		return nil, fmt.Errorf("add %s: %w", src, err)
+	}
+	st, err := s.newStage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.remove()
+	out := filepath.Join(st.dir, "out")
+	if err := CopyTree(ctx, src, out); err != nil {
+		return nil, fmt.Errorf("add %s: %w", src, err)
+	}
+	failpoint("add-staged")
+	if err := ClampTimes(out, DefaultEpoch); err != nil {
+		return nil, err
+	}
+	failpoint("add-clamped")
+	m, err := ScanTree(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	p, err := MakePath("source", m.Hash().Hex(), s.StoreDir(), name)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.AddTempRoot(ctx, p); err != nil {
+		return nil, err
+	}
+	pl, err := lock(ctx, s.pathLockFile(p), unix.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	defer pl.unlock()
+	if info, err := s.Info(p); err == nil {
+		return info, nil
+	}
+	return s.register(ctx, p, out, AddOptions{References: refs, CA: "source"}, m)
+}
+
+// AddText adds a small file (a .drv) as a content-addressed path.
+func (s *Store) AddText(ctx context.Context, name string, data []byte, refs []Path) (*PathInfo, error) {
+	p, err := MakePath("text", Sum(data).Hex(), s.StoreDir(), name)
+	if err != nil {
+		return nil, err
+	}
+	info, _, err := s.Realize(ctx, p, AddOptions{References: refs, CA: "text"}, func(ctx context.Context, out string) error {
+		return os.WriteFile(out, data, 0o444)
+	})
+	return info, err
+}
+
+// register moves a staged output into place and records it. The caller holds
+// p's lock and has checked that p is not valid. Steps, each durable before the
+// next, so a crash anywhere leaves p complete or absent:
+//
+//  1. clamp mtimes, scan (hash) the tree, fsync it, all still in staging;
+//  2. rename it into store/ and fsync store/: the bytes are in place but p is
+//     not valid yet (no record), so a crash here leaves debris that the next
+//     add of p, or gc, removes;
+//  3. write the manifest, then the record, each atomically: the record's
+//     appearance is the moment p becomes valid.
+func (s *Store) register(ctx context.Context, p Path, out string, opts AddOptions, m *Manifest) (*PathInfo, error) {
+	refs := slices.Clone(opts.References)
+	slices.SortFunc(refs, func(a, b Path) int { return cmpString(a.String(), b.String()) })
+	refs = slices.Compact(refs)
+	for _, r := range refs {
+		if r != p && !s.IsValid(r) {
+			return nil, fmt.Errorf("register %s: reference %s: %w", p, r, ErrNotExist)
+		}
+	}
+	if m == nil {
+		epoch := opts.Epoch
+		if epoch == 0 {
+			epoch = DefaultEpoch
+		}
+		if err := ClampTimes(out, epoch); err != nil {
+			return nil, err
+		}
+		failpoint("add-clamped")
+		var err error
+		if m, err = ScanTree(ctx, out); err != nil {
+			return nil, err
+		}
+	}
+	failpoint("add-scanned")
+	if err := SyncTree(out); err != nil {
+		return nil, err
+	}
+	failpoint("add-synced")
+	// Leftovers of a crashed earlier attempt: bytes without a record.
+	if err := s.removeDebris(p); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(out, s.Location(p)); err != nil {
+		return nil, fmt.Errorf("rename output into %s: %w", s.Location(p), err)
+	}
+	if err := syncDir(filepath.Join(s.root, dirStore)); err != nil {
+		return nil, err
+	}
+	failpoint("add-renamed")
+	if err := writeFileAtomic(s.manifestFile(p), m.Encode(), 0o600); err != nil {
+		return nil, err
+	}
+	failpoint("add-manifest-written")
+	info := &PathInfo{
+		Path:        p,
+		Deriver:     opts.Deriver,
+		References:  refs,
+		ContentHash: m.Hash(),
+		Size:        m.Size(),
+		Registered:  time.Now().UTC().Truncate(time.Second),
+		CA:          opts.CA,
+	}
+	if info.References == nil {
+		info.References = []Path{}
+	}
+	b, err := encodeInfo(info)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(s.metaFile(p), b, 0o600); err != nil {
+		return nil, err
+	}
+	failpoint("add-registered")
+	return info, nil
+}
+
+// removeDebris deletes p's bytes and manifest when p has no record. The caller
+// holds p's lock.
+func (s *Store) removeDebris(p Path) error {
+	if _, err := os.Lstat(s.metaFile(p)); err == nil {
+		return fmt.Errorf("remove debris of %s: it is registered", p)
+	}
+	if err := s.trash(s.Location(p)); err != nil {
+		return err
+	}
+	if err := os.Remove(s.manifestFile(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale manifest of %s: %w", p, err)
+	}
+	return nil
+}
+
+// trash deletes name by first renaming it into trash/ (atomic: the store never
+// shows a half-deleted path), then removing it from there. A crash during the
+// removal leaves only trash, which the next gc empties.
+func (s *Store) trash(name string) error {
+	if _, err := os.Lstat(name); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	dst := filepath.Join(s.root, dirTrash, filepath.Base(name)+"-"+randomSuffix())
+	if err := os.Rename(name, dst); err != nil {
+		return fmt.Errorf("move %s to trash: %w", name, err)
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return fmt.Errorf("remove %s: %w", dst, err)
+	}
+	return nil
+}
+
+// stage is a private staging directory under tmp/, flock-ed while in use so
+// that a sweep can tell it from the leftovers of a dead process.
+type stage struct {
+	dir string
+	f   *os.File
+}
+
+func (s *Store) newStage(ctx context.Context) (*stage, error) {
+	// Created under a shared gc.lock: gc sweeps unlocked staging directories
+	// under an exclusive one, so it never sees ours between mkdir and flock.
+	gcl, err := lock(ctx, s.gcLockFile(), unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	defer gcl.unlock()
+	dir := filepath.Join(s.root, dirTmp, "stage-"+randomSuffix())
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create staging directory: %w", err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open staging directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock staging directory: %w", err)
+	}
+	return &stage{dir, f}, nil
+}
+
+func (st *stage) remove() {
+	os.RemoveAll(st.dir)
+	st.f.Close()
+}
+
+func randomSuffix() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

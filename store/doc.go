@@ -1,0 +1,13 @@
+// Package store owns the Tool Shed: a directory of immutable, content-addressed
+// store paths, their metadata, the roots that keep them alive, and the locks
+// that let several shed processes share one store.
+//
+// The store is a cache and never an authority: every path in it can be derived
+// again from a recipe, and deleting the whole store loses only time. A path is
+// valid when, and only when, both its bytes (under store/) and its metadata
+// record (under meta/) are present; everything else is debris that the next
+// operation sweeps. See docs/architecture.md for the on-disk layout and the
+// crash model.
+//
+// This package imports no other package of the project.
+package store

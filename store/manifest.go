@@ -1,0 +1,881 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/zeebo/blake3"
+	"golang.org/x/sys/unix"
+)
+
+// A manifest is the canonical text form of a file tree, from which a store
+// path's content hash is computed, and which is kept beside the path so that
+// verification can name the file that differs. The format:
+//
+//	shed-manifest v1
+//	"." dir 0755 0 0 1700000000
+//	"etc/passwd" file 0644 0 0 1700000000 1234 <64 hex digits>
+//	"usr/bin/su" file 4755 0 0 1700000000 5678 <64 hex> xattr "security.capability" 0100000200...
+//	"usr/lib/x.so.1" symlink 0777 0 0 1700000000 "x.so.1.2"
+//	"usr/bin/gunzip" hardlink 0755 0 0 1700000000 "usr/bin/gzip"
+//	"dev/null" chardev 0666 0 0 1700000000 1 3
+//	"var/old" whiteout 0000 0 0 1700000000
+//
+// One line per entry, each ending in "\n"; fields separated by one space:
+// path, type, mode (4 octal digits), uid, gid, mtime in seconds, the type's
+// own fields, then zero or more `xattr <name> <hex value>` ("-" for an empty
+// value), sorted by name. Strings are strconv.Quote'd, so that any byte of a
+// file name survives and no field can run into the next. Entries are in
+// depth-first pre-order with the children of a directory sorted by byte
+// order: a directory's line comes right before its contents.
+const manifestHeader = "shed-manifest v1\n"
+
+// EntryType is the kind of a manifest entry.
+type EntryType string
+
+// The entry types. A whiteout is overlayfs's mark of a deleted file (a
+// character device 0:0); it gets its own type because it means absence.
+const (
+	EntryDir      EntryType = "dir"
+	EntryFile     EntryType = "file"
+	EntryHardlink EntryType = "hardlink"
+	EntrySymlink  EntryType = "symlink"
+	EntryChardev  EntryType = "chardev"
+	EntryBlockdev EntryType = "blockdev"
+	EntryFifo     EntryType = "fifo"
+	EntryWhiteout EntryType = "whiteout"
+)
+
+// manifestXattrs are the extended attributes that are part of a tree's
+// content, sorted. Others (security.selinux, trusted.overlay.origin, ...)
+// describe the host or one build, not the content, and are ignored.
+var manifestXattrs = []string{
+	"security.capability",
+	"system.posix_acl_access",
+	"system.posix_acl_default",
+	"trusted.overlay.opaque",
+	"user.overlay.opaque",
+}
+
+// Xattr is an extended attribute of an entry.
+type Xattr struct {
+	Name  string
+	Value []byte
+}
+
+// Entry is one file of a tree.
+type Entry struct {
+	Path   string // "." for the root, else slash-separated without "./"
+	Type   EntryType
+	Mode   uint32 // permission bits incl. setuid/setgid/sticky (07777)
+	UID    uint32
+	GID    uint32
+	Mtime  int64  // seconds; the store clamps nanoseconds to 0
+	Size   int64  // file
+	Digest Hash   // file
+	Target string // symlink target, or the path of a hardlink's first entry
+	Major  uint32 // chardev, blockdev
+	Minor  uint32 // chardev, blockdev
+	Xattrs []Xattr
+}
+
+// Manifest lists a tree's entries in canonical order.
+type Manifest struct{ Entries []Entry }
+
+// Encode returns the canonical encoding, which Hash hashes.
+func (m *Manifest) Encode() []byte {
+	b := make([]byte, 0, len(manifestHeader)+len(m.Entries)*128)
+	b = append(b, manifestHeader...)
+	for i := range m.Entries {
+		b = m.Entries[i].appendLine(b)
+	}
+	return b
+}
+
+// Hash returns the BLAKE3 of the encoding; the header is included, so the
+// format version is bound into every content hash.
+func (m *Manifest) Hash() Hash { return Sum(m.Encode()) }
+
+// Size returns the sum of the regular files' sizes, hard links counted once.
+func (m *Manifest) Size() int64 {
+	var n int64
+	for i := range m.Entries {
+		if m.Entries[i].Type == EntryFile {
+			n += m.Entries[i].Size
+		}
+	}
+	return n
+}
+
+func (e *Entry) appendLine(b []byte) []byte {
+	b = strconv.AppendQuote(b, e.Path)
+	b = append(b, ' ')
+	b = append(b, e.Type...)
+	b = append(b, ' ')
+	mode := e.Mode & 07777
+	b = append(b, '0'+byte(mode>>9&7), '0'+byte(mode>>6&7), '0'+byte(mode>>3&7), '0'+byte(mode&7), ' ')
+	b = strconv.AppendUint(b, uint64(e.UID), 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, uint64(e.GID), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, e.Mtime, 10)
+	switch e.Type {
+	case EntryFile:
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, e.Size, 10)
+		b = append(b, ' ')
+		b = hex.AppendEncode(b, e.Digest[:])
+	case EntrySymlink, EntryHardlink:
+		b = append(b, ' ')
+		b = strconv.AppendQuote(b, e.Target)
+	case EntryChardev, EntryBlockdev:
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, uint64(e.Major), 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, uint64(e.Minor), 10)
+	}
+	for _, x := range e.Xattrs {
+		b = append(b, " xattr "...)
+		b = strconv.AppendQuote(b, x.Name)
+		b = append(b, ' ')
+		if len(x.Value) == 0 {
+			b = append(b, '-') // an empty field would read as a doubled separator
+		} else {
+			b = hex.AppendEncode(b, x.Value)
+		}
+	}
+	return append(b, '\n')
+}
+
+// ParseManifest parses an encoding and accepts only what Encode produces for
+// a tree ScanTree could have returned: every line must re-encode to itself,
+// entries must be in canonical order without duplicates, each entry's parent
+// must be a directory before it, and a hardlink must name an earlier file.
+func ParseManifest(b []byte) (*Manifest, error) {
+	s := string(b)
+	if !strings.HasPrefix(s, manifestHeader) {
+		return nil, errors.New("parse manifest: bad header, want \"shed-manifest v1\"")
+	}
+	s = s[len(manifestHeader):]
+	if s == "" {
+		return nil, errors.New("parse manifest: no entries")
+	}
+	if !strings.HasSuffix(s, "\n") {
+		return nil, errors.New("parse manifest: missing final newline")
+	}
+	lines := strings.Split(s[:len(s)-1], "\n")
+	m := &Manifest{Entries: make([]Entry, 0, len(lines))}
+	types := make(map[string]EntryType, len(lines))
+	for i, line := range lines {
+		lineNo := i + 2
+		e, err := parseEntry(line)
+		if err != nil {
+			return nil, fmt.Errorf("parse manifest: line %d: %w", lineNo, err)
+		}
+		if string(e.appendLine(nil)) != line+"\n" {
+			return nil, fmt.Errorf("parse manifest: line %d: not in canonical form", lineNo)
+		}
+		if err := checkEntry(&e, i, m.Entries, types); err != nil {
+			return nil, fmt.Errorf("parse manifest: line %d: %s: %w", lineNo, strconv.Quote(e.Path), err)
+		}
+		types[e.Path] = e.Type
+		m.Entries = append(m.Entries, e)
+	}
+	return m, nil
+}
+
+// checkEntry checks e, the i-th entry, against those before it.
+func checkEntry(e *Entry, i int, prev []Entry, types map[string]EntryType) error {
+	if i == 0 {
+		if e.Path != "." {
+			return errors.New("first entry is not the root \".\"")
+		}
+		if e.Type != EntryDir && e.Type != EntryFile {
+			return fmt.Errorf("root is a %s, want dir or file", e.Type)
+		}
+	} else {
+		if err := checkManifestPath(e.Path); err != nil {
+			return err
+		}
+		if c := comparePaths(prev[i-1].Path, e.Path); c == 0 {
+			return errors.New("duplicate entry")
+		} else if c > 0 {
+			return fmt.Errorf("out of order after %s", strconv.Quote(prev[i-1].Path))
+		}
+		parent := "."
+		if j := strings.LastIndexByte(e.Path, '/'); j >= 0 {
+			parent = e.Path[:j]
+		}
+		if types[parent] != EntryDir {
+			return errors.New("parent is not a directory listed before it")
+		}
+	}
+	switch e.Type {
+	case EntryDir, EntryFile, EntryChardev, EntryBlockdev, EntryFifo, EntryWhiteout:
+	case EntrySymlink:
+		if e.Target == "" || strings.IndexByte(e.Target, 0) >= 0 {
+			return errors.New("bad symlink target")
+		}
+	case EntryHardlink:
+		if types[e.Target] != EntryFile {
+			return fmt.Errorf("hardlink to %s, which is not a file listed before it", strconv.Quote(e.Target))
+		}
+	default:
+		return fmt.Errorf("unknown type %q", e.Type)
+	}
+	if e.Type == EntryFile && e.Size < 0 {
+		return errors.New("negative size")
+	}
+	for j, x := range e.Xattrs {
+		if _, ok := slices.BinarySearch(manifestXattrs, x.Name); !ok {
+			return fmt.Errorf("xattr %s is not recorded in manifests", strconv.Quote(x.Name))
+		}
+		if j > 0 && e.Xattrs[j-1].Name >= x.Name {
+			return errors.New("xattrs not sorted")
+		}
+	}
+	return nil
+}
+
+// checkManifestPath checks a non-root entry path: clean, relative, and made
+// of names a directory can hold.
+func checkManifestPath(p string) error {
+	if p == "" || strings.IndexByte(p, 0) >= 0 {
+		return errors.New("bad path")
+	}
+	for name := range strings.SplitSeq(p, "/") {
+		if name == "" || name == "." || name == ".." {
+			return errors.New("bad path")
+		}
+	}
+	return nil
+}
+
+// comparePaths orders paths as a depth-first walk with sorted children
+// visits them: component by component, a parent before its children. It is
+// a byte comparison in which '/' sorts before every byte a name can hold
+// (names hold no NUL), so "a/b" < "a-b".
+func comparePaths(a, b string) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if x == '/' {
+			x = 0
+		}
+		if y == '/' {
+			y = 0
+		}
+		if x < y {
+			return -1
+		}
+		return 1
+	}
+	return len(a) - len(b)
+}
+
+// manifestFields reads the space-separated fields of one line.
+type manifestFields struct {
+	s   string
+	err error
+}
+
+func (f *manifestFields) word() string {
+	if f.err != nil {
+		return ""
+	}
+	if f.s == "" {
+		f.err = errors.New("missing field")
+		return ""
+	}
+	w := f.s
+	if i := strings.IndexByte(f.s, ' '); i >= 0 {
+		w, f.s = f.s[:i], f.s[i+1:]
+	} else {
+		f.s = ""
+	}
+	return w
+}
+
+func (f *manifestFields) quoted() string {
+	if f.err != nil {
+		return ""
+	}
+	q, err := strconv.QuotedPrefix(f.s)
+	if err != nil {
+		f.err = errors.New("bad quoted string")
+		return ""
+	}
+	s, err := strconv.Unquote(q)
+	if err != nil {
+		f.err = errors.New("bad quoted string")
+		return ""
+	}
+	f.s = strings.TrimPrefix(f.s[len(q):], " ")
+	return s
+}
+
+func (f *manifestFields) uint32() uint32 {
+	w := f.word()
+	if f.err != nil {
+		return 0
+	}
+	v, err := strconv.ParseUint(w, 10, 32)
+	if err != nil {
+		f.err = fmt.Errorf("bad number %q", w)
+	}
+	return uint32(v)
+}
+
+func (f *manifestFields) int64() int64 {
+	w := f.word()
+	if f.err != nil {
+		return 0
+	}
+	v, err := strconv.ParseInt(w, 10, 64)
+	if err != nil {
+		f.err = fmt.Errorf("bad number %q", w)
+	}
+	return v
+}
+
+func (f *manifestFields) hex() []byte {
+	w := f.word()
+	if f.err != nil || w == "-" {
+		return []byte{}
+	}
+	v, err := hex.DecodeString(w)
+	if err != nil {
+		f.err = fmt.Errorf("bad hex %q", w)
+	}
+	return v
+}
+
+// parseEntry parses one line; the caller checks that it is canonical.
+func parseEntry(line string) (Entry, error) {
+	f := &manifestFields{s: line}
+	var e Entry
+	e.Path = f.quoted()
+	e.Type = EntryType(f.word())
+	if mode := f.word(); f.err == nil {
+		v, err := strconv.ParseUint(mode, 8, 32)
+		if err != nil || v > 07777 {
+			return e, fmt.Errorf("bad mode %q", mode)
+		}
+		e.Mode = uint32(v)
+	}
+	e.UID = f.uint32()
+	e.GID = f.uint32()
+	e.Mtime = f.int64()
+	switch e.Type {
+	case EntryFile:
+		e.Size = f.int64()
+		if d := f.hex(); f.err == nil && len(d) != HashSize {
+			return e, errors.New("bad digest")
+		} else {
+			copy(e.Digest[:], d)
+		}
+	case EntrySymlink, EntryHardlink:
+		e.Target = f.quoted()
+	case EntryChardev, EntryBlockdev:
+		e.Major = f.uint32()
+		e.Minor = f.uint32()
+	}
+	for f.err == nil && f.s != "" {
+		if f.word() != "xattr" {
+			return e, errors.New("unexpected field")
+		}
+		e.Xattrs = append(e.Xattrs, Xattr{Name: f.quoted(), Value: f.hex()})
+	}
+	return e, f.err
+}
+
+// DiffManifests lists the differences between a and b for people, one line
+// per difference, "path: what", in manifest order.
+func DiffManifests(a, b *Manifest) []string {
+	index := func(m *Manifest) map[string]*Entry {
+		x := make(map[string]*Entry, len(m.Entries))
+		for i := range m.Entries {
+			x[m.Entries[i].Path] = &m.Entries[i]
+		}
+		return x
+	}
+	am, bm := index(a), index(b)
+	paths := make([]string, 0, len(am))
+	for p := range am {
+		paths = append(paths, p)
+	}
+	for p := range bm {
+		if am[p] == nil {
+			paths = append(paths, p)
+		}
+	}
+	slices.SortFunc(paths, comparePaths)
+	var out []string
+	for _, p := range paths {
+		x, y := am[p], bm[p]
+		name := displayPath(p)
+		switch {
+		case y == nil:
+			out = append(out, name+": only in first")
+		case x == nil:
+			out = append(out, name+": only in second")
+		default:
+			for _, d := range diffEntry(x, y) {
+				out = append(out, name+": "+d)
+			}
+		}
+	}
+	return out
+}
+
+func diffEntry(a, b *Entry) []string {
+	var d []string
+	add := func(format string, args ...any) { d = append(d, fmt.Sprintf(format, args...)) }
+	if a.Type != b.Type {
+		add("type %s → %s", a.Type, b.Type)
+	} else {
+		switch a.Type {
+		case EntryFile:
+			if a.Size != b.Size {
+				add("content differs (size %d → %d)", a.Size, b.Size)
+			} else if a.Digest != b.Digest {
+				add("content differs")
+			}
+		case EntrySymlink:
+			if a.Target != b.Target {
+				add("target %s → %s", strconv.Quote(a.Target), strconv.Quote(b.Target))
+			}
+		case EntryHardlink:
+			if a.Target != b.Target {
+				add("hard link to %s → %s", strconv.Quote(a.Target), strconv.Quote(b.Target))
+			}
+		case EntryChardev, EntryBlockdev:
+			if a.Major != b.Major || a.Minor != b.Minor {
+				add("device %d:%d → %d:%d", a.Major, a.Minor, b.Major, b.Minor)
+			}
+		}
+	}
+	if a.Mode != b.Mode {
+		add("mode %04o → %04o", a.Mode, b.Mode)
+	}
+	if a.UID != b.UID {
+		add("uid %d → %d", a.UID, b.UID)
+	}
+	if a.GID != b.GID {
+		add("gid %d → %d", a.GID, b.GID)
+	}
+	if a.Mtime != b.Mtime {
+		add("mtime %d → %d", a.Mtime, b.Mtime)
+	}
+	xa, xb := a.Xattrs, b.Xattrs
+	for len(xa) > 0 || len(xb) > 0 {
+		switch {
+		case len(xb) == 0 || len(xa) > 0 && xa[0].Name < xb[0].Name:
+			add("xattr %s only in first", xa[0].Name)
+			xa = xa[1:]
+		case len(xa) == 0 || xb[0].Name < xa[0].Name:
+			add("xattr %s only in second", xb[0].Name)
+			xb = xb[1:]
+		default:
+			if !bytes.Equal(xa[0].Value, xb[0].Value) {
+				add("xattr %s differs", xa[0].Name)
+			}
+			xa, xb = xa[1:], xb[1:]
+		}
+	}
+	return d
+}
+
+// displayPath shows a path as is unless it holds bytes that need escaping
+// (a newline would split the line).
+func displayPath(p string) string {
+	if q := strconv.Quote(p); q[1:len(q)-1] != p {
+		return q
+	}
+	return p
+}
+
+// errTreeChanged reports that a file was replaced or modified while it was
+// read: the result would describe no tree that ever existed.
+var errTreeChanged = errors.New("changed during the walk")
+
+type inodeKey struct{ dev, ino uint64 }
+
+// hashJob is one regular file to hash. The walker keeps a pointer and a
+// worker fills digest and err; entries are only touched after all workers end.
+type hashJob struct {
+	entry  int
+	path   string
+	key    inodeKey
+	size   int64
+	digest Hash
+	err    error
+}
+
+// ScanTree walks root (a directory or a single regular file; a symlink as
+// root is refused) without following symlinks, and returns its manifest.
+// File contents are hashed by runtime.GOMAXPROCS workers while the walk goes
+// on, so that hashing runs at disk speed.
+func ScanTree(ctx context.Context, root string) (*Manifest, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return nil, fmt.Errorf("scan %s: %w", root, err)
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
+		return nil, fmt.Errorf("scan %s: not a directory or regular file", root)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan *hashJob, 256)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			buf := make([]byte, 256<<10)
+			for j := range jobs {
+				if ctx.Err() != nil {
+					continue // drain: the walk is stopping
+				}
+				if j.digest, j.err = hashFile(ctx, j, buf); j.err != nil {
+					cancel()
+				}
+			}
+		})
+	}
+	s := &scanner{jobs: jobs, links: make(map[inodeKey]string)}
+	walkErr := s.walk(ctx, ".", root, &st)
+	close(jobs)
+	wg.Wait()
+	// A worker's failure cancels the walk; report the cause, not the cancel.
+	if walkErr != nil && !errors.Is(walkErr, context.Canceled) {
+		return nil, walkErr
+	}
+	for _, j := range s.hashed {
+		if j.err != nil && !errors.Is(j.err, context.Canceled) {
+			return nil, j.err
+		}
+	}
+	if walkErr != nil {
+		return nil, walkErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("scan %s: %w", root, err)
+	}
+	for _, j := range s.hashed {
+		s.m.Entries[j.entry].Digest = j.digest
+	}
+	return &s.m, nil
+}
+
+type scanner struct {
+	m      Manifest
+	jobs   chan<- *hashJob
+	hashed []*hashJob
+	links  map[inodeKey]string // first path of each multiply linked file
+}
+
+func (s *scanner) walk(ctx context.Context, rel, full string, st *unix.Stat_t) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("scan %s: %w", full, err)
+	}
+	xattrs, err := readManifestXattrs(full)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", full, err)
+	}
+	e := Entry{Path: rel, Mode: st.Mode & 07777, UID: st.Uid, GID: st.Gid, Mtime: st.Mtim.Sec, Xattrs: xattrs}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		key := inodeKey{st.Dev, st.Ino}
+		if first, ok := s.links[key]; ok {
+			e.Type, e.Target = EntryHardlink, first
+			break
+		}
+		if st.Nlink > 1 {
+			s.links[key] = rel
+		}
+		e.Type, e.Size = EntryFile, st.Size
+		j := &hashJob{entry: len(s.m.Entries), path: full, key: key, size: st.Size}
+		s.hashed = append(s.hashed, j)
+		select {
+		case s.jobs <- j:
+		case <-ctx.Done():
+			return fmt.Errorf("scan %s: %w", full, ctx.Err())
+		}
+	case unix.S_IFDIR:
+		e.Type = EntryDir
+		s.m.Entries = append(s.m.Entries, e)
+		names, err := readDirNames(full, st)
+		if err != nil {
+			return fmt.Errorf("scan %s: %w", full, err)
+		}
+		for _, name := range names {
+			childFull, childRel := full+"/"+name, name
+			if rel != "." {
+				childRel = rel + "/" + name
+			}
+			var cst unix.Stat_t
+			if err := unix.Lstat(childFull, &cst); err != nil {
+				return fmt.Errorf("scan %s: %w", childFull, err)
+			}
+			if err := s.walk(ctx, childRel, childFull, &cst); err != nil {
+				return err
+			}
+		}
+		return nil
+	case unix.S_IFLNK:
+		target, err := os.Readlink(full)
+		if err != nil {
+			return fmt.Errorf("scan %s: %w", full, err)
+		}
+		e.Type, e.Target = EntrySymlink, target
+	case unix.S_IFCHR:
+		if st.Rdev == 0 {
+			e.Type = EntryWhiteout
+		} else {
+			e.Type, e.Major, e.Minor = EntryChardev, unix.Major(st.Rdev), unix.Minor(st.Rdev)
+		}
+	case unix.S_IFBLK:
+		e.Type, e.Major, e.Minor = EntryBlockdev, unix.Major(st.Rdev), unix.Minor(st.Rdev)
+	case unix.S_IFIFO:
+		e.Type = EntryFifo
+	case unix.S_IFSOCK:
+		return fmt.Errorf("scan %s: a socket is not store content", full)
+	default:
+		return fmt.Errorf("scan %s: unknown file type %#o", full, st.Mode&unix.S_IFMT)
+	}
+	s.m.Entries = append(s.m.Entries, e)
+	return nil
+}
+
+// hashFile hashes the file j names, refusing it if it is no longer the
+// inode the walk saw or its size changed.
+func hashFile(ctx context.Context, j *hashJob, buf []byte) (Hash, error) {
+	f, err := openNoFollow(j.path, j.key)
+	if err != nil {
+		return Hash{}, fmt.Errorf("scan %s: %w", j.path, err)
+	}
+	defer f.Close()
+	h := blake3.New()
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return Hash{}, fmt.Errorf("scan %s: %w", j.path, err)
+		}
+		k, err := f.Read(buf)
+		h.Write(buf[:k])
+		n += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return Hash{}, fmt.Errorf("scan %s: %w", j.path, err)
+		}
+	}
+	if n != j.size {
+		return Hash{}, fmt.Errorf("scan %s: size %d, then read %d bytes: %w", j.path, j.size, n, errTreeChanged)
+	}
+	var d Hash
+	h.Sum(d[:0])
+	return d, nil
+}
+
+// openNoFollow opens path for reading without following a symlink in its
+// last component and checks that it is the inode the walk saw (key).
+// O_NOATIME keeps reads from touching atimes; only the owner or root may
+// ask for it, so others fall back.
+func openNoFollow(path string, key inodeKey) (*os.File, error) {
+	flags := os.O_RDONLY | syscall.O_NOFOLLOW
+	f, err := os.OpenFile(path, flags|syscall.O_NOATIME, 0)
+	if errors.Is(err, syscall.EPERM) {
+		f, err = os.OpenFile(path, flags, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Dev != key.dev || st.Ino != key.ino {
+		f.Close()
+		return nil, fmt.Errorf("replaced by another file: %w", errTreeChanged)
+	}
+	return f, nil
+}
+
+// readDirNames returns the names in directory path, sorted by byte order,
+// after checking that path is still the directory st describes.
+func readDirNames(path string, st *unix.Stat_t) ([]string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fst, ok := fi.Sys().(*syscall.Stat_t); !ok || fst.Dev != st.Dev || fst.Ino != st.Ino {
+		return nil, fmt.Errorf("replaced by another directory: %w", errTreeChanged)
+	}
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		// The kernel never returns these; a path built from one could
+		// leave the tree.
+		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+			return nil, fmt.Errorf("directory holds an impossible name %q", name)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// readManifestXattrs returns those of path's xattrs that manifests record,
+// sorted by name, without following a symlink.
+func readManifestXattrs(path string) ([]Xattr, error) {
+	var small [256]byte
+	buf := small[:]
+	for {
+		n, err := unix.Llistxattr(path, buf)
+		if errors.Is(err, unix.ENOTSUP) {
+			return nil, nil
+		}
+		if errors.Is(err, unix.ERANGE) {
+			if n, err = unix.Llistxattr(path, nil); err != nil {
+				return nil, fmt.Errorf("list xattrs: %w", err)
+			}
+			buf = make([]byte, n+64)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list xattrs: %w", err)
+		}
+		buf = buf[:n]
+		break
+	}
+	if len(buf) == 0 {
+		return nil, nil
+	}
+	var xs []Xattr
+	for _, name := range manifestXattrs {
+		if !hasXattrName(buf, name) {
+			continue
+		}
+		v, err := lgetxattr(path, name)
+		if errors.Is(err, unix.ENODATA) {
+			continue // removed since the listing
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get xattr %s: %w", name, err)
+		}
+		xs = append(xs, Xattr{Name: name, Value: v})
+	}
+	return xs, nil
+}
+
+// hasXattrName reports whether list, as listxattr(2) returns it (names each
+// followed by NUL), holds name.
+func hasXattrName(list []byte, name string) bool {
+	for len(list) > 0 {
+		i := bytes.IndexByte(list, 0)
+		if i < 0 {
+			return string(list) == name
+		}
+		if string(list[:i]) == name {
+			return true
+		}
+		list = list[i+1:]
+	}
+	return false
+}
+
+func lgetxattr(path, name string) ([]byte, error) {
+	for {
+		n, err := unix.Lgetxattr(path, name, nil)
+		if err != nil {
+			return nil, err
+		}
+		v := make([]byte, n)
+		m, err := unix.Lgetxattr(path, name, v)
+		if errors.Is(err, unix.ERANGE) {
+			continue // grew between the calls
+		}
+		if err != nil {
+			return nil, err
+		}
+		return v[:m], nil
+	}
+}
+
+// ClampTimes sets the atime and mtime of every entry under root, root
+// included and without following symlinks, to min(mtime, epoch) with zero
+// nanoseconds, so that a tree's timestamps do not depend on when it was made.
+// Children are set before their parent: reading a directory may touch its
+// atime.
+func ClampTimes(root string, epoch int64) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return fmt.Errorf("clamp times %s: %w", root, err)
+	}
+	return clampTimes(root, &st, epoch)
+}
+
+func clampTimes(path string, st *unix.Stat_t, epoch int64) error {
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		names, err := readDirNames(path, st)
+		if err != nil {
+			return fmt.Errorf("clamp times %s: %w", path, err)
+		}
+		for _, name := range names {
+			child := path + "/" + name
+			var cst unix.Stat_t
+			if err := unix.Lstat(child, &cst); err != nil {
+				return fmt.Errorf("clamp times %s: %w", child, err)
+			}
+			if err := clampTimes(child, &cst, epoch); err != nil {
+				return err
+			}
+		}
+	}
+	t := min(st.Mtim.Sec, epoch)
+	ts := []unix.Timespec{{Sec: t}, {Sec: t}}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("clamp times %s: %w", path, err)
+	}
+	return nil
+}
+
+// SyncTree makes everything under root durable: one syncfs(2) of the
+// filesystem holding root, cheaper than an fsync per file, then an fsync of
+// root itself.
+func SyncTree(root string) error {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", root, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		return fmt.Errorf("sync %s: syncfs: %w", root, err)
+	}
+	if err := unix.Fsync(fd); err != nil {
+		return fmt.Errorf("sync %s: %w", root, err)
+	}
+	return nil
+}

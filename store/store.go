@@ -1,0 +1,184 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/BurntSushi/toml"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultRoot is where the store lives unless --root or SHED_ROOT say otherwise.
+const DefaultRoot = "/var/lib/toolshed"
+
+// Sentinel errors, checked with errors.Is.
+var (
+	ErrNotExist       = errors.New("store path not valid")
+	ErrCorrupt        = errors.New("store path corrupt")
+	ErrNotInitialized = errors.New("store not initialized")
+	ErrUnsafe         = errors.New("store directory unsafe")
+	ErrRootNotExist   = errors.New("no such root")
+)
+
+// The directories of a store root. Each has one job; see docs/architecture.md.
+const (
+	dirStore     = "store"     // store paths and .drv files, immutable once renamed in
+	dirMeta      = "meta"      // <hash part>.json (registration) and <hash part>.manifest
+	dirRoots     = "roots"     // named gc roots: one file per name holding a path
+	dirTempRoots = "temproots" // one file per live process, flock-held by it
+	dirLocks     = "locks"     // per-path build locks and gc.lock
+	dirTmp       = "tmp"       // staging directories, flock-held while in use
+	dirTrash     = "trash"     // paths being deleted, moved here atomically first
+	fileConfig   = "config.toml"
+	fileGCLock   = "gc.lock"
+)
+
+var layoutDirs = []string{dirStore, dirMeta, dirRoots, dirTempRoots, dirLocks, dirTmp, dirTrash}
+
+// Config is the store's config.toml.
+type Config struct {
+	// StoreDir is the logical store directory that path hashes are bound to.
+	StoreDir string `toml:"store_dir"`
+}
+
+// Store is an open store root. It is safe for concurrent use by goroutines,
+// and several processes may open the same root at once.
+type Store struct {
+	root   string
+	config Config
+
+	tempMu    sync.Mutex
+	tempRoots *os.File // this process's temproots file, created on first use
+}
+
+// Init creates a store root (idempotently) with root-only permissions.
+func Init(root string) (*Store, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("create store root %s: %w", root, err)
+	}
+	// MkdirAll leaves an existing root alone; tighten it, since the store holds
+	// setuid binaries and device nodes that no other user may reach.
+	if err := os.Chmod(root, 0o700); err != nil {
+		return nil, fmt.Errorf("chmod store root %s: %w", root, err)
+	}
+	for _, d := range layoutDirs {
+		p := filepath.Join(root, d)
+		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("create %s: %w", p, err)
+		}
+	}
+	cfgPath := filepath.Join(root, fileConfig)
+	if _, err := os.Stat(cfgPath); errors.Is(err, fs.ErrNotExist) {
+		data := []byte("# Toolshed store configuration (see docs/architecture.md).\n" +
+			"# store_dir binds path hashes to a logical store directory; keep the default\n" +
+			"# so that stores on other machines and roots can share paths.\n" +
+			fmt.Sprintf("store_dir = %q\n", DefaultStoreDir))
+		if err := writeFileAtomic(cfgPath, data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	if err := syncDir(root); err != nil {
+		return nil, err
+	}
+	return Open(root)
+}
+
+// Open opens an existing store root and checks that it is safe to use.
+func Open(root string) (*Store, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", root, err)
+	}
+	s := &Store{root: abs}
+	data, err := os.ReadFile(filepath.Join(abs, fileConfig))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s has no %s", ErrNotInitialized, abs, fileConfig)
+	} else if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", abs, err)
+	}
+	md, err := toml.Decode(string(data), &s.config)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", filepath.Join(abs, fileConfig), err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return nil, fmt.Errorf("read %s: unknown key %q", filepath.Join(abs, fileConfig), und[0].String())
+	}
+	if s.config.StoreDir == "" {
+		s.config.StoreDir = DefaultStoreDir
+	}
+	for _, d := range append([]string{"."}, layoutDirs...) {
+		if err := checkPrivateDir(filepath.Join(abs, d)); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// checkPrivateDir refuses a store directory that another user could write to
+// or that is owned by someone else: whoever can write there can swap the
+// bytes every Bench runs.
+func checkPrivateDir(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%w: %s is missing", ErrNotInitialized, p)
+		}
+		return fmt.Errorf("stat %s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%w: %s is not a directory", ErrUnsafe, p)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%w: %s is owned by uid %d, not %d", ErrUnsafe, p, st.Uid, os.Geteuid())
+	}
+	if st.Mode&0o022 != 0 {
+		return fmt.Errorf("%w: %s is writable by group or others (mode %04o)", ErrUnsafe, p, st.Mode&0o7777)
+	}
+	return nil
+}
+
+// Root returns the absolute store root.
+func (s *Store) Root() string { return s.root }
+
+// StoreDir returns the logical store directory that path hashes are bound to.
+func (s *Store) StoreDir() string { return s.config.StoreDir }
+
+// Location returns where p lives on disk.
+func (s *Store) Location(p Path) string { return filepath.Join(s.root, dirStore, p.String()) }
+
+func (s *Store) metaFile(p Path) string {
+	return filepath.Join(s.root, dirMeta, p.HashPart()+".json")
+}
+
+func (s *Store) manifestFile(p Path) string {
+	return filepath.Join(s.root, dirMeta, p.HashPart()+".manifest")
+}
+
+// Close releases this process's temporary roots.
+func (s *Store) Close() error {
+	s.tempMu.Lock()
+	defer s.tempMu.Unlock()
+	if s.tempRoots == nil {
+		return nil
+	}
+	name := s.tempRoots.Name()
+	err := os.Remove(name)
+	if cerr := s.tempRoots.Close(); err == nil {
+		err = cerr
+	}
+	s.tempRoots = nil
+	return err
+}
+
+// checkCtx is a small helper for loops that should stop when ctx is done.
+func checkCtx(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,204 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Problem is one thing wrong with one store path.
+type Problem struct {
+	Path Path   `json:"path"`
+	File string `json:"file,omitempty"` // inside the path, when known
+	What string `json:"what"`
+}
+
+func (p Problem) String() string {
+	if p.File != "" {
+		return fmt.Sprintf("%s: %s: %s", p.Path, p.File, p.What)
+	}
+	return fmt.Sprintf("%s: %s", p.Path, p.What)
+}
+
+// VerifyOptions control a verification.
+type VerifyOptions struct {
+	// CheckContents re-hashes every file and compares with the recorded manifest.
+	CheckContents bool
+	// Paths limits the check to these paths; empty means every path.
+	Paths []Path
+}
+
+// VerifyResult lists what was checked and what is wrong.
+type VerifyResult struct {
+	Checked  int       `json:"checked"`
+	Bytes    int64     `json:"bytes"`
+	Problems []Problem `json:"problems"`
+	// Debris lists unregistered bytes in store/: the remains of an interrupted
+	// add. They are not store paths (no reader ever sees them), so they are not
+	// problems; the next add of the same path or `shed gc` removes them.
+	Debris []string `json:"debris"`
+}
+
+// Verify checks that registered paths are present, that their references are
+// valid, that records and manifests parse, and with CheckContents that every
+// file still hashes to what was recorded, naming each file that does not.
+// Bytes in store/ without a record (an interrupted add) are reported as
+// incomplete unless a build holds their lock. Verify changes nothing.
+func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (*VerifyResult, error) {
+	infos, bad, err := s.All()
+	if err != nil {
+		return nil, err
+	}
+	res := &VerifyResult{Problems: []Problem{}, Debris: []string{}}
+	var mu sync.Mutex
+	report := func(p Problem) {
+		mu.Lock()
+		res.Problems = append(res.Problems, p)
+		mu.Unlock()
+	}
+	var todo []Path
+	if len(opts.Paths) > 0 {
+		for _, p := range opts.Paths {
+			if _, ok := infos[p]; !ok {
+				report(Problem{Path: p, What: "not registered"})
+				continue
+			}
+			todo = append(todo, p)
+		}
+	} else {
+		todo = SortedPaths(infos)
+		for name, err := range bad {
+			report(Problem{What: fmt.Sprintf("unreadable record meta/%s: %v", name, err)})
+		}
+		res.Debris = s.findDebris(infos, report)
+	}
+
+	// Paths are checked in parallel; each file hash inside ScanTree is
+	// parallel too, so a few paths at a time keep the disk busy.
+	work := make(chan Path)
+	var wg sync.WaitGroup
+	for range max(2, runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				n := s.verifyOne(ctx, infos, infos[p], opts.CheckContents, report)
+				mu.Lock()
+				res.Checked++
+				res.Bytes += n
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, p := range todo {
+		if ctx.Err() != nil {
+			break
+		}
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	sort.SliceStable(res.Problems, func(i, j int) bool {
+		a, b := res.Problems[i], res.Problems[j]
+		if a.Path != b.Path {
+			return a.Path.String() < b.Path.String()
+		}
+		return a.File < b.File
+	})
+	return res, nil
+}
+
+func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *PathInfo, contents bool, report func(Problem)) int64 {
+	p := info.Path
+	if _, err := os.Lstat(s.Location(p)); err != nil {
+		report(Problem{Path: p, What: "registered but missing on disk"})
+		return 0
+	}
+	for _, r := range info.References {
+		if _, ok := infos[r]; !ok && r != p {
+			report(Problem{Path: p, What: fmt.Sprintf("reference %s is not valid", r)})
+		}
+	}
+	want, err := s.Manifest(p)
+	if err != nil {
+		report(Problem{Path: p, What: err.Error()})
+		return 0
+	}
+	if want.Hash() != info.ContentHash {
+		report(Problem{Path: p, What: "recorded manifest does not match the recorded content hash"})
+	}
+	if !contents {
+		return 0
+	}
+	got, err := ScanTree(ctx, s.Location(p))
+	if err != nil {
+		if ctx.Err() == nil {
+			report(Problem{Path: p, What: fmt.Sprintf("cannot scan: %v", err)})
+		}
+		return 0
+	}
+	if got.Hash() != info.ContentHash {
+		diffs := DiffManifests(want, got)
+		if len(diffs) == 0 {
+			report(Problem{Path: p, What: "content hash differs"})
+		}
+		for _, d := range diffs {
+			file, what := splitDiff(d)
+			report(Problem{Path: p, File: file, What: what})
+		}
+	}
+	return got.Size()
+}
+
+// splitDiff splits a DiffManifests line "file: what" at its first ": ".
+func splitDiff(d string) (string, string) {
+	for i := 0; i+1 < len(d); i++ {
+		if d[i] == ':' && d[i+1] == ' ' {
+			return d[:i], d[i+2:]
+		}
+	}
+	return "", d
+}
+
+// findDebris reports bytes in store/ that have no record and that nobody is
+// building: the remains of an interrupted add, swept by the next gc.
+func (s *Store) findDebris(infos map[Path]*PathInfo, report func(Problem)) []string {
+	debris := []string{}
+	ents, err := os.ReadDir(filepath.Join(s.root, dirStore))
+	if err != nil {
+		report(Problem{What: fmt.Sprintf("cannot read store directory: %v", err)})
+		return debris
+	}
+	for _, e := range ents {
+		p, err := ParsePath(e.Name())
+		if err != nil {
+			report(Problem{What: fmt.Sprintf("stray file store/%s: not a store path", e.Name())})
+			continue
+		}
+		if _, ok := infos[p]; ok {
+			continue
+		}
+		l, err := tryLock(s.pathLockFile(p), unix.LOCK_EX)
+		if errors.Is(err, ErrLocked) {
+			continue
+		}
+		if err == nil {
+			l.unlock()
+		}
+		if _, err := os.Lstat(s.metaFile(p)); errors.Is(err, fs.ErrNotExist) {
+			debris = append(debris, p.String())
+		}
+	}
+	return debris
+}
