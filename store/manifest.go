@@ -10,7 +10,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -406,6 +405,23 @@ func parseEntry(line string) (Entry, error) {
 // DiffManifests lists the differences between a and b for people, one line
 // per difference, "path: what", in manifest order.
 func DiffManifests(a, b *Manifest) []string {
+	var out []string
+	for _, d := range Differences(a, b) {
+		out = append(out, d.String())
+	}
+	return out
+}
+
+// Difference is one way in which an entry differs between two manifests.
+type Difference struct {
+	Path string // as displayed: quoted only when it needs escaping
+	What string // "only in first", "only in second", "content differs (size 1 → 2)", ...
+}
+
+func (d Difference) String() string { return d.Path + ": " + d.What }
+
+// Differences is DiffManifests with the path and the difference kept apart.
+func Differences(a, b *Manifest) []Difference {
 	index := func(m *Manifest) map[string]*Entry {
 		x := make(map[string]*Entry, len(m.Entries))
 		for i := range m.Entries {
@@ -424,18 +440,18 @@ func DiffManifests(a, b *Manifest) []string {
 		}
 	}
 	slices.SortFunc(paths, comparePaths)
-	var out []string
+	var out []Difference
 	for _, p := range paths {
 		x, y := am[p], bm[p]
 		name := displayPath(p)
 		switch {
 		case y == nil:
-			out = append(out, name+": only in first")
+			out = append(out, Difference{name, "only in first"})
 		case x == nil:
-			out = append(out, name+": only in second")
+			out = append(out, Difference{name, "only in second"})
 		default:
 			for _, d := range diffEntry(x, y) {
-				out = append(out, name+": "+d)
+				out = append(out, Difference{name, d})
 			}
 		}
 	}
@@ -743,7 +759,7 @@ func readDirNames(path string, st *unix.Stat_t) ([]string, error) {
 			return nil, fmt.Errorf("directory holds an impossible name %q", name)
 		}
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	return names, nil
 }
 

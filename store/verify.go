@@ -149,26 +149,21 @@ func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *P
 		return 0
 	}
 	if got.Hash() != info.ContentHash {
-		diffs := DiffManifests(want, got)
+		diffs := Differences(want, got)
 		if len(diffs) == 0 {
 			report(Problem{Path: p, What: "content hash differs"})
 		}
 		for _, d := range diffs {
-			file, what := splitDiff(d)
-			report(Problem{Path: p, File: file, What: what})
+			switch d.What {
+			case "only in first":
+				d.What = "missing (recorded, not on disk)"
+			case "only in second":
+				d.What = "unexpected (on disk, not recorded)"
+			}
+			report(Problem{Path: p, File: d.Path, What: d.What})
 		}
 	}
 	return got.Size()
-}
-
-// splitDiff splits a DiffManifests line "file: what" at its first ": ".
-func splitDiff(d string) (string, string) {
-	for i := 0; i+1 < len(d); i++ {
-		if d[i] == ':' && d[i+1] == ' ' {
-			return d[:i], d[i+2:]
-		}
-	}
-	return "", d
 }
 
 // findDebris reports bytes in store/ that have no record and that nobody is

@@ -1,0 +1,46 @@
+# Toolshed. `make help` lists the targets.
+GO        ?= go
+FUZZTIME  ?= 1m
+BENCHTIME ?= 1x
+STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Every fuzz target, as package:Target.
+FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest
+
+.PHONY: help build test bench lint fuzz docs clean
+
+help: ## show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build bin/shed
+	$(GO) build -o bin/shed ./cmd/shed
+
+test: ## run every test (as root: the store and sandbox tests are real), then each fuzz target briefly
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name (10s)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime 10s $$pkg || exit 1; \
+	done
+
+bench: ## run the benchmarks (figures in docs/benchmarks.md)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) mod tidy -diff
+
+fuzz: ## fuzz every target for FUZZTIME (default 1m) each
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+docs: build ## regenerate docs/cli.md and the man page from the CLI definition
+	bin/shed man --markdown > docs/cli.md
+	mkdir -p docs/man && bin/shed man > docs/man/shed.1
+
+clean: ## remove build output
+	rm -rf bin

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"toolshed.dev/shed/store"
+)
+
+func cmdGC() *cli.Command {
+	return &cli.Command{
+		Name:  "gc",
+		Usage: "delete store paths that no root needs",
+		Description: "Deletes every store path not reachable from a named root, from a temporary root of\n" +
+			"a running shed process (a realize in progress, a running Bench), or from another live\n" +
+			"path. It also sweeps debris left by interrupted commands. Deleting only costs time:\n" +
+			"everything can be rebuilt from its recipe.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "dry-run", Aliases: []string{"n"}, Usage: "print what would be deleted, delete nothing"},
+			&cli.StringFlag{Name: "max-freed", Usage: "stop after freeing `SIZE` (e.g. 500M, 2G; bytes if no unit)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageError("gc takes no arguments")
+			}
+			var max int64
+			if v := c.String("max-freed"); v != "" {
+				n, err := parseSize(v)
+				if err != nil {
+					return usageError("--max-freed %q: %v", v, err)
+				}
+				max = n
+			}
+			s, err := openStore(c)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			res, err := s.GC(c.Context, store.GCOptions{DryRun: c.Bool("dry-run"), MaxFreed: max})
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c, res)
+			}
+			verb := "deleted"
+			if c.Bool("dry-run") {
+				verb = "would delete"
+			}
+			for _, p := range res.Deleted {
+				fmt.Fprintf(c.App.Writer, "%s %s\n", verb, s.Location(p))
+			}
+			fmt.Fprintf(c.App.Writer, "%s %d paths, %s freed", verb, len(res.Deleted), formatSize(res.Freed))
+			if res.Swept > 0 {
+				fmt.Fprintf(c.App.Writer, ", %d debris swept", res.Swept)
+			}
+			fmt.Fprintln(c.App.Writer)
+			return nil
+		},
+	}
+}
+
+// parseSize reads "123", "10K", "500M", "2G", "1T" (powers of 1024, optional
+// trailing "B" or "iB").
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
+	mult := int64(1)
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			t = t[:len(t)-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("not a size")
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("too large")
+	}
+	return n * mult, nil
+}
+
+func formatSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,186 @@
+// Command shed keeps AI-agent sandbox environments as readable recipes and
+// caches everything derived from them in a content-addressed store.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/store"
+)
+
+// Exit codes, documented in README.md and docs/cli.md.
+const (
+	exitOK       = 0
+	exitFailure  = 1 // the operation failed
+	exitUsage    = 2 // the command line was wrong
+	exitInvalid  = 3 // a recipe (or other input file) is invalid
+	exitProblems = 4 // verification found problems
+)
+
+// version is set by the linker (-X main.version=...) in release builds.
+var version = "dev"
+
+func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	app := newApp(stdout, stderr)
+	err := app.RunContext(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	return report(stderr, err)
+}
+
+// exitError carries an exit code and an optional hint through urfave/cli.
+type exitError struct {
+	code int
+	err  error
+	hint string
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func withHint(code int, err error, hint string) error { return &exitError{code, err, hint} }
+
+// report prints err for people, "shed: error: ..." then "shed: hint: ...",
+// and returns the exit code. Only the CLI formats errors; packages return them.
+func report(w io.Writer, err error) int {
+	code, hint := exitFailure, ""
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code, hint = ee.code, ee.hint
+	}
+	var re *recipe.Error
+	if errors.As(err, &re) {
+		code = exitInvalid
+		if hint == "" {
+			hint = re.Hint
+		}
+	}
+	if hint == "" {
+		hint = hintFor(err)
+	}
+	fmt.Fprintf(w, "shed: error: %v\n", err)
+	if hint != "" {
+		fmt.Fprintf(w, "shed: hint: %s\n", hint)
+	}
+	return code
+}
+
+// hintFor suggests what to do about errors that come from packages, which
+// know what went wrong but not which command the user typed.
+func hintFor(err error) string {
+	switch {
+	case errors.Is(err, store.ErrNotInitialized):
+		return "run `shed init` first (as root), or point --root / SHED_ROOT at an initialized store"
+	case errors.Is(err, store.ErrUnsafe):
+		return "the store must be owned by you and writable by nobody else: check the owner and run `chmod go-w` on it"
+	case errors.Is(err, os.ErrPermission):
+		return "the store is root-only: run shed as root, or use --root with a directory you own"
+	case errors.Is(err, store.ErrBadPath):
+		return "a store path looks like /var/lib/toolshed/store/<32-char hash>-<name>; `shed store ls` lists them"
+	case errors.Is(err, store.ErrNotExist):
+		return "`shed store ls` lists the valid paths"
+	case errors.Is(err, store.ErrRootNotExist):
+		return "`shed root ls` lists the roots"
+	case errors.Is(err, context.Canceled):
+		return "interrupted: nothing half-written was kept; run the command again to finish"
+	}
+	return ""
+}
+
+func usageError(format string, a ...any) error {
+	return withHint(exitUsage, fmt.Errorf(format, a...), "see `shed help` or docs/cli.md")
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:    "shed",
+		Usage:   "keep agent sandbox environments as recipes, cached in a content-addressed store",
+		Version: version,
+		Description: "shed compiles a Workshop recipe (workshop.toml) to derivations, builds their outputs into\n" +
+			"the Tool Shed (a content-addressed store), and keeps the store valid across crashes and\n" +
+			"concurrent use. The recipe is the only truth; the store is a cache.",
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		EnableBashCompletion: true,
+		HideHelpCommand:      false,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "root", Value: store.DefaultRoot, EnvVars: []string{"SHED_ROOT"}, Usage: "store root `DIR`"},
+			&cli.BoolFlag{Name: "json", Usage: "print results as JSON (for scripts and CI)"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log what shed does to stderr"},
+		},
+		Commands: []*cli.Command{
+			cmdInit(),
+			cmdRecipe(),
+			cmdInstantiate(),
+			cmdStore(),
+			cmdRoot(),
+			cmdGC(),
+			cmdCompletion(),
+			cmdMan(),
+		},
+		// Usage errors (unknown flag, missing argument) exit 2 with a hint.
+		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
+			return withHint(exitUsage, err, "see `shed "+c.Command.FullName()+" --help`")
+		},
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(stderr, "shed: error: unknown command %q\nshed: hint: `shed help` lists the commands\n", name)
+			os.Exit(exitUsage)
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors
+	}
+	return app
+}
+
+// logger returns the logger the --verbose flag asks for: silent by default.
+func logger(c *cli.Context) *slog.Logger {
+	if !c.Bool("verbose") {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// openStore opens the store named by --root.
+func openStore(c *cli.Context) (*store.Store, error) {
+	s, err := store.Open(c.String("root"))
+	if err != nil {
+		return nil, err
+	}
+	logger(c).Debug("opened store", "root", s.Root())
+	return s, nil
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(c *cli.Context, v any) error {
+	enc := json.NewEncoder(c.App.Writer)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// parsePathArg accepts a store path as a base name or as a file name under
+// the store directory, and checks it is under this store when given in full.
+func parsePathArg(s *store.Store, arg string) (store.Path, error) {
+	p, err := store.ParsePath(arg)
+	if err != nil {
+		return store.Path{}, err
+	}
+	if arg != p.String() && arg != s.Location(p) {
+		return store.Path{}, withHint(exitUsage, fmt.Errorf("%s is not in the store at %s", arg, s.Root()), "pass a path under "+s.Location(p)[:len(s.Location(p))-len(p.String())]+" or its base name")
+	}
+	return p, nil
+}
