@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/BurntSushi/toml"
+	"github.com/pelletier/go-toml/v2"
 	"golang.org/x/sys/unix"
 )
 
@@ -101,12 +102,9 @@ func Open(root string) (*Store, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", abs, err)
 	}
-	md, err := toml.Decode(string(data), &s.config)
-	if err != nil {
+	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	if err := dec.Decode(&s.config); err != nil {
 		return nil, fmt.Errorf("read %s: %w", filepath.Join(abs, fileConfig), err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		return nil, fmt.Errorf("read %s: unknown key %q", filepath.Join(abs, fileConfig), und[0].String())
 	}
 	if s.config.StoreDir == "" {
 		s.config.StoreDir = DefaultStoreDir

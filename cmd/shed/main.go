@@ -122,7 +122,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "root", Value: store.DefaultRoot, EnvVars: []string{"SHED_ROOT"}, Usage: "store root `DIR`"},
 			&cli.BoolFlag{Name: "json", Usage: "print results as JSON (for scripts and CI)"},
-			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log what shed does to stderr"},
+			&cli.BoolFlag{Name: "verbose", Usage: "log what shed does to stderr"},
 		},
 		Commands: []*cli.Command{
 			cmdInit(),
