@@ -1,18 +1,23 @@
 # Toolshed. `make help` lists the targets.
 GO        ?= go
 FUZZTIME  ?= 1m
-BENCHTIME ?= 1x
+BENCHTIME ?= 1s
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest
 
-.PHONY: help build test bench lint fuzz docs clean
+.PHONY: help build example test bench lint fuzz docs clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/shed
 	$(GO) build -o bin/shed ./cmd/shed
+
+example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and run the main job on examples/jq
+	bin/shed init
+	bin/shed recipe check examples/jq/workshop.toml
+	bin/shed instantiate examples/jq/workshop.toml
 
 test: ## run every test (as root: the store and sandbox tests are real), then each fuzz target briefly
 	$(GO) vet ./...

@@ -71,7 +71,7 @@ func cmdMan() *cli.Command {
 				err error
 			)
 			if c.Bool("markdown") {
-				s, err = c.App.ToMarkdown()
+				s = markdownReference(c.App)
 			} else {
 				s, err = c.App.ToMan()
 			}

@@ -144,6 +144,15 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors
 	}
+	// urfave/cli asks each command, not the app, about its own flags.
+	var setUsage func([]*cli.Command)
+	setUsage = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			c.OnUsageError = app.OnUsageError
+			setUsage(c.Subcommands)
+		}
+	}
+	setUsage(app.Commands)
 	return app
 }
 

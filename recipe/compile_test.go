@@ -1,0 +1,92 @@
+package recipe_test
+
+import (
+	"testing"
+
+	"toolshed.dev/shed/derivation"
+	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/store"
+)
+
+const fullRecipe = `name = "tools"
+seed = "debian/bookworm"
+[apt]
+packages = ["jq", "curl=7.88.1-10+deb12u5", "python3-pip"]
+[pip]
+packages = ["attrs==23.1.0", "Requests"]
+[network]
+allow = ["api.github.com"]
+[[grant]]
+path = "/srv/project"
+mode = "rw"
+`
+
+func compile(t testing.TB, src string) *recipe.Plan {
+	t.Helper()
+	r, err := recipe.Parse("workshop.toml", []byte(src), recipe.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := recipe.Compile(r, store.DefaultStoreDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+func TestCompileChainsLayers(t *testing.T) {
+	plan := compile(t, fullRecipe)
+	if len(plan.Derivations) != 3 || len(plan.Layers) != 3 {
+		t.Fatalf("got %d derivations, %d layers; want seed, apt, pip", len(plan.Derivations), len(plan.Layers))
+	}
+	seed, apt, pip := plan.Derivations[0], plan.Derivations[1], plan.Derivations[2]
+	if seed.Kind != derivation.KindSeed || apt.Kind != derivation.KindLayer || pip.Kind != derivation.KindLayer {
+		t.Fatalf("kinds: %s %s %s", seed.Kind, apt.Kind, pip.Kind)
+	}
+	// Each layer's only input is the layer below it: layers chain.
+	if len(apt.Inputs) != 1 || apt.Inputs[0].Out != seed.Output {
+		t.Errorf("apt layer inputs %v, want the seed %s", apt.Inputs, seed.Output)
+	}
+	if len(pip.Inputs) != 1 || pip.Inputs[0].Out != apt.Output {
+		t.Errorf("pip layer inputs %v, want the apt layer %s", pip.Inputs, apt.Output)
+	}
+	if apt.Network != "none" || pip.Network != "none" {
+		t.Errorf("layers must build without network, got %q and %q", apt.Network, pip.Network)
+	}
+	if got, want := pip.Args, []string{"attrs==23.1.0", "requests"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("pip args %v, want normalized and sorted %v", got, want)
+	}
+}
+
+// TestCompileSharesPrefixes: what the Bench is allowed to do (network,
+// grants) and the recipe's name are not build inputs, so two recipes with the
+// same seed and packages build the same paths.
+func TestCompileSharesPrefixes(t *testing.T) {
+	a := compile(t, fullRecipe)
+	b := compile(t, `name = "other"
+seed = "debian/bookworm"
+[apt]
+packages = ["python3-pip", "curl=7.88.1-10+deb12u5", "jq"]
+[pip]
+packages = ["requests", "attrs==23.1.0"]
+`)
+	for i := range a.Layers {
+		if a.Layers[i] != b.Layers[i] {
+			t.Errorf("layer %d: %s vs %s, want equal", i, a.Layers[i], b.Layers[i])
+		}
+	}
+	c := compile(t, `name = "tools"
+seed = "debian/bookworm"
+[apt]
+packages = ["jq", "curl", "python3-pip"]
+`)
+	if c.Layers[0] != a.Layers[0] || c.Layers[1] == a.Layers[1] {
+		t.Errorf("unpinning curl: got layers %v, want the same seed and another apt layer than %v", c.Layers, a.Layers)
+	}
+}
+
+func BenchmarkParseAndCompile(b *testing.B) {
+	for b.Loop() {
+		compile(b, fullRecipe)
+	}
+}
