@@ -285,3 +285,14 @@ func cmpString(a, b string) int {
 	}
 	return 0
 }
+
+// Stage returns a private staging directory on the store's filesystem, for
+// work that is not an add (a lock resolution, a --check rebuild). gc leaves it
+// alone until release is called, which removes it.
+func (s *Store) Stage(ctx context.Context) (dir string, release func(), err error) {
+	st, err := s.newStage(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	return st.dir, st.remove, nil
+}

@@ -105,6 +105,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 			return res, fmt.Errorf("unregister %s: %w", p, err)
 		}
 		os.Remove(s.manifestFile(p))
+		os.Remove(s.LogFile(p))
 		pl.unlockAndRemove()
 		batch = append(batch, p)
 		if len(batch) == gcBatch {

@@ -60,14 +60,16 @@ func (s *Store) openTempRootsLocked(ctx context.Context) error {
 	if s.tempRoots != nil {
 		return nil
 	}
-	name := filepath.Join(s.root, dirTempRoots, strconv.Itoa(os.Getpid()))
 	for {
-		// A file with our pid can only be a dead process's leftover: take it over.
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+		// One file per Store, not per process: two Stores in one process must
+		// not share (or truncate) each other's roots. The pid in the name is
+		// for people; liveness is the flock.
+		name := filepath.Join(s.root, dirTempRoots, strconv.Itoa(os.Getpid())+"-"+randomSuffix())
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return fmt.Errorf("create temporary roots file: %w", err)
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			f.Close()
 			return fmt.Errorf("lock %s: %w", name, err)
 		}
@@ -96,8 +98,8 @@ func (s *Store) liveTempRoots() (map[Path]bool, error) {
 	for _, e := range ents {
 		name := filepath.Join(dir, e.Name())
 		if own := s.tempRootsName(); own == name {
-			// Our own file: flock is per open file description, so probing
-			// it would succeed and delete it; read it instead.
+			// Our own file: probing it through another descriptor would
+			// fail (flock conflicts between descriptions), but reading is simpler.
 			if err := readRootLines(name, roots); err != nil {
 				return nil, err
 			}

@@ -35,11 +35,12 @@ const (
 	dirLocks     = "locks"     // per-path build locks and gc.lock
 	dirTmp       = "tmp"       // staging directories, flock-held while in use
 	dirTrash     = "trash"     // paths being deleted, moved here atomically first
+	dirLogs      = "logs"      // <hash part>.log: the build log of a derived path
 	fileConfig   = "config.toml"
 	fileGCLock   = "gc.lock"
 )
 
-var layoutDirs = []string{dirStore, dirMeta, dirRoots, dirTempRoots, dirLocks, dirTmp, dirTrash}
+var layoutDirs = []string{dirStore, dirMeta, dirRoots, dirTempRoots, dirLocks, dirTmp, dirTrash, dirLogs}
 
 // Config is the store's config.toml.
 type Config struct {
@@ -148,6 +149,16 @@ func (s *Store) StoreDir() string { return s.config.StoreDir }
 
 // Location returns where p lives on disk.
 func (s *Store) Location(p Path) string { return filepath.Join(s.root, dirStore, p.String()) }
+
+// LogFile is where the build log of p is kept (`shed log`). Logs are not part
+// of the path: they are never hashed, shared or trusted.
+func (s *Store) LogFile(p Path) string {
+	return filepath.Join(s.root, dirLogs, p.HashPart()+".log")
+}
+
+// TmpDir is the store's staging directory: on the store's filesystem, so that
+// what is built there can be renamed into place.
+func (s *Store) TmpDir() string { return filepath.Join(s.root, dirTmp) }
 
 func (s *Store) metaFile(p Path) string {
 	return filepath.Join(s.root, dirMeta, p.HashPart()+".json")

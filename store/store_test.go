@@ -145,7 +145,7 @@ func TestInitIsPrivateAndIdempotent(t *testing.T) {
 		}
 		s.Close()
 	}
-	for _, d := range []string{".", "store", "meta", "roots", "temproots", "locks", "tmp", "trash"} {
+	for _, d := range []string{".", "store", "meta", "roots", "temproots", "locks", "tmp", "trash", "logs"} {
 		fi, err := os.Stat(filepath.Join(root, d))
 		if err != nil {
 			t.Fatal(err)
@@ -518,5 +518,29 @@ func TestRoots(t *testing.T) {
 	}
 	if err := s.RemoveRoot("nope"); !errors.Is(err, store.ErrRootNotExist) {
 		t.Errorf("remove of an unknown root: got %v", err)
+	}
+}
+
+// TestTwoHandlesKeepTheirRoots: two Stores open in one process each keep
+// their own temporary roots (a second handle must not truncate the first's).
+func TestTwoHandlesKeepTheirRoots(t *testing.T) {
+	s := newStore(t)
+	p := realizeFile(t, s, "first", "1")
+	other, err := store.Open(s.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	q := realizeFile(t, other, "second", "2")
+	third, err := store.Open(s.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if _, err := third.GC(context.Background(), store.GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.IsValid(p) || !s.IsValid(q) {
+		t.Fatalf("gc deleted a path held by another handle of this process: %v %v", s.IsValid(p), s.IsValid(q))
 	}
 }
