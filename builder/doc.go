@@ -1,7 +1,11 @@
-// Package builder realizes missing store paths: fetches with verified hashes,
-// Debian seeds with mmdebstrap, and apt and pip layers built inside the
-// sandbox with no network (issue 3).
+// Package builder realizes store paths: it fetches fixed-output files (each
+// .deb once, verified against the lock's SHA-256), builds Debian seeds with
+// mmdebstrap or imports them from OCI images, and builds apt layers inside the
+// sandbox with no network and no grants, capturing and normalizing the overlay
+// upper so that equal inputs give equal bytes. It also resolves recipes into
+// locks (`shed lock`), with apt's own resolver running in a sandbox whose
+// network reaches only the mirror.
 //
-// It is empty: the folder exists so that the layout of docs/architecture.md
-// holds from the start; the issue named above fills it.
+// The builder makes sandbox plans (sandbox.Spec, plain data) and never does
+// namespace or mount work itself.
 package builder

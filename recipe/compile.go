@@ -17,6 +17,11 @@ type Plan struct {
 	Derivations []*derivation.Derivation
 	// Layers are the outputs a Bench stacks, bottom (seed) first.
 	Layers []store.Path
+	// Debs maps each fetch output to the locked package it holds.
+	Debs map[store.Path]LockedDeb
+	// Locked says whether the plan was compiled from a lock (exact versions
+	// and hashes) or from the names as written.
+	Locked bool
 }
 
 // Builders named in derivations. They are part of the store format: a
@@ -26,6 +31,7 @@ const (
 	BuilderOCIImport  = "builtin:oci-import"
 	BuilderAptLayer   = "builtin:apt-layer"
 	BuilderPipLayer   = "builtin:pip-layer"
+	BuilderFetch      = "builtin:fetch"
 )
 
 // Compile turns a recipe into derivations for a store bound to storeDir.
@@ -36,10 +42,13 @@ const (
 // share a seed and an apt set share those paths. The network profile and the
 // grants are not build inputs: they shape Benches, never what is built.
 //
-// Versions are compiled as written; `shed lock` resolves them.
-func Compile(r *Recipe, storeDir string) (*Plan, error) {
-	plan := &Plan{}
-	add := func(d *derivation.Derivation) (derivation.Input, error) {
+// With a lock (which must match r), every .deb of the resolved closure is a
+// fixed-output fetch, the apt layer's inputs are its parent and those files,
+// and every build gets SOURCE_DATE_EPOCH from the lock. Without one, versions
+// are compiled as written (`shed instantiate` of an unlocked recipe).
+func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
+	plan := &Plan{Debs: map[store.Path]LockedDeb{}, Locked: lock != nil}
+	add := func(d *derivation.Derivation, layer bool) (derivation.Input, error) {
 		d.SortInputs()
 		if err := d.Finish(storeDir); err != nil {
 			return derivation.Input{}, err
@@ -49,19 +58,49 @@ func Compile(r *Recipe, storeDir string) (*Plan, error) {
 			return derivation.Input{}, err
 		}
 		plan.Derivations = append(plan.Derivations, d)
-		plan.Layers = append(plan.Layers, d.Output)
+		if layer {
+			plan.Layers = append(plan.Layers, d.Output)
+		}
 		return derivation.Input{Drv: drv, Out: d.Output}, nil
 	}
+	var env map[string]string
+	if lock != nil {
+		env = map[string]string{"SOURCE_DATE_EPOCH": fmt.Sprint(lock.Seed.Epoch)}
+	}
 
-	parent, err := add(seedDerivation(r))
+	seed := seedDerivation(r)
+	seed.Env = env
+	if lock != nil && lock.Seed.Digest != "" {
+		seed.Args = append(seed.Args, lock.Seed.Digest)
+	}
+	parent, err := add(seed, true)
 	if err != nil {
 		return nil, fmt.Errorf("compile %s: seed: %w", r.File, err)
 	}
 	if len(r.Apt.Packages) > 0 {
 		var args, names []string
 		for _, p := range r.Apt.Packages {
-			args = append(args, p.String())
 			names = append(names, p.Name)
+		}
+		inputs := []derivation.Input{parent}
+		if lock == nil {
+			for _, p := range r.Apt.Packages {
+				args = append(args, p.String())
+			}
+		} else {
+			for _, deb := range lock.Apt {
+				f, err := fetchDerivation(deb)
+				if err != nil {
+					return nil, fmt.Errorf("compile %s: fetch %s: %w", r.File, deb, err)
+				}
+				in, err := add(f, false)
+				if err != nil {
+					return nil, fmt.Errorf("compile %s: fetch %s: %w", r.File, deb, err)
+				}
+				plan.Debs[in.Out] = deb
+				inputs = append(inputs, in)
+				args = append(args, deb.String())
+			}
 		}
 		slices.Sort(args)
 		d := &derivation.Derivation{
@@ -69,10 +108,11 @@ func Compile(r *Recipe, storeDir string) (*Plan, error) {
 			Kind:    derivation.KindLayer,
 			Builder: BuilderAptLayer,
 			Network: "none",
-			Inputs:  []derivation.Input{parent},
+			Inputs:  inputs,
 			Args:    args,
+			Env:     env,
 		}
-		if parent, err = add(d); err != nil {
+		if parent, err = add(d, true); err != nil {
 			return nil, fmt.Errorf("compile %s: apt layer: %w", r.File, err)
 		}
 	}
@@ -90,12 +130,35 @@ func Compile(r *Recipe, storeDir string) (*Plan, error) {
 			Network: "none",
 			Inputs:  []derivation.Input{parent},
 			Args:    args,
+			Env:     env,
 		}
-		if _, err = add(d); err != nil {
+		if _, err = add(d, true); err != nil {
 			return nil, fmt.Errorf("compile %s: pip layer: %w", r.File, err)
 		}
 	}
 	return plan, nil
+}
+
+// fetchDerivation is the fixed-output derivation of one locked .deb: its
+// output path depends only on the SHA-256 and the name, so the same file is
+// fetched once whichever recipe or mirror asks for it.
+func fetchDerivation(deb LockedDeb) (*derivation.Derivation, error) {
+	u, err := url.Parse(deb.URL)
+	if err != nil {
+		return nil, err
+	}
+	base := u.Path
+	if i := strings.LastIndexByte(base, '/'); i >= 0 {
+		base = base[i+1:]
+	}
+	return &derivation.Derivation{
+		Name:    safeName(base),
+		Kind:    derivation.KindFetch,
+		Builder: BuilderFetch,
+		Network: "allow " + u.Host,
+		Fixed:   &derivation.Fixed{Algo: "sha256", Hash: deb.SHA256},
+		Args:    []string{deb.URL},
+	}, nil
 }
 
 func versionSuffix(op, v string) string {

@@ -27,7 +27,7 @@ func compile(t testing.TB, src string) *recipe.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := recipe.Compile(r, store.DefaultStoreDir)
+	plan, err := recipe.Compile(r, nil, store.DefaultStoreDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,5 +88,15 @@ packages = ["jq", "curl", "python3-pip"]
 func BenchmarkParseAndCompile(b *testing.B) {
 	for b.Loop() {
 		compile(b, fullRecipe)
+	}
+}
+
+func TestPackageLines(t *testing.T) {
+	apt, pip, err := recipe.PackageLines([]byte(fullRecipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(apt) != 3 || apt[0] != 4 || apt[2] != 4 || len(pip) != 2 || pip[1] != 6 {
+		t.Errorf("got apt %v pip %v, want [4 4 4] and [6 6]", apt, pip)
 	}
 }

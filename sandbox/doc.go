@@ -1,7 +1,11 @@
-// Package sandbox is the small, privileged package that applies a plain-data
-// Spec: namespaces, overlay mounts, pivot_root, /proc and /dev, no_new_privs.
-// It imports neither store nor derivation (issue 3).
+// Package sandbox is the small, privileged part of Toolshed: it runs one command in a Linux sandbox
+// described by a plain-data Spec (namespaces, an overlay root of store paths, binds, a network namespace
+// reached only through listening sockets, cgroup limits). Builders use it to run apt over an overlay and
+// capture the upper directory; Benches use it for agent tasks.
 //
-// It is empty: the folder exists so that the layout of docs/architecture.md
-// holds from the start; the issue named above fills it.
+// Spec.Validate checks a spec without system calls. Start and Run apply it: they re-execute the current
+// binary, from a sealed in-memory copy, as the sandbox's init, so every binary that uses this package
+// must call Init first thing in main. It imports no other package of this project.
+//
+// See docs/sandbox.md for the steps, the guarantees and the measured costs.
 package sandbox

@@ -29,7 +29,7 @@ func cmdInstantiate() *cli.Command {
 				return err
 			}
 			defer s.Close()
-			plan, err := recipe.Compile(r, s.StoreDir())
+			plan, err := recipe.Compile(r, nil, s.StoreDir())
 			if err != nil {
 				return err
 			}

@@ -11,11 +11,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
+	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
 )
 
@@ -31,17 +34,48 @@ const (
 // version is set by the linker (-X main.version=...) in release builds.
 var version = "dev"
 
-func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+func main() {
+	// A sandbox's init is this binary re-executed: it never returns from here.
+	sandbox.Init()
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	app := newApp(stdout, stderr)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, hoistGlobalFlags(args))
 	if err == nil {
 		return exitOK
 	}
 	return report(stderr, err)
+}
+
+// hoistGlobalFlags moves the global flags (--json, --verbose, --root) given
+// after a command name to the front, so that `shed realize --json` works as
+// users expect; urfave/cli v2 only reads global flags before the command.
+// Everything after "--" is left alone.
+func hoistGlobalFlags(args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	var global, rest []string
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			rest = append(rest, args[i:]...)
+			i = len(args)
+		case a == "--json" || a == "-json" || a == "--verbose" || a == "-verbose" || strings.HasPrefix(a, "--root=") || strings.HasPrefix(a, "-root="):
+			global = append(global, a)
+		case (a == "--root" || a == "-root") && i+1 < len(args):
+			global = append(global, a, args[i+1])
+			i++
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return append(append([]string{args[0]}, global...), rest...)
 }
 
 // exitError carries an exit code and an optional hint through urfave/cli.
@@ -84,6 +118,10 @@ func report(w io.Writer, err error) int {
 // hintFor suggests what to do about errors that come from packages, which
 // know what went wrong but not which command the user typed.
 func hintFor(err error) string {
+	var be *builder.BuildError
+	if errors.As(err, &be) {
+		return "the build log says more: `shed log " + be.Path.String() + "` (" + be.Log + ")"
+	}
 	switch {
 	case errors.Is(err, store.ErrNotInitialized):
 		return "run `shed init` first (as root), or point --root / SHED_ROOT at an initialized store"
@@ -128,6 +166,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdInit(),
 			cmdRecipe(),
 			cmdInstantiate(),
+			cmdLock(),
+			cmdRealize(),
+			cmdLog(),
+			cmdWhy(),
+			cmdDiff(),
 			cmdStore(),
 			cmdRoot(),
 			cmdGC(),

@@ -6,11 +6,14 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"toolshed.dev/shed/sandbox"
 )
 
 // The test binary is the CLI: scripts in testdata/script run "shed" as a
 // separate process, exactly as a user would (age and the go command do this).
 func TestMain(m *testing.M) {
+	sandbox.Init()
 	testscript.Main(m, map[string]func(){
 		"shed": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
 	})

@@ -1,0 +1,216 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"toolshed.dev/shed/derivation"
+	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/store"
+)
+
+// Builder realizes plans in one store.
+type Builder struct {
+	Store *store.Store
+	// Log receives what the builder does; nil is silent.
+	Log *slog.Logger
+	// Progress shows fetches; nil is silent.
+	Progress ProgressReporter
+	// BuildOutput, when set, also receives every build's output live
+	// (it always goes to the path's log file).
+	BuildOutput io.Writer
+	// Offline forbids the network: whatever needs it and is missing is an
+	// error that lists it.
+	Offline bool
+}
+
+// Result says what a realization did.
+type Result struct {
+	// Layers are the Bench's lower layers, bottom first.
+	Layers []store.Path
+	// Built lists the paths built now; Fetched those downloaded now.
+	Built   []store.Path
+	Fetched []store.Path
+	// FetchedBytes counts the bytes downloaded.
+	FetchedBytes int64
+}
+
+// ErrMissing is returned when offline and something must be fetched or built
+// with network.
+var ErrMissing = errors.New("missing from the store")
+
+// ErrBuildFailed marks a build that ran and failed; its log says why.
+var ErrBuildFailed = errors.New("build failed")
+
+// BuildError is a failed build of one path, with the log that says more.
+type BuildError struct {
+	Path store.Path
+	Log  string
+	Err  error
+}
+
+func (e *BuildError) Error() string { return fmt.Sprintf("build %s: %v", e.Path, e.Err) }
+func (e *BuildError) Unwrap() error { return e.Err }
+
+func (b *Builder) log() *slog.Logger {
+	if b.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return b.Log
+}
+
+// Realize makes every output of plan valid: it writes the .drv files, holds
+// temporary roots on every output (so a concurrent gc removes none of them),
+// fetches the missing .debs in parallel, then builds the missing seed and
+// layers in order. Each path is built at most once however many processes
+// realize it at the same time (the store's per-path lock).
+func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, error) {
+	s := b.Store
+	res := &Result{Layers: plan.Layers}
+	drvs := map[store.Path]store.Path{}   // output → .drv
+	byOut := map[store.Path]*derivation.Derivation{}
+	var outs []store.Path
+	for _, d := range plan.Derivations {
+		p, err := derivation.Write(ctx, s, d)
+		if err != nil {
+			return nil, err
+		}
+		drvs[d.Output], byOut[d.Output] = p, d
+		outs = append(outs, d.Output)
+	}
+	if err := s.AddTempRoots(ctx, outs); err != nil {
+		return nil, err
+	}
+
+	// What is missing, and which fetches the missing layers need.
+	need := map[store.Path]bool{}
+	var needFetch []FetchItem
+	for _, d := range plan.Derivations {
+		if d.Kind == derivation.KindFetch || s.IsValid(d.Output) {
+			continue
+		}
+		need[d.Output] = true
+		for _, in := range d.Inputs {
+			if f := byOut[in.Out]; f != nil && f.Kind == derivation.KindFetch && !s.IsValid(in.Out) && !need[in.Out] {
+				need[in.Out] = true
+				deb := plan.Debs[in.Out]
+				needFetch = append(needFetch, FetchItem{
+					Path: in.Out, URLs: []string{f.Args[0]}, SHA256: f.Fixed.Hash, Size: deb.Size,
+					Name: fmt.Sprintf("%s (%s %s)", in.Out.Name(), deb.Name, deb.Version),
+				})
+			}
+		}
+	}
+	if len(need) == 0 {
+		return res, nil
+	}
+	if b.Offline {
+		var missing []string
+		for _, d := range plan.Derivations {
+			if need[d.Output] && d.Network != "none" {
+				missing = append(missing, s.Location(d.Output))
+			}
+		}
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("%w: offline, and these need the network:\n  %s", ErrMissing, strings.Join(missing, "\n  "))
+		}
+	}
+	if len(needFetch) > 0 {
+		fr, err := Fetch(ctx, s, needFetch, FetchOptions{Progress: b.Progress, Offline: b.Offline})
+		if fr != nil {
+			res.Fetched, res.FetchedBytes = fr.Fetched, fr.Bytes
+		}
+		if err != nil {
+			return res, err
+		}
+	}
+
+	lowers := map[store.Path][]string{} // layer → its own stack, bottom first
+	for _, d := range plan.Derivations {
+		if d.Kind == derivation.KindFetch {
+			continue
+		}
+		var parent *store.Path
+		var refs []store.Path
+		for _, in := range d.Inputs {
+			refs = append(refs, in.Out)
+			if f := byOut[in.Out]; f != nil && f.Kind != derivation.KindFetch {
+				p := in.Out
+				parent = &p
+			}
+		}
+		var stack []string
+		if parent != nil {
+			stack = append(append(stack, lowers[*parent]...), s.Location(*parent))
+		}
+		lowers[d.Output] = stack
+		if !need[d.Output] {
+			continue
+		}
+		epoch := int64(store.DefaultEpoch)
+		if v, ok := d.Env["SOURCE_DATE_EPOCH"]; ok {
+			if epoch, _ = strconv.ParseInt(v, 10, 64); epoch <= 0 {
+				return res, fmt.Errorf("%s: bad SOURCE_DATE_EPOCH %q", d.Name, v)
+			}
+		}
+		opts := store.AddOptions{Deriver: drvs[d.Output], References: refs, Epoch: epoch}
+		start := time.Now()
+		_, built, err := s.Realize(ctx, d.Output, opts, func(ctx context.Context, out string) error {
+			return b.build(ctx, d, stack, byOut, out, b.Store.LogFile(d.Output))
+		})
+		if err != nil {
+			return res, err
+		}
+		if built {
+			res.Built = append(res.Built, d.Output)
+			b.log().Info("built", "path", d.Output.String(), "elapsed", time.Since(start).Round(time.Millisecond))
+		}
+	}
+	return res, nil
+}
+
+// build runs one derivation's builder, with its output logged to the path's
+// log file.
+func (b *Builder) build(ctx context.Context, d *derivation.Derivation, lowers []string, byOut map[store.Path]*derivation.Derivation, out, logFile string) error {
+	logf, err := os.Create(logFile)
+	if err != nil {
+		return fmt.Errorf("create build log: %w", err)
+	}
+	defer logf.Close()
+	var w io.Writer = logf
+	if b.BuildOutput != nil {
+		w = io.MultiWriter(logf, b.BuildOutput)
+	}
+	fmt.Fprintf(w, "shed: building %s (%s, %s)\n", d.Output, d.Kind, d.Builder)
+	stage := filepath.Dir(out)
+	switch d.Builder {
+	case recipe.BuilderMmdebstrap:
+		err = b.buildDebianSeed(ctx, d, stage, out, w)
+	case recipe.BuilderOCIImport:
+		err = b.buildOCISeed(ctx, d, out, w)
+	case recipe.BuilderAptLayer:
+		var debs []store.Path
+		for _, in := range d.Inputs {
+			if f := byOut[in.Out]; f != nil && f.Kind == derivation.KindFetch {
+				debs = append(debs, in.Out)
+			}
+		}
+		err = b.buildAptLayer(ctx, d, lowers, debs, stage, out, w)
+	default:
+		err = fmt.Errorf("%s: builder %s is not available in this version of shed", d.Name, d.Builder)
+	}
+	if err != nil {
+		fmt.Fprintf(w, "shed: build failed: %v\n", err)
+		return &BuildError{Path: d.Output, Log: logFile, Err: err}
+	}
+	fmt.Fprintf(w, "shed: built %s\n", d.Output)
+	return nil
+}

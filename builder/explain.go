@@ -1,0 +1,281 @@
+package builder
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"toolshed.dev/shed/derivation"
+	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/store"
+)
+
+// Explanation says why a file exists in a Workshop's Bench: the layer that
+// provides it, the Debian package that owns it, and the recipe declaration
+// that brought that package in.
+type Explanation struct {
+	File      string     `json:"file"`      // as asked, absolute
+	Resolved  string     `json:"resolved"`  // after symlinks in its parent directories
+	Layer     store.Path `json:"layer"`     // the topmost layer holding it
+	LayerKind string     `json:"layer_kind"` // "seed" or "layer"
+	Package   string     `json:"package,omitempty"`
+	Version   string     `json:"version,omitempty"`
+	// Declared is the recipe entry that names Package, or that Package is a
+	// dependency of (Chain gives the way from one to the other).
+	Declared string   `json:"declared,omitempty"`
+	Line     int      `json:"line,omitempty"`
+	Chain    []string `json:"chain,omitempty"`
+	InSeed   bool     `json:"in_seed"`
+}
+
+// ErrNoSuchFile is returned when no layer of the Workshop has the file.
+var ErrNoSuchFile = errors.New("no such file in the Workshop")
+
+// Explain answers `shed why`. The plan must be realized; aptLines are the
+// recipe lines of [apt] packages (recipe.PackageLines).
+func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines []int, file string) (*Explanation, error) {
+	var layers []*derivation.Derivation // bottom first
+	for _, d := range plan.Derivations {
+		if d.Kind == derivation.KindFetch {
+			continue
+		}
+		if !s.IsValid(d.Output) {
+			return nil, fmt.Errorf("%w: %s (run `shed realize` first)", store.ErrNotExist, d.Output)
+		}
+		layers = append(layers, d)
+	}
+	mans := make([]map[string]store.Entry, len(layers))
+	for i, d := range layers {
+		m, err := s.Manifest(d.Output)
+		if err != nil {
+			return nil, err
+		}
+		mans[i] = map[string]store.Entry{}
+		for _, e := range m.Entries {
+			mans[i][e.Path] = e
+		}
+	}
+	// lookup finds the topmost entry for rel in the stack, honouring
+	// whiteouts and opaque directories of higher layers.
+	lookup := func(rel string) (store.Entry, int, bool) {
+		for i := len(mans) - 1; i >= 0; i-- {
+			if e, ok := mans[i][rel]; ok {
+				if e.Type == store.EntryWhiteout {
+					return store.Entry{}, -1, false
+				}
+				return e, i, true
+			}
+			// An opaque parent in this layer hides everything below.
+			for dir := path.Dir(rel); dir != "."; dir = path.Dir(dir) {
+				if e, ok := mans[i][dir]; ok && isOpaque(e) {
+					return store.Entry{}, -1, false
+				}
+			}
+		}
+		return store.Entry{}, -1, false
+	}
+	rel := strings.Trim(path.Clean("/"+file), "/")
+	resolved, err := resolveParents(rel, lookup)
+	if err != nil {
+		return nil, err
+	}
+	_, idx, ok := lookup(resolved)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNoSuchFile, "/"+rel)
+	}
+	ex := &Explanation{File: "/" + rel, Resolved: "/" + resolved, Layer: layers[idx].Output, LayerKind: string(layers[idx].Kind)}
+
+	// The owner: dpkg's file lists, in the merged view. A package lists
+	// the path it shipped (/bin/ls), which merged-usr may have moved
+	// (/usr/bin/ls): compare both forms.
+	candidates := map[string]bool{"/" + rel: true, "/" + resolved: true}
+	owner := ""
+	for i := len(layers) - 1; i >= 0 && owner == ""; i-- {
+		dir := filepath.Join(s.Location(layers[i].Output), "var/lib/dpkg/info")
+		lists, _ := filepath.Glob(filepath.Join(dir, "*.list"))
+		for _, l := range lists {
+			if listHas(l, candidates, lookup) {
+				owner = strings.TrimSuffix(filepath.Base(l), ".list")
+				break
+			}
+		}
+	}
+	if owner == "" {
+		return ex, nil // not a packaged file: made by a maintainer script, or by the seed's builder
+	}
+	pkgName, _, _ := strings.Cut(owner, ":") // libc6:amd64
+	ex.Package = pkgName
+	status, err := statusOf(stackLocations(s, layers))
+	if err != nil {
+		return nil, err
+	}
+	ex.Version = status[pkgName].Version
+	seedStatus, _ := statusOf([]string{s.Location(layers[0].Output)})
+	_, ex.InSeed = seedStatus[pkgName]
+
+	for i, p := range r.Apt.Packages {
+		if p.Name == pkgName {
+			ex.Declared, ex.Chain = p.String(), []string{pkgName}
+			if i < len(aptLines) {
+				ex.Line = aptLines[i]
+			}
+			return ex, nil
+		}
+	}
+	deps, err := dependencyGraph(stackLocations(s, layers))
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range r.Apt.Packages {
+		if chain := shortestChain(deps, p.Name, pkgName); chain != nil {
+			ex.Declared, ex.Chain = p.String(), chain
+			if i < len(aptLines) {
+				ex.Line = aptLines[i]
+			}
+			return ex, nil
+		}
+	}
+	return ex, nil
+}
+
+func isOpaque(e store.Entry) bool {
+	for _, x := range e.Xattrs {
+		if (x.Name == "trusted.overlay.opaque" || x.Name == "user.overlay.opaque") && string(x.Value) == "y" {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveParents follows symlinks in the parent directories of rel (as the
+// kernel would in the merged view), not in its last element.
+func resolveParents(rel string, lookup func(string) (store.Entry, int, bool)) (string, error) {
+	parts := strings.Split(rel, "/")
+	cur := ""
+	for hops, i := 0, 0; i < len(parts)-1; i++ {
+		next := path.Join(cur, parts[i])
+		e, _, ok := lookup(next)
+		if ok && e.Type == store.EntrySymlink {
+			if hops++; hops > 40 {
+				return "", fmt.Errorf("too many symlinks resolving /%s", rel)
+			}
+			target := e.Target
+			if path.IsAbs(target) {
+				next = strings.Trim(path.Clean(target), "/")
+			} else {
+				next = strings.Trim(path.Clean(path.Join(cur, target)), "/")
+			}
+			rest := strings.Join(parts[i+1:], "/")
+			return resolveParents(path.Join(next, rest), lookup)
+		}
+		cur = next
+	}
+	return path.Join(cur, parts[len(parts)-1]), nil
+}
+
+// listHas reports whether a dpkg .list file names one of the candidates,
+// directly or through a symlinked parent (merged-usr).
+func listHas(list string, candidates map[string]bool, lookup func(string) (store.Entry, int, bool)) bool {
+	b, err := os.ReadFile(list)
+	if err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		l := sc.Text()
+		if candidates[l] {
+			return true
+		}
+		if r, err := resolveParents(strings.Trim(l, "/"), lookup); err == nil && candidates["/"+r] {
+			return true
+		}
+	}
+	return false
+}
+
+func stackLocations(s *store.Store, layers []*derivation.Derivation) []string {
+	var locs []string
+	for _, d := range layers {
+		locs = append(locs, s.Location(d.Output))
+	}
+	return locs
+}
+
+// dependencyGraph reads Depends and Pre-Depends of the installed packages,
+// as the top of the stack sees them.
+func dependencyGraph(lowers []string) (map[string][]string, error) {
+	for i := len(lowers) - 1; i >= 0; i-- {
+		b, err := os.ReadFile(filepath.Join(lowers[i], "var/lib/dpkg/status"))
+		if os.IsNotExist(err) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		g := map[string][]string{}
+		provides := map[string][]string{}
+		err = paragraphs(bytes.NewReader(b), func(f map[string]string) error {
+			name := f["Package"]
+			for _, field := range []string{"Pre-Depends", "Depends"} {
+				g[name] = append(g[name], depNames(f[field])...)
+			}
+			for _, p := range depNames(f["Provides"]) {
+				provides[p] = append(provides[p], name)
+			}
+			return nil
+		})
+		// A dependency on a virtual package reaches its providers.
+		for name, ds := range g {
+			for _, d := range ds {
+				g[name] = append(g[name], provides[d]...)
+			}
+		}
+		return g, err
+	}
+	return map[string][]string{}, nil
+}
+
+// depNames extracts package names from "a (>= 1), b | c, d:any".
+func depNames(field string) []string {
+	var names []string
+	for _, alt := range strings.FieldsFunc(field, func(r rune) bool { return r == ',' || r == '|' }) {
+		n := strings.TrimSpace(alt)
+		if i := strings.IndexAny(n, " ("); i >= 0 {
+			n = n[:i]
+		}
+		n, _, _ = strings.Cut(n, ":")
+		if n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+func shortestChain(g map[string][]string, from, to string) []string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		if n == to {
+			var chain []string
+			for c := to; c != ""; c = prev[c] {
+				chain = append(chain, c)
+			}
+			slices.Reverse(chain)
+			return chain
+		}
+		for _, d := range g[n] {
+			if _, seen := prev[d]; !seen {
+				prev[d] = n
+				queue = append(queue, d)
+			}
+		}
+	}
+	return nil
+}

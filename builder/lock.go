@@ -1,0 +1,342 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"toolshed.dev/shed/derivation"
+	"toolshed.dev/shed/proxy"
+	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/store"
+)
+
+// ErrResolve marks a recipe whose packages apt could not resolve.
+var ErrResolve = errors.New("cannot resolve")
+
+// LockOptions tune Lock.
+type LockOptions struct {
+	// Old is the current lock, if any. With Update, packages not named in
+	// Update keep their locked versions.
+	Old *recipe.Lock
+	// Update names the packages to re-resolve; empty with a non-nil Old
+	// re-resolves everything.
+	Update []string
+	// Client fetches the InRelease that dates the seed; nil = a default client.
+	Client *http.Client
+}
+
+// Lock resolves r: it pins the seed (the mirror's InRelease date, or an OCI
+// digest), realizes the seed, then runs apt's own resolver in a sandbox over
+// the seed whose network reaches only the mirror and the recipe's sources:
+// `apt-get update` (apt checks the signed Release files against the seed's
+// keyring and the sources' keys) and `apt-get install --print-uris`, which
+// gives the closure of what the seed lacks, with URLs and sizes. SHA-256
+// comes from the signed Packages indexes. No resolver is written here.
+func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) (*recipe.Lock, error) {
+	fp, err := recipe.Fingerprint(r)
+	if err != nil {
+		return nil, err
+	}
+	lock := &recipe.Lock{Version: recipe.LockVersion, Inputs: fp, Seed: recipe.LockedSeed{Spec: r.Seed.Raw}}
+	suite := r.Seed.Suite
+	switch r.Seed.Kind {
+	case "debian":
+		mirror := seedMirror(r)
+		date, err := releaseDate(ctx, opts.Client, mirror, suite)
+		if err != nil {
+			return nil, err
+		}
+		lock.Seed.Mirror = mirror
+		lock.Seed.ReleaseDate = date.Format(time.RFC1123)
+		lock.Seed.Epoch = date.Unix()
+	case "oci":
+		digest, err := ResolveOCI(ctx, OCIImage{Dir: r.Seed.AbsDir, Tag: r.Seed.Tag})
+		if err != nil {
+			return nil, err
+		}
+		lock.Seed.Digest = digest
+	}
+	if r.Seed.Kind == "oci" && len(r.Apt.Packages) > 0 {
+		// An image brings its own suite; its packages are dated by the
+		// recipe's mirror for that suite.
+		seedPlan, err := recipe.Compile(r, &recipe.Lock{Seed: lock.Seed}, b.Store.StoreDir())
+		if err != nil {
+			return nil, err
+		}
+		if err := b.realizeSeed(ctx, seedPlan); err != nil {
+			return nil, err
+		}
+		if suite, err = osCodename(b.Store.Location(seedPlan.Layers[0])); err != nil {
+			return nil, err
+		}
+		date, err := releaseDate(ctx, opts.Client, r.Apt.Mirror, suite)
+		if err != nil {
+			return nil, err
+		}
+		lock.Seed.Mirror, lock.Seed.ReleaseDate, lock.Seed.Epoch = r.Apt.Mirror, date.Format(time.RFC1123), date.Unix()
+	}
+	if lock.Seed.Epoch == 0 {
+		lock.Seed.Epoch = store.DefaultEpoch
+	}
+	if len(r.Apt.Packages) == 0 {
+		return lock, nil
+	}
+	seedPlan, err := recipe.Compile(r, &recipe.Lock{Seed: lock.Seed}, b.Store.StoreDir())
+	if err != nil {
+		return nil, err
+	}
+	if err := b.realizeSeed(ctx, seedPlan); err != nil {
+		return nil, err
+	}
+	debs, err := b.resolveApt(ctx, r, seedPlan.Derivations[0], suite, opts)
+	if err != nil {
+		return nil, err
+	}
+	lock.Apt = debs
+	return lock, nil
+}
+
+// seedMirror is the mirror the seed and apt resolve against: the snapshot
+// archive when the seed pins a snapshot and the recipe keeps the default mirror.
+func seedMirror(r *recipe.Recipe) string {
+	if r.Seed.Snapshot != "" && r.Apt.Mirror == recipe.DefaultMirror {
+		return "https://snapshot.debian.org/archive/debian/" + r.Seed.Snapshot + "/"
+	}
+	return r.Apt.Mirror
+}
+
+// realizeSeed builds just the seed of a plan.
+func (b *Builder) realizeSeed(ctx context.Context, plan *recipe.Plan) error {
+	seedOnly := &recipe.Plan{Derivations: plan.Derivations[:1], Layers: plan.Layers[:1], Debs: map[store.Path]recipe.LockedDeb{}}
+	_, err := b.Realize(ctx, seedOnly)
+	return err
+}
+
+// releaseDate reads the Date: of the suite's InRelease. shed fetches it itself
+// (it is what a fixed-output fetch would do); apt verifies the signature of
+// the same file inside the resolution sandbox.
+func releaseDate(ctx context.Context, client *http.Client, mirror, suite string) (time.Time, error) {
+	if client == nil {
+		client = &http.Client{Timeout: 60 * time.Second}
+	}
+	u := strings.TrimSuffix(mirror, "/") + "/dists/" + suite + "/InRelease"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("fetch %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return time.Time{}, fmt.Errorf("fetch %s: %s", u, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("fetch %s: %w", u, err)
+	}
+	d, err := ReleaseDate(body)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", u, err)
+	}
+	return d, nil
+}
+
+var codenameRE = regexp.MustCompile(`(?m)^VERSION_CODENAME=("?)([a-z]+)("?)$`)
+
+func osCodename(root string) (string, error) {
+	for _, f := range []string{"etc/os-release", "usr/lib/os-release"} {
+		p, ok := beneath(root, f)
+		if !ok {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if m := codenameRE.FindSubmatch(b); m != nil {
+			return string(m[2]), nil
+		}
+	}
+	return "", fmt.Errorf("the seed has no VERSION_CODENAME in /etc/os-release: cannot tell which Debian suite its packages come from")
+}
+
+// aptDir is where the resolution sandbox finds its sources and keys.
+const aptDir = "/run/shed/apt"
+
+// resolveApt runs apt's resolver over the seed.
+func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *derivation.Derivation, suite string, opts LockOptions) ([]recipe.LockedDeb, error) {
+	stage, release, err := b.Store.Stage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	upper, work, conf := filepath.Join(stage, "upper"), filepath.Join(stage, "work"), filepath.Join(stage, "apt")
+	for _, d := range []string{upper, work, conf, filepath.Join(conf, "parts"), filepath.Join(conf, "keys")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	mirror := seedMirror(r)
+	if r.Seed.Kind == "oci" {
+		mirror = r.Apt.Mirror
+	}
+	rule, private, err := mirrorRule(mirror)
+	if err != nil {
+		return nil, err
+	}
+	rules := []proxy.Rule{rule}
+	bases := []string{strings.TrimSuffix(mirror, "/") + "/"}
+	list := fmt.Sprintf("deb %s %s main\n", mirror, suite)
+	for i, src := range r.Apt.Sources {
+		key, err := os.ReadFile(filepath.Join(r.Dir, src.Key))
+		if err != nil {
+			return nil, fmt.Errorf("read key of source %s: %w", src.URL, err)
+		}
+		keyFile := fmt.Sprintf("keys/source%d.asc", i)
+		if err := os.WriteFile(filepath.Join(conf, keyFile), key, 0o644); err != nil {
+			return nil, err
+		}
+		list += fmt.Sprintf("deb [signed-by=%s/%s] %s %s %s\n", aptDir, keyFile, src.URL, src.Suite, strings.Join(src.Components, " "))
+		sr, sp, err := mirrorRule(src.URL)
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, sr)
+		private = private || sp
+		bases = append(bases, strings.TrimSuffix(src.URL, "/")+"/")
+	}
+	if err := os.WriteFile(filepath.Join(conf, "sources.list"), []byte(list), 0o644); err != nil {
+		return nil, err
+	}
+	aptOpts := []string{
+		"-o", "Dir::Etc::SourceList=" + aptDir + "/sources.list",
+		"-o", "Dir::Etc::SourceParts=" + aptDir + "/parts",
+		"-o", "Acquire::http::Proxy=http://" + proxyAddr,
+		"-o", "Acquire::https::Proxy=http://" + proxyAddr,
+		"-o", "Acquire::Languages=none",
+		"-o", "APT::Install-Recommends=false",
+	}
+	spec := func(argv ...string) *sandbox.Spec {
+		return &sandbox.Spec{
+			Root:    sandbox.Root{Lowers: []string{b.Store.Location(seed.Output)}, Upper: upper, Work: work},
+			Binds:   []sandbox.Bind{{Source: conf, Target: aptDir}},
+			Network: sandbox.Network{Listen: []string{proxyAddr}},
+			Argv:    argv,
+			Env:     buildEnv(seed),
+		}
+	}
+	var log strings.Builder
+	code, err := runWithProxy(ctx, spec(append(append([]string{"/usr/bin/apt-get"}, aptOpts...), "update", "-q")...), rules, private, &log)
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("%w: apt-get update failed (exit %d):\n%s", ErrResolve, code, aptErrors(log.String()))
+	}
+
+	wanted := map[string]bool{}
+	var args []string
+	old := map[string]recipe.LockedDeb{}
+	if opts.Old != nil {
+		for _, d := range opts.Old.Apt {
+			old[d.Name] = d
+		}
+	}
+	for _, p := range r.Apt.Packages {
+		wanted[p.Name] = true
+		arg := p.String()
+		// --update PKG...: the others stay at their locked versions.
+		if d, ok := old[p.Name]; ok && p.Version == "" && len(opts.Update) > 0 && !slices.Contains(opts.Update, p.Name) {
+			arg = p.Name + "=" + d.Version
+		}
+		args = append(args, arg)
+	}
+	var out strings.Builder
+	argv := append(append([]string{"/usr/bin/apt-get"}, aptOpts...), "install", "--print-uris", "-qq", "--no-install-recommends")
+	code, err = runWithProxy(ctx, spec(append(argv, args...)...), rules, private, &out)
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("%w: %s", ErrResolve, aptErrors(out.String()))
+	}
+	uris, err := ParsePrintURIs([]byte(out.String()))
+	if err != nil {
+		return nil, err
+	}
+	// Map each URL to its Filename in a Packages index.
+	want := map[string]bool{}
+	fileOf := map[string]string{}
+	for _, u := range uris {
+		for _, base := range bases {
+			if rest, ok := strings.CutPrefix(u.URL, base); ok {
+				want[rest], fileOf[u.URL] = true, rest
+			}
+		}
+		if _, ok := fileOf[u.URL]; !ok {
+			return nil, fmt.Errorf("%w: apt wants %s, which is from none of the recipe's repositories", ErrResolve, u.URL)
+		}
+	}
+	entries := map[string]PackageEntry{}
+	lists, _ := filepath.Glob(filepath.Join(upper, "var/lib/apt/lists/*_Packages"))
+	for _, l := range lists {
+		f, err := os.Open(l)
+		if err != nil {
+			return nil, err
+		}
+		found, err := IndexByFilename(f, want)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", filepath.Base(l), err)
+		}
+		for k, v := range found {
+			entries[k] = v
+		}
+	}
+	var debs []recipe.LockedDeb
+	for _, u := range uris {
+		e, ok := entries[fileOf[u.URL]]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s is in no Packages index", ErrResolve, u.URL)
+		}
+		if e.Size != u.Size {
+			return nil, fmt.Errorf("%w: %s: apt says %d bytes, the index %d", ErrResolve, u.URL, u.Size, e.Size)
+		}
+		if len(e.SHA256) != 64 {
+			return nil, fmt.Errorf("%w: %s: the index has no SHA256", ErrResolve, u.URL)
+		}
+		debs = append(debs, recipe.LockedDeb{
+			Name: e.Package, Version: e.Version, Arch: e.Architecture, URL: u.URL,
+			SHA256: e.SHA256, Size: e.Size, Declared: wanted[e.Package],
+		})
+	}
+	slices.SortFunc(debs, func(a, b recipe.LockedDeb) int { return strings.Compare(a.Name, b.Name) })
+	return debs, nil
+}
+
+// aptErrors keeps apt's error and warning lines, which say what went wrong
+// ("E: Unable to locate package foo"), and drops the progress chatter.
+func aptErrors(out string) string {
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "E:") || strings.HasPrefix(l, "W:") || strings.HasPrefix(l, "Err:") || strings.Contains(l, "refused") {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) == 0 {
+		return strings.TrimSpace(out)
+	}
+	return strings.Join(keep, "\n")
+}

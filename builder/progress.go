@@ -1,0 +1,209 @@
+package builder
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"time"
+
+	// mpb rather than schollz/progressbar: a bar per active download plus a
+	// total is mpb's core use (a container of concurrently updated bars with
+	// remove-on-complete and printing above the bars), while progressbar draws
+	// one bar per writer and would need hand-made cursor moves for several.
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/term"
+)
+
+// ProgressReporter hears about the downloads of one Fetch. Fetch calls it only
+// when there is something to download (never for present paths) and
+// serializes its calls, so an implementation needs no locking for one Fetch.
+type ProgressReporter interface {
+	// Start comes before any download: total files, and their total size
+	// (0 when any size is unknown).
+	Start(total int, totalBytes int64)
+	// FileStart: a download begins; size 0 is unknown.
+	FileStart(name string, size int64)
+	// FileProgress: cumulative bytes of that file (back to 0 on a retry).
+	FileProgress(name string, done int64)
+	// FileDone: the download ended, verified (err nil) or failed.
+	FileDone(name string, err error)
+	// Done comes after the last FileDone.
+	Done()
+}
+
+// NewTerminalProgress reports on w (stderr). On a terminal it draws a bar per
+// active file and one in total; otherwise it prints one plain line per
+// finished file ("fetched jq_1.6-2.1_amd64.deb 63.2 KiB") and a summary, so
+// that CI logs stay readable. It is safe for concurrent use.
+func NewTerminalProgress(w io.Writer) ProgressReporter {
+	return &terminalProgress{w: w, tty: isTerminal(w)}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && f.Fd() <= math.MaxInt && term.IsTerminal(int(f.Fd()))
+}
+
+type terminalProgress struct {
+	mu  sync.Mutex
+	w   io.Writer
+	tty bool
+
+	start      time.Time
+	total      int
+	totalBytes int64
+	fetched    int
+	failed     int
+	bytes      int64
+	done       map[string]int64 // bytes so far of each active file
+
+	// terminal only
+	p        *mpb.Progress
+	totalBar *mpb.Bar
+	bars     map[string]*mpb.Bar
+	sum      int64 // bytes so far of all files, for the total bar
+}
+
+func (t *terminalProgress) Start(total int, totalBytes int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.start = time.Now()
+	t.total, t.totalBytes = total, totalBytes
+	t.fetched, t.failed, t.bytes, t.sum = 0, 0, 0, 0
+	t.done = map[string]int64{}
+	if !t.tty {
+		return
+	}
+	t.bars = map[string]*mpb.Bar{}
+	// ForceTTY: we decided with x/term that w is a terminal, whatever wraps it.
+	t.p = mpb.New(mpb.WithOutput(t.w), mpb.ForceTTY(), mpb.WithWidth(100))
+	counters := decor.CountersNoUnit("%d / %d files", decor.WCSyncWidth)
+	barTotal := int64(total)
+	if totalBytes > 0 {
+		counters = decor.CountersKibiByte("% .1f / % .1f", decor.WCSyncWidth)
+		barTotal = totalBytes
+	}
+	t.totalBar = t.p.AddBar(barTotal,
+		mpb.BarPriority(math.MaxInt32), // stays below the file bars
+		mpb.PrependDecorators(decor.Name(fmt.Sprintf("fetching %d files", total), decor.WCSyncSpaceR), counters),
+		mpb.AppendDecorators(decor.Percentage(decor.WCSyncWidth)),
+	)
+}
+
+func (t *terminalProgress) FileStart(name string, size int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.done[name] = 0
+	if t.p == nil {
+		return
+	}
+	counters := decor.CurrentKibiByte("% .1f", decor.WCSyncWidth)
+	if size > 0 {
+		counters = decor.CountersKibiByte("% .1f / % .1f", decor.WCSyncWidth)
+	}
+	t.bars[name] = t.p.AddBar(size,
+		mpb.BarRemoveOnComplete(),
+		mpb.PrependDecorators(decor.Name(name, decor.WCSyncSpaceR), counters),
+		mpb.AppendDecorators(decor.Percentage(decor.WCSyncWidth)),
+	)
+}
+
+func (t *terminalProgress) FileProgress(name string, done int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done == nil {
+		return
+	}
+	t.sum += done - t.done[name]
+	t.done[name] = done
+	if b := t.bars[name]; b != nil {
+		b.SetCurrent(done)
+		if t.totalBytes > 0 {
+			t.totalBar.SetCurrent(t.sum)
+		}
+	}
+}
+
+func (t *terminalProgress) FileDone(name string, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done == nil {
+		return
+	}
+	n := t.done[name]
+	delete(t.done, name)
+	if err != nil {
+		t.failed++
+	} else {
+		t.fetched++
+		t.bytes += n
+	}
+	if t.p == nil {
+		if err != nil {
+			fmt.Fprintf(t.w, "failed %s\n", name) // the error itself is the caller's to print
+		} else {
+			fmt.Fprintf(t.w, "fetched %s %s\n", name, formatBytes(n))
+		}
+		return
+	}
+	if b := t.bars[name]; b != nil {
+		delete(t.bars, name)
+		if err != nil {
+			b.Abort(true)
+			fmt.Fprintf(t.p, "failed %s\n", name) // printed above the bars
+		} else {
+			b.SetTotal(-1, true)
+		}
+	}
+	if t.totalBytes <= 0 {
+		t.totalBar.SetCurrent(int64(t.fetched + t.failed))
+	}
+}
+
+func (t *terminalProgress) Done() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done == nil {
+		return
+	}
+	if t.p != nil {
+		// Wait returns only when every bar is complete or aborted.
+		for _, b := range t.bars {
+			b.Abort(true)
+		}
+		t.totalBar.SetTotal(-1, true)
+		t.p.Wait()
+		t.p, t.totalBar, t.bars = nil, nil, nil
+	}
+	line := fmt.Sprintf("fetched %d %s, %s in %s", t.fetched, plural(t.fetched, "file", "files"),
+		formatBytes(t.bytes), time.Since(t.start).Round(100*time.Millisecond))
+	if t.failed > 0 {
+		line += fmt.Sprintf("; %d failed", t.failed)
+	}
+	fmt.Fprintln(t.w, line)
+	t.done = nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// formatBytes renders n in binary units with one decimal: "63.2 KiB".
+func formatBytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v := float64(n)
+	for _, unit := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		v /= 1024
+		if v < 1024 || unit == "TiB" {
+			return fmt.Sprintf("%.1f %s", v, unit)
+		}
+	}
+	panic("unreachable")
+}

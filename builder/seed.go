@@ -1,0 +1,162 @@
+package builder
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"toolshed.dev/shed/derivation"
+	"toolshed.dev/shed/proxy"
+	"toolshed.dev/shed/sandbox"
+)
+
+// proxyAddr is the loopback address, inside a build's network namespace, at
+// which shed's allowlisting proxy listens. Nothing else is reachable there.
+const proxyAddr = "127.0.0.1:3128"
+
+// seedTarget is where mmdebstrap writes the seed, a writable bind under /run.
+const seedTarget = "/run/shed/seed"
+
+// mmdebstrapHooks is Debian's merged-usr hook directory (lab report §1: the
+// same package set as debootstrap, 127 MB instead of 178 MB).
+const mmdebstrapHooks = "/usr/share/mmdebstrap/hooks/merged-usr"
+
+// buildDebianSeed runs the host's mmdebstrap (variant minbase) in a sandbox
+// whose only network is the proxy, allowing the mirror alone. The host's
+// resolv.conf and hostname, which mmdebstrap copies in, are blanked.
+func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation, stage, out string, log io.Writer) error {
+	if len(d.Args) < 4 {
+		return fmt.Errorf("seed derivation %s: want variant, hook dir, suite and mirror", d.Name)
+	}
+	if _, err := os.Stat("/usr/bin/mmdebstrap"); err != nil {
+		return fmt.Errorf("mmdebstrap is not installed: %w (apt-get install mmdebstrap)", err)
+	}
+	suite, mirror := d.Args[2], d.Args[3]
+	dir := filepath.Join(stage, "seed")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	rule, private, err := mirrorRule(mirror)
+	if err != nil {
+		return err
+	}
+	argv := []string{"/usr/bin/mmdebstrap", "--variant=minbase", "--hook-dir=" + mmdebstrapHooks,
+		"--aptopt=Acquire::http::Proxy \"http://" + proxyAddr + "\"",
+		"--aptopt=Acquire::https::Proxy \"http://" + proxyAddr + "\"",
+		"--aptopt=Acquire::Languages \"none\"",
+		suite, seedTarget, mirror}
+	spec := &sandbox.Spec{
+		Root:    sandbox.Root{Host: true},
+		Binds:   []sandbox.Bind{{Source: dir, Target: seedTarget, Writable: true}},
+		Network: sandbox.Network{Listen: []string{proxyAddr}},
+		Argv:    argv,
+		Env:     buildEnv(d, "http_proxy=http://"+proxyAddr, "https_proxy=http://"+proxyAddr),
+	}
+	code, err := runWithProxy(ctx, spec, []proxy.Rule{rule}, private, log)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("%w: mmdebstrap exited %d", ErrBuildFailed, code)
+	}
+	// Host leakage (lab report §1): never let the builder's host name or
+	// resolver into a seed every Bench starts from.
+	for _, f := range []string{"etc/resolv.conf", "etc/hostname"} {
+		p, ok := beneath(dir, f)
+		if !ok {
+			continue
+		}
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	if err := Normalize(dir); err != nil {
+		return err
+	}
+	return os.Rename(dir, out)
+}
+
+// runWithProxy runs spec, serving its first Listen socket with an allowlisting
+// proxy for rules, and logs each destination decision to log.
+func runWithProxy(ctx context.Context, spec *sandbox.Spec, rules []proxy.Rule, allowPrivate bool, log io.Writer) (int, error) {
+	log = &syncWriter{w: log}
+	px, err := proxy.New(proxy.Config{
+		Allow:        rules,
+		AllowPrivate: allowPrivate,
+		Log: func(d proxy.Decision) {
+			verdict := "allowed"
+			if !d.Allowed {
+				verdict = "refused: " + d.Reason
+			}
+			fmt.Fprintf(log, "shed: network: %s %s:%d %s\n", d.Method, d.Host, d.Port, verdict)
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p, err := sandbox.Start(ctx, spec, sandbox.Stdio{Stdout: log, Stderr: log})
+	if err != nil {
+		return 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- px.Serve(ctx, p.Listeners[0]) }()
+	code, err := p.Wait()
+	cancel()
+	<-done
+	return code, err
+}
+
+// mirrorRule allows a mirror's host and port. A mirror on a loopback or
+// private address (a local mirror) is allowed to resolve there: only build
+// steps reach it, never a Bench.
+func mirrorRule(mirror string) (proxy.Rule, bool, error) {
+	u, err := url.Parse(mirror)
+	if err != nil {
+		return proxy.Rule{}, false, fmt.Errorf("mirror %q: %w", mirror, err)
+	}
+	host, port := u.Hostname(), 0
+	if ps := u.Port(); ps != "" {
+		port, _ = strconv.Atoi(ps)
+	}
+	private := host == "localhost"
+	if ip := net.ParseIP(host); ip != nil {
+		private = ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast()
+	}
+	return proxy.Rule{Host: host, Port: port}, private, nil
+}
+
+// buildOCISeed imports an OCI image by the digest its derivation pins.
+func (b *Builder) buildOCISeed(ctx context.Context, d *derivation.Derivation, out string, log io.Writer) error {
+	if len(d.Args) < 3 {
+		return fmt.Errorf("seed derivation %s: not locked: want layout dir, tag and digest (run `shed lock`)", d.Name)
+	}
+	img := OCIImage{Dir: d.Args[0], Tag: d.Args[1]}
+	fmt.Fprintf(log, "shed: importing %s:%s at %s\n", img.Dir, img.Tag, d.Args[2])
+	if err := ImportOCI(ctx, img, d.Args[2], out); err != nil {
+		return err
+	}
+	return Normalize(out)
+}
+
+// syncWriter serializes writes: a sandbox's output and the proxy's decisions
+// reach one log from several goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"toolshed.dev/shed/store"
+)
+
+func cmdRealize() *cli.Command {
+	return &cli.Command{
+		Name:      "realize",
+		Usage:     "build a Workshop's store paths (a cache hit when they exist)",
+		ArgsUsage: "[FILE]",
+		Description: "Locks FILE (default ./workshop.toml) if needed (and says so), compiles it to derivations,\n" +
+			"fetches the missing .debs in parallel (each verified against the lock's SHA-256), builds the\n" +
+			"seed and the layers in order in a sandbox with no network, registers a gc root named after\n" +
+			"the Workshop and prints the layers, bottom first. When everything is in the store it touches\n" +
+			"no network. --offline never touches the network and lists what is missing.\n" +
+			"--check rebuilds every layer and compares content hashes, listing differing files.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "offline", Usage: "never touch the network; fail listing what is missing"},
+			&cli.BoolFlag{Name: "check", Usage: "rebuild the layers and compare with the store (reproducibility)"},
+		},
+		Action: func(c *cli.Context) error {
+			r, err := loadRecipe(c)
+			if err != nil {
+				return err
+			}
+			s, err := openStore(c)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			offline := c.Bool("offline")
+			plan, _, err := lockedPlan(c, s, r, offline)
+			if err != nil {
+				return err
+			}
+			b := newBuilder(c, s, offline)
+			res, err := b.Realize(c.Context, plan)
+			if err != nil {
+				return err
+			}
+			top := plan.Layers[len(plan.Layers)-1]
+			if err := ensureRoot(c, s, r.Name, top); err != nil {
+				return err
+			}
+			type checkJSON struct {
+				Path  string   `json:"path"`
+				Same  bool     `json:"same"`
+				Diffs []string `json:"diffs,omitempty"`
+			}
+			var checks []checkJSON
+			if c.Bool("check") {
+				results, err := b.Check(c.Context, plan)
+				if err != nil {
+					return err
+				}
+				for _, cr := range results {
+					checks = append(checks, checkJSON{s.Location(cr.Path), cr.Same, cr.Diffs})
+				}
+			}
+			layers := locations(s, res.Layers)
+			if c.Bool("json") {
+				out := map[string]any{
+					"workshop": r.Name, "layers": layers, "built": locations(s, res.Built),
+					"fetched": locations(s, res.Fetched), "fetched_bytes": res.FetchedBytes,
+				}
+				if c.Bool("check") {
+					out["check"] = checks
+				}
+				if err := printJSON(c, out); err != nil {
+					return err
+				}
+			} else {
+				for _, l := range layers {
+					fmt.Fprintln(c.App.Writer, l)
+				}
+				for _, ch := range checks {
+					if ch.Same {
+						fmt.Fprintf(c.App.ErrWriter, "shed: check: %s: rebuilt, same content\n", ch.Path)
+						continue
+					}
+					fmt.Fprintf(c.App.ErrWriter, "shed: check: %s: rebuilt, content DIFFERS:\n  %s\n", ch.Path, strings.Join(ch.Diffs, "\n  "))
+				}
+			}
+			for _, ch := range checks {
+				if !ch.Same {
+					return withHint(exitProblems, fmt.Errorf("%s is not reproducible", ch.Path),
+						"the files listed differ between two builds of the same inputs; see `shed log` of the path")
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func locations(s *store.Store, ps []store.Path) []string {
+	out := []string{}
+	for _, p := range ps {
+		out = append(out, s.Location(p))
+	}
+	return out
+}
+
+// ensureRoot points the Workshop's root at top, writing only on change: a
+// cache-hit realize should not pay for an fsync.
+func ensureRoot(c *cli.Context, s *store.Store, name string, top store.Path) error {
+	roots, err := s.Roots()
+	if err != nil {
+		return err
+	}
+	for _, r := range roots {
+		if r.Name == name && r.Path == top {
+			return nil
+		}
+	}
+	return s.AddRoot(c.Context, name, top)
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/recipe"
+)
+
+func cmdWhy() *cli.Command {
+	return &cli.Command{
+		Name:      "why",
+		Usage:     "say why a file exists in a Workshop: its layer, its package, the recipe line",
+		ArgsUsage: "WORKSHOP FILE",
+		Description: "WORKSHOP is a recipe file (realized); FILE is a path as a Bench sees it, e.g. /usr/bin/jq.\n" +
+			"Prints the layer that provides FILE, the Debian package that owns it, and the recipe line\n" +
+			"that declared that package, directly or as a dependency of which declared package.",
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 2 {
+				return usageError("why wants WORKSHOP and FILE")
+			}
+			file := c.Args().Get(0)
+			r, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{c.String("root")}})
+			if err != nil {
+				return err
+			}
+			s, err := openStore(c)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			lock, err := recipe.LoadLock(recipe.LockFile(file))
+			if err != nil {
+				return withHint(exitFailure, err, "run `shed realize "+file+"` first")
+			}
+			plan, err := recipe.Compile(r, lock, s.StoreDir())
+			if err != nil {
+				return err
+			}
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			aptLines, _, err := recipe.PackageLines(data)
+			if err != nil {
+				return err
+			}
+			ex, err := builder.Explain(s, r, plan, aptLines, c.Args().Get(1))
+			if errors.Is(err, builder.ErrNoSuchFile) {
+				return withHint(exitFailure, err, "paths are as a Bench sees them, e.g. /usr/bin/jq")
+			} else if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c, ex)
+			}
+			w := c.App.Writer
+			fmt.Fprintln(w, ex.File)
+			if ex.Resolved != ex.File {
+				fmt.Fprintf(w, "  is:       %s (through a symlinked directory)\n", ex.Resolved)
+			}
+			kind := "apt layer"
+			if ex.LayerKind == "seed" {
+				kind = "seed " + r.Seed.Raw
+			}
+			fmt.Fprintf(w, "  layer:    %s (%s)\n", s.Location(ex.Layer), kind)
+			if ex.Package == "" {
+				fmt.Fprintln(w, "  package:  none (made by a maintainer script or by the seed's builder, not shipped by a package)")
+				return nil
+			}
+			fmt.Fprintf(w, "  package:  %s %s\n", ex.Package, ex.Version)
+			switch {
+			case ex.Declared != "" && len(ex.Chain) == 1:
+				fmt.Fprintf(w, "  declared: %s:%d: apt.packages: %q\n", file, ex.Line, ex.Declared)
+			case ex.Declared != "":
+				fmt.Fprintf(w, "  needed by: %s\n", strings.Join(ex.Chain, " → "))
+				fmt.Fprintf(w, "  declared: %s:%d: apt.packages: %q\n", file, ex.Line, ex.Declared)
+			case ex.InSeed:
+				fmt.Fprintf(w, "  declared: part of the seed %q (%s)\n", r.Seed.Raw, file)
+			default:
+				fmt.Fprintln(w, "  declared: no declared package needs it")
+			}
+			return nil
+		},
+	}
+}

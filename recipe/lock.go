@@ -1,0 +1,222 @@
+package recipe
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"toolshed.dev/shed/store"
+)
+
+// LockVersion is the format version of workshop.lock.
+const LockVersion = 1
+
+// Lock is workshop.lock: the recipe's names resolved to exact versions and
+// content hashes, written by `shed lock` and committed beside the recipe.
+// Realizing from a lock is reproducible; it never resolves anything again.
+type Lock struct {
+	Version int `toml:"version"`
+	// Inputs fingerprints what the recipe declares that resolution depends on
+	// (seed, mirror, sources and their keys, packages): a lock whose Inputs
+	// differ from the recipe's no longer matches it and is re-resolved.
+	Inputs string      `toml:"inputs"`
+	Seed   LockedSeed  `toml:"seed"`
+	Apt    []LockedDeb `toml:"apt,omitempty"`
+}
+
+// LockedSeed pins the seed.
+type LockedSeed struct {
+	Spec   string `toml:"spec"`
+	Mirror string `toml:"mirror,omitempty"`
+	// ReleaseDate is the Date: of the suite's signed InRelease at lock time.
+	ReleaseDate string `toml:"release_date,omitempty"`
+	// Epoch is SOURCE_DATE_EPOCH for every build of this Workshop: the
+	// InRelease date, which no package file is newer than, so clamping
+	// mtimes to it never makes a .pyc stale.
+	Epoch int64 `toml:"epoch"`
+	// Digest is an OCI seed's manifest digest.
+	Digest string `toml:"digest,omitempty"`
+}
+
+// LockedDeb is one Debian package of the resolved closure.
+type LockedDeb struct {
+	Name    string `toml:"name"`
+	Version string `toml:"version"`
+	Arch    string `toml:"arch"`
+	URL     string `toml:"url"`
+	SHA256  string `toml:"sha256"`
+	Size    int64  `toml:"size"`
+	// Declared is true for packages the recipe names; false for the
+	// dependencies apt pulled in for them.
+	Declared bool `toml:"declared"`
+}
+
+// String returns "name=version".
+func (d LockedDeb) String() string { return d.Name + "=" + d.Version }
+
+// LockFile returns the lock's file name for a recipe file: workshop.lock
+// beside workshop.toml (x.toml → x.lock).
+func LockFile(recipeFile string) string {
+	return strings.TrimSuffix(recipeFile, filepath.Ext(recipeFile)) + ".lock"
+}
+
+// Fingerprint returns the Inputs a lock of r must carry to match it. Only what
+// resolution reads counts: the name, network and grants do not.
+func Fingerprint(r *Recipe) (string, error) {
+	var b bytes.Buffer
+	line := func(k string, vs ...string) {
+		b.WriteString(k)
+		for _, v := range vs {
+			fmt.Fprintf(&b, " %q", v)
+		}
+		b.WriteByte('\n')
+	}
+	line("shed-lock-inputs v1")
+	line("seed", r.Seed.Raw)
+	line("mirror", r.Apt.Mirror)
+	for _, s := range r.Apt.Sources {
+		key, err := os.ReadFile(filepath.Join(r.Dir, s.Key))
+		if err != nil {
+			return "", fmt.Errorf("read key of source %s: %w", s.URL, err)
+		}
+		line("source", s.URL, s.Suite, strings.Join(s.Components, " "), store.Sum(key).Hex())
+	}
+	var apt []string
+	for _, p := range r.Apt.Packages {
+		apt = append(apt, p.String())
+	}
+	slices.Sort(apt)
+	line("apt", apt...)
+	var pip []string
+	for _, p := range r.Pip.Packages {
+		pip = append(pip, NormalizePipName(p.Name)+versionSuffix("==", p.Version))
+	}
+	slices.Sort(pip)
+	line("pip-index", r.Pip.Index)
+	line("pip", pip...)
+	return store.Sum(b.Bytes()).String(), nil
+}
+
+// ErrNoLock is returned by LoadLock when there is no lock file.
+var ErrNoLock = errors.New("no lock file")
+
+// LoadLock reads a lock file strictly.
+func LoadLock(file string) (*Lock, error) {
+	data, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNoLock, file)
+	} else if err != nil {
+		return nil, fmt.Errorf("read lock: %w", err)
+	}
+	var l Lock
+	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return nil, &Error{File: file, Msg: fmt.Sprintf("invalid lock: %v", err),
+			Hint: "a lock is written by `shed lock`: delete it and run `shed lock` again"}
+	}
+	if l.Version != LockVersion {
+		return nil, &Error{File: file, Field: "version", Msg: fmt.Sprintf("lock version %d, want %d", l.Version, LockVersion),
+			Hint: "run `shed lock --update` to rewrite it"}
+	}
+	if err := l.validate(); err != nil {
+		return nil, &Error{File: file, Msg: err.Error(),
+			Hint: "a lock is written by `shed lock`: do not edit it; run `shed lock --update` to re-resolve"}
+	}
+	return &l, nil
+}
+
+// validate holds a lock to the grammars of the recipe: a lock is reviewed like
+// a recipe and must not smuggle in what a recipe cannot say.
+func (l *Lock) validate() error {
+	seen := map[string]bool{}
+	for i, d := range l.Apt {
+		if _, err := ParseAptPackage(d.Name + "=" + d.Version); err != nil {
+			return fmt.Errorf("apt[%d]: %v", i, err)
+		}
+		if seen[d.Name] {
+			return fmt.Errorf("apt[%d]: %s is listed twice", i, d.Name)
+		}
+		seen[d.Name] = true
+		if e := checkURL(d.URL); e != nil {
+			return fmt.Errorf("apt[%d].url: %s", i, e.Msg)
+		}
+		if len(d.SHA256) != 64 || strings.Trim(d.SHA256, "0123456789abcdef") != "" {
+			return fmt.Errorf("apt[%d].sha256: want 64 lowercase hex digits", i)
+		}
+		if d.Size <= 0 {
+			return fmt.Errorf("apt[%d].size: want a positive size", i)
+		}
+		if d.Arch == "" || strings.Trim(d.Arch, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+			return fmt.Errorf("apt[%d].arch: bad architecture %q", i, d.Arch)
+		}
+	}
+	return nil
+}
+
+// Encode returns the lock as TOML, in a stable, diff-friendly order:
+// packages sorted by name, one table each.
+func (l *Lock) Encode() ([]byte, error) {
+	c := *l
+	c.Apt = slices.Clone(l.Apt)
+	slices.SortFunc(c.Apt, func(a, b LockedDeb) int { return strings.Compare(a.Name, b.Name) })
+	var b bytes.Buffer
+	b.WriteString("# workshop.lock: written by `shed lock` from the recipe beside it. Commit it; do not edit it.\n")
+	b.WriteString("# `shed lock --update [PKG...]` re-resolves.\n")
+	enc := toml.NewEncoder(&b).SetIndentTables(false)
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("encode lock: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// Matches reports whether l was resolved from what r declares now.
+func (l *Lock) Matches(r *Recipe) (bool, error) {
+	fp, err := Fingerprint(r)
+	if err != nil {
+		return false, err
+	}
+	return l.Inputs == fp, nil
+}
+
+// Diff describes how two locks differ at the level of packages, one line per
+// change: "+ name version", "- name version", "~ name old → new".
+func DiffLocks(a, b *Lock) []string {
+	am, bm := map[string]LockedDeb{}, map[string]LockedDeb{}
+	for _, d := range a.Apt {
+		am[d.Name] = d
+	}
+	for _, d := range b.Apt {
+		bm[d.Name] = d
+	}
+	var names []string
+	for n := range am {
+		names = append(names, n)
+	}
+	for n := range bm {
+		if _, ok := am[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	var out []string
+	for _, n := range names {
+		x, inA := am[n]
+		y, inB := bm[n]
+		switch {
+		case !inB:
+			out = append(out, fmt.Sprintf("- %s %s", n, x.Version))
+		case !inA:
+			out = append(out, fmt.Sprintf("+ %s %s", n, y.Version))
+		case x.Version != y.Version:
+			out = append(out, fmt.Sprintf("~ %s %s → %s", n, x.Version, y.Version))
+		}
+	}
+	return out
+}

@@ -1,0 +1,212 @@
+package sandbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroupRoot is where the cgroup hierarchies are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupParent is the cgroup, in each hierarchy, under which every sandbox gets its own.
+const cgroupParent = "toolshed"
+
+// cgroup is one sandbox's cgroups. Only the command and what it starts are placed in them, not the
+// sandbox's init (a Go program with several threads, which would eat into Pids, and could die if it
+// could not start one): init starts the command stopped at its first instruction (ptrace), writes its
+// pid into cgroup.procs, and lets it run. So the limits hold from the command's first instruction, and
+// Pids is exactly the number of tasks the command may have.
+type cgroup struct {
+	dirs  []string   // created directories, removed last first
+	procs []*os.File // cgroup.procs of each, handed to init
+}
+
+// newCgroup creates the cgroups that enforce l, or returns nil when l sets no limit.
+func newCgroup(l Limits) (*cgroup, error) {
+	if l.MemoryBytes == 0 && l.Pids == 0 {
+		return nil, nil
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	name := hex.EncodeToString(id[:])
+	c := &cgroup{}
+	var err error
+	if isCgroup2(l) {
+		err = c.setup2(name, l)
+	} else {
+		err = c.setup1(name, l)
+	}
+	if err != nil {
+		c.remove()
+		return nil, err
+	}
+	return c, nil
+}
+
+// isCgroup2 reports whether the unified hierarchy is mounted at cgroupRoot with the controllers l needs.
+// On hybrid hosts (this lab's) cgroup2 lives at /sys/fs/cgroup/unified without them, and v1 is used.
+func isCgroup2(l Limits) bool {
+	b, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	if err != nil {
+		return false
+	}
+	have := strings.Fields(string(b))
+	has := func(c string) bool {
+		for _, h := range have {
+			if h == c {
+				return true
+			}
+		}
+		return false
+	}
+	return (l.MemoryBytes == 0 || has("memory")) && (l.Pids == 0 || has("pids"))
+}
+
+func (c *cgroup) setup1(name string, l Limits) error {
+	type limit struct{ file, value string }
+	type ctl struct {
+		name   string
+		limits []limit
+	}
+	var ctls []ctl
+	if l.MemoryBytes > 0 {
+		v := strconv.FormatInt(l.MemoryBytes, 10)
+		// memsw (memory+swap) must not be below the memory limit, so it is written second; without it
+		// the command could swap beyond its limit.
+		ctls = append(ctls, ctl{"memory", []limit{{"memory.limit_in_bytes", v}, {"memory.memsw.limit_in_bytes", v}}})
+	}
+	if l.Pids > 0 {
+		ctls = append(ctls, ctl{"pids", []limit{{"pids.max", strconv.FormatInt(l.Pids, 10)}}})
+	}
+	for _, k := range ctls {
+		parent := filepath.Join(cgroupRoot, k.name, cgroupParent)
+		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return &SetupError{Op: "create cgroup", Path: parent, Err: unwrapErrno(err)}
+		}
+		dir := filepath.Join(parent, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return &SetupError{Op: "create cgroup", Path: dir, Err: unwrapErrno(err)}
+		}
+		c.dirs = append(c.dirs, dir)
+		for _, lim := range k.limits {
+			p := filepath.Join(dir, lim.file)
+			err := os.WriteFile(p, []byte(lim.value), 0)
+			if errors.Is(err, os.ErrNotExist) && lim.file == "memory.memsw.limit_in_bytes" {
+				continue // kernel without swap accounting
+			}
+			if err != nil {
+				return &SetupError{Op: "set cgroup limit", Path: p, Err: unwrapErrno(err)}
+			}
+		}
+		if err := c.openProcs(dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *cgroup) setup2(name string, l Limits) error {
+	var ctls []string
+	if l.MemoryBytes > 0 {
+		ctls = append(ctls, "+memory")
+	}
+	if l.Pids > 0 {
+		ctls = append(ctls, "+pids")
+	}
+	enable := []byte(strings.Join(ctls, " "))
+	parent := filepath.Join(cgroupRoot, cgroupParent)
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return &SetupError{Op: "create cgroup", Path: parent, Err: unwrapErrno(err)}
+	}
+	for _, d := range []string{cgroupRoot, parent} {
+		p := filepath.Join(d, "cgroup.subtree_control")
+		if err := os.WriteFile(p, enable, 0); err != nil {
+			return &SetupError{Op: "enable cgroup controllers", Path: p, Err: unwrapErrno(err)}
+		}
+	}
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return &SetupError{Op: "create cgroup", Path: dir, Err: unwrapErrno(err)}
+	}
+	c.dirs = append(c.dirs, dir)
+	var limits [][2]string
+	if l.MemoryBytes > 0 {
+		limits = append(limits, [2]string{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)}, [2]string{"memory.swap.max", "0"})
+	}
+	if l.Pids > 0 {
+		limits = append(limits, [2]string{"pids.max", strconv.FormatInt(l.Pids, 10)})
+	}
+	for _, lim := range limits {
+		p := filepath.Join(dir, lim[0])
+		err := os.WriteFile(p, []byte(lim[1]), 0)
+		if errors.Is(err, os.ErrNotExist) && lim[0] == "memory.swap.max" {
+			continue
+		}
+		if err != nil {
+			return &SetupError{Op: "set cgroup limit", Path: p, Err: unwrapErrno(err)}
+		}
+	}
+	return c.openProcs(dir)
+}
+
+func (c *cgroup) openProcs(dir string) error {
+	p := filepath.Join(dir, "cgroup.procs")
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return &SetupError{Op: "open cgroup", Path: p, Err: unwrapErrno(err)}
+	}
+	c.procs = append(c.procs, f)
+	return nil
+}
+
+// closeFiles closes the parent's copies once init has its own.
+func (c *cgroup) closeFiles() {
+	for _, f := range c.procs {
+		f.Close()
+	}
+	c.procs = nil
+}
+
+// remove deletes the cgroups. Called after every process in them is dead; a cgroup can stay busy for a
+// moment after its last task is reaped, so EBUSY is retried briefly.
+func (c *cgroup) remove() error {
+	if c == nil {
+		return nil
+	}
+	c.closeFiles()
+	var first error
+	for i := len(c.dirs) - 1; i >= 0; i-- {
+		var err error
+		for try := 0; try < 100; try++ {
+			if err = unix.Rmdir(c.dirs[i]); err != unix.EBUSY {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err != nil && err != unix.ENOENT && first == nil {
+			first = fmt.Errorf("remove cgroup %s: %w", c.dirs[i], err)
+		}
+	}
+	c.dirs = nil
+	return first
+}
+
+// unwrapErrno returns the errno inside an *os.PathError, so that a SetupError carries the bare cause.
+func unwrapErrno(err error) error {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return err
+}

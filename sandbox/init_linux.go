@@ -1,0 +1,562 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Init mode is recognized by both argv[0] and an environment variable, so that neither a renamed binary
+// nor an inherited variable alone turns a process into a sandbox init.
+const (
+	initArg0 = "shed-sandbox-init"
+	initEnv  = "_SHED_SANDBOX_INIT"
+)
+
+var initComm = []byte("shed-sandbox\x00")
+
+// Descriptors of init, as Start arranges them with ExtraFiles.
+const (
+	fdExe  = 3 // the sealed copy of the binary, which init was executed from
+	fdSync = 4 // socket to the parent: config and "go" in, "started" or a SetupError out
+	fdMore = 5 // bind trees, then cgroup files, as initConfig lists them
+)
+
+// message is one JSON value on the sync socket, in either direction.
+type message struct {
+	Config  *initConfig `json:",omitempty"`
+	Go      bool        `json:",omitempty"`
+	Started bool        `json:",omitempty"`
+	Error   *wireError  `json:",omitempty"`
+}
+
+// initConfig is the spec plus what the parent prepared for it.
+type initConfig struct {
+	Spec  Spec
+	Binds []initBind // in mount order: parents before children
+	// cgroup.procs files of the sandbox's cgroups: the command's pid goes there before it runs.
+	CgroupProcs []int
+}
+
+type initBind struct {
+	FD     int // a detached mount tree (open_tree), made in the parent
+	Target string
+	File   bool // the source is not a directory: the target is created as an empty file
+}
+
+// Init must be the first statement of main() in every binary that uses this package. When the process
+// is a sandbox's init (re-executed by Start), Init runs the sandbox and never returns; otherwise it
+// returns at once.
+func Init() {
+	if len(os.Args) == 0 || os.Args[0] != initArg0 || os.Getenv(initEnv) != "1" {
+		return
+	}
+	// Mount and credential work is per thread in places (no_new_privs, the capability bounding set,
+	// cgroup v1 tasks): keep all of it, and the fork of the command, on this one thread.
+	runtime.LockOSThread()
+	os.Exit(runInit())
+}
+
+func runInit() int {
+	// Nothing in the sandbox may read this process's memory or open its executable through /proc/1
+	// (runc CVE-2019-5736); the executable is also a sealed copy.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return initFatal("prctl(PR_SET_DUMPABLE): %v", err)
+	}
+	// Executed as /proc/self/fd/3, init would show as "3" in ps.
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&initComm[0])), 0, 0, 0)
+	unix.Umask(0) // modes below are meant exactly
+	// Forward termination signals to the command. Notify starts the runtime's signal thread, which
+	// takes a few hundred microseconds: do it beside the setup instead of after it. Until the command
+	// exists, a signal waits in the channel.
+	sigs := make(chan os.Signal, 8)
+	sigReady := make(chan struct{})
+	go func() {
+		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+		close(sigReady)
+	}()
+	sync := os.NewFile(fdSync, "sandbox-sync")
+	dec, enc := json.NewDecoder(sync), json.NewEncoder(sync)
+	var m message
+	if err := dec.Decode(&m); err != nil || m.Config == nil {
+		return initFatal("read config: %v", err)
+	}
+	cfg := m.Config
+	fail := func(e *SetupError) int {
+		if err := enc.Encode(message{Error: toWire(e)}); err != nil {
+			return initFatal("%v (and report it: %v)", e, err)
+		}
+		return 255
+	}
+	if e := closeInherited(cfg); e != nil {
+		return fail(e)
+	}
+	if e := setup(cfg); e != nil {
+		return fail(e)
+	}
+	// The parent creates the Listen sockets in our network namespace meanwhile; it says "go" after.
+	if err := dec.Decode(&m); err != nil || !m.Go {
+		return initFatal("wait for go: %v", err)
+	}
+	<-sigReady
+	pid, e := startCommand(cfg)
+	if e != nil {
+		return fail(e)
+	}
+	go func() {
+		for s := range sigs {
+			_ = unix.Kill(pid, s.(syscall.Signal))
+		}
+	}()
+	if err := enc.Encode(message{Started: true}); err != nil {
+		return initFatal("report start: %v", err)
+	}
+	code, err := reap(pid)
+	if err != nil {
+		return fail(&SetupError{Op: "wait", Detail: "reap the command", Err: err})
+	}
+	// Returning kills every other process of the sandbox: pid 1 is gone, the pid namespace goes.
+	return code
+}
+
+// initFatal is for failures with no parent to tell: the message goes to the command's stderr.
+func initFatal(format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "shed-sandbox-init: "+format+"\n", args...)
+	return 255
+}
+
+// closeInherited closes every descriptor that init did not ask for: anything the caller's process
+// leaked without O_CLOEXEC, and the executable copy. Go's own descriptors are always close-on-exec, so
+// one that is not was inherited. The ones init keeps are made close-on-exec for the command.
+func closeInherited(cfg *initConfig) *SetupError {
+	keep := map[int]bool{fdSync: true}
+	for _, b := range cfg.Binds {
+		keep[b.FD] = true
+	}
+	for _, fd := range cfg.CgroupProcs {
+		keep[fd] = true
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return &SetupError{Op: "list descriptors", Path: "/proc/self/fd", Err: unwrapErrno(err)}
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		switch {
+		case err != nil: // the directory's own descriptor, closed by now
+		case keep[fd]:
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC)
+		case flags&unix.FD_CLOEXEC == 0:
+			unix.Close(fd)
+		}
+	}
+	return nil
+}
+
+// setup builds the sandbox's file system, hostname and network, all before the command exists.
+func setup(cfg *initConfig) *SetupError {
+	s := &cfg.Spec
+	// Nothing mounted from now on may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return &SetupError{Op: "make mounts private", Path: "/", Err: err}
+	}
+	root, e := mountRoot(&s.Root)
+	if e != nil {
+		return e
+	}
+	// Pivot into the new root first and set up the rest from inside: every path below then resolves
+	// within the sandbox, so a symlink planted in a layer (say /run -> /host/etc) cannot make a mount
+	// or a mkdir land on the host.
+	e = pivot(root)
+	unix.Close(root)
+	if e != nil {
+		return e
+	}
+	if e := mountSystem(); e != nil {
+		return e
+	}
+	for _, b := range cfg.Binds {
+		if e := mountBind(b); e != nil {
+			return e
+		}
+	}
+	host := s.Hostname
+	if host == "" {
+		host = DefaultHostname
+	}
+	if err := unix.Sethostname([]byte(host)); err != nil {
+		return &SetupError{Op: "sethostname", Path: host, Err: err}
+	}
+	if err := loopbackUp(); err != nil {
+		return &SetupError{Op: "bring lo up", Err: err}
+	}
+	dir := s.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	if err := unix.Chdir(dir); err != nil {
+		return &SetupError{Op: "chdir", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// mountRoot returns the root file system as a detached mount.
+func mountRoot(r *Root) (int, *SetupError) {
+	const noSuidDev = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	switch {
+	case r.Host:
+		return cloneTree("/", unix.MOUNT_ATTR_RDONLY|noSuidDev)
+	case len(r.Lowers) == 1 && r.Upper == "":
+		// overlayfs refuses a single lower without an upper: a read-only bind is the same thing.
+		return cloneTree(r.Lowers[0], unix.MOUNT_ATTR_RDONLY|noSuidDev)
+	}
+	fs, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, &SetupError{Op: "mount overlay", Detail: "fsopen", Err: err}
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetString(fs, "source", "overlay"); err != nil {
+		return -1, &SetupError{Op: "mount overlay", Detail: fsDetail(fs, "source"), Err: err}
+	}
+	// One "lowerdir+" per layer: no 4 KiB limit on the options. Overlay wants the top layer first.
+	for i := len(r.Lowers) - 1; i >= 0; i-- {
+		if err := unix.FsconfigSetString(fs, "lowerdir+", r.Lowers[i]); err != nil {
+			return -1, &SetupError{Op: "mount overlay", Path: r.Lowers[i],
+				Detail: fsDetail(fs, fmt.Sprintf("lowerdir+ root.lowers[%d]", i)), Err: err}
+		}
+	}
+	attr := noSuidDev
+	if r.Upper != "" {
+		for _, kv := range [][2]string{{"upperdir", r.Upper}, {"workdir", r.Work}} {
+			if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
+				return -1, &SetupError{Op: "mount overlay", Path: kv[1], Detail: fsDetail(fs, kv[0]), Err: err}
+			}
+		}
+	} else {
+		attr |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, &SetupError{Op: "mount overlay", Detail: fsDetail(fs, "create"), Err: err}
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attr)
+	if err != nil {
+		return -1, &SetupError{Op: "mount overlay", Detail: "fsmount", Err: err}
+	}
+	return m, nil
+}
+
+// fsDetail appends the kernel's own explanation, which fsopen file descriptors keep for reading.
+func fsDetail(fs int, what string) string {
+	var b [512]byte
+	n, err := unix.Read(fs, b[:])
+	if err != nil || n <= 0 {
+		return what
+	}
+	return what + " (" + strings.TrimSpace(string(b[:n])) + ")"
+}
+
+// cloneTree returns a detached recursive copy of the mount tree at path with attr set on all of it.
+func cloneTree(path string, attr uint64) (int, *SetupError) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.AT_RECURSIVE|unix.O_CLOEXEC)
+	if err != nil {
+		return -1, &SetupError{Op: "clone mount", Path: path, Err: err}
+	}
+	ma := unix.MountAttr{Attr_set: attr, Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &ma); err != nil {
+		unix.Close(fd)
+		return -1, &SetupError{Op: "clone mount", Path: path, Detail: "mount_setattr", Err: err}
+	}
+	return fd, nil
+}
+
+// pivot makes the detached mount root the root of this mount namespace and drops the host's tree. The
+// root is first stacked on the host's /, which always exists, so no host directory is needed as a
+// mount point.
+func pivot(root int) *SetupError {
+	if err := unix.MoveMount(root, "", unix.AT_FDCWD, "/", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return &SetupError{Op: "pivot_root", Detail: "attach root", Err: err}
+	}
+	if err := unix.Fchdir(root); err != nil {
+		return &SetupError{Op: "pivot_root", Detail: "enter root", Err: err}
+	}
+	// pivot_root(".", ".") stacks the old root on the new one; detaching "." then removes it
+	// (runc's trick: no directory for the old root needed inside the new one).
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return &SetupError{Op: "pivot_root", Err: err}
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return &SetupError{Op: "pivot_root", Detail: "detach old root", Err: err}
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return &SetupError{Op: "pivot_root", Detail: "chdir /", Err: err}
+	}
+	return nil
+}
+
+// A fresh /proc, a small /dev, and tmpfs on /tmp and /run (scratch that must not land in the upper).
+// /sys is not mounted: builds do not need it, and a read-only sysfs would still show host hardware.
+func mountSystem() *SetupError {
+	for _, m := range []struct {
+		target, fstype, data string
+		flags                uintptr
+	}{
+		{"/proc", "proc", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{"/dev", "tmpfs", "mode=0755,size=64k", unix.MS_NOSUID | unix.MS_NOEXEC},
+		{"/tmp", "tmpfs", "mode=1777", unix.MS_NOSUID | unix.MS_NODEV},
+		{"/run", "tmpfs", "mode=0755", unix.MS_NOSUID | unix.MS_NODEV},
+	} {
+		op := "mount " + m.fstype
+		// Creating a missing mount point would write it into the upper, which is the build's output.
+		var st unix.Stat_t
+		if err := unix.Lstat(m.target, &st); err != nil {
+			return &SetupError{Op: op, Path: m.target, Detail: "missing from the root (not created: it would land in the upper)", Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return &SetupError{Op: op, Path: m.target, Detail: "not a directory in the root", Err: unix.ENOTDIR}
+		}
+		if err := unix.Mount(m.fstype, m.target, m.fstype, m.flags, m.data); err != nil {
+			return &SetupError{Op: op, Path: m.target, Err: err}
+		}
+		if m.target == "/dev" {
+			if e := populateDev(); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+func populateDev() *SetupError {
+	for _, d := range []struct {
+		name         string
+		major, minor uint32
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
+		p := "/dev/" + d.name
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+			return &SetupError{Op: "mknod", Path: p, Err: err}
+		}
+	}
+	for _, l := range [][2]string{
+		{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"}, {"/proc/self/fd/1", "/dev/stdout"},
+		{"/proc/self/fd/2", "/dev/stderr"}, {"pts/ptmx", "/dev/ptmx"},
+	} {
+		if err := unix.Symlink(l[0], l[1]); err != nil {
+			return &SetupError{Op: "symlink", Path: l[1], Err: err}
+		}
+	}
+	for _, d := range []struct {
+		path, fstype, data string
+		mode               uint32
+		flags              uintptr
+	}{
+		{"/dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620,gid=5", 0o755, unix.MS_NOSUID | unix.MS_NOEXEC},
+		{"/dev/shm", "tmpfs", "mode=1777", 0o1777, unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+	} {
+		if err := unix.Mkdir(d.path, d.mode); err != nil {
+			return &SetupError{Op: "mkdir", Path: d.path, Err: err}
+		}
+		if err := unix.Mount(d.fstype, d.path, d.fstype, d.flags, d.data); err != nil {
+			return &SetupError{Op: "mount " + d.fstype, Path: d.path, Err: err}
+		}
+	}
+	return nil
+}
+
+// mountBind attaches a bind tree that the parent opened and cloned, creating its target if missing.
+func mountBind(b initBind) *SetupError {
+	if _, err := os.Lstat(b.Target); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(b.Target), 0o755); err != nil {
+			return &SetupError{Op: "bind", Path: b.Target, Detail: "create parent of target", Err: unwrapErrno(err)}
+		}
+		if b.File {
+			err = unix.Mknod(b.Target, unix.S_IFREG|0o644, 0)
+		} else {
+			err = unix.Mkdir(b.Target, 0o755)
+		}
+		if err != nil {
+			return &SetupError{Op: "bind", Path: b.Target, Detail: "create target", Err: err}
+		}
+	}
+	if err := unix.MoveMount(b.FD, "", unix.AT_FDCWD, b.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return &SetupError{Op: "bind", Path: b.Target, Err: err}
+	}
+	unix.Close(b.FD)
+	return nil
+}
+
+// loopbackUp sets IFF_UP on lo of the calling thread's network namespace.
+func loopbackUp() error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(s)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr)
+}
+
+// startCommand forks and executes the command from this locked thread, whose no_new_privs and
+// bounding set the child inherits (and which must be its ptrace tracer).
+func startCommand(cfg *initConfig) (int, *SetupError) {
+	s := &cfg.Spec
+	path, e := lookPath(s.Argv[0], s.Env)
+	if e != nil {
+		return 0, e
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return 0, &SetupError{Op: "prctl", Detail: "no_new_privs", Err: err}
+	}
+	if s.DropCaps {
+		if e := dropCaps(); e != nil {
+			return 0, e
+		}
+	}
+	// Belt and braces after closeInherited: nothing but 0, 1 and 2 reaches the command.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return 0, &SetupError{Op: "close_range", Err: err}
+	}
+	unix.Umask(0o022)
+	sys := &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: []uint32{}},
+		// With limits, the command stops right after execve, before its first instruction, so that it
+		// can be put into its cgroups first (see cgroup).
+		Ptrace: len(cfg.CgroupProcs) > 0,
+	}
+	pid, err := syscall.ForkExec(path, s.Argv, &syscall.ProcAttr{Env: s.Env, Files: []uintptr{0, 1, 2}, Sys: sys})
+	if err != nil {
+		return 0, &SetupError{Op: "exec", Path: path, Err: err}
+	}
+	if sys.Ptrace {
+		if e := enterCgroups(pid, cfg.CgroupProcs); e != nil {
+			unix.Kill(pid, unix.SIGKILL)
+			return 0, e
+		}
+	}
+	return pid, nil
+}
+
+// enterCgroups moves the command, stopped by ptrace after execve, into its cgroups and lets it run.
+func enterCgroups(pid int, procs []int) *SetupError {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &SetupError{Op: "join cgroup", Detail: "wait for the command to stop", Err: err}
+		}
+		break
+	}
+	if !ws.Stopped() {
+		return &SetupError{Op: "join cgroup", Detail: fmt.Sprintf("command did not stop after exec (status %#x)", ws)}
+	}
+	for _, fd := range procs {
+		if _, err := unix.Write(fd, []byte(strconv.Itoa(pid))); err != nil {
+			return &SetupError{Op: "join cgroup", Err: err}
+		}
+		unix.Close(fd)
+	}
+	// Detaching with signal 0 discards the SIGTRAP of the exec.
+	if err := unix.PtraceDetach(pid); err != nil {
+		return &SetupError{Op: "join cgroup", Detail: "resume the command", Err: err}
+	}
+	return nil
+}
+
+// lookPath resolves a name without a slash in the PATH of the command's environment, inside the sandbox.
+func lookPath(name string, env []string) (string, *SetupError) {
+	if strings.HasPrefix(name, "/") {
+		return name, nil
+	}
+	pathVar, found := "", false
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			pathVar, found = v, true
+		}
+	}
+	if !found {
+		return "", &SetupError{Op: "exec", Path: name, Detail: "not an absolute path, and env has no PATH", Err: unix.ENOENT}
+	}
+	for _, dir := range filepath.SplitList(pathVar) {
+		if !strings.HasPrefix(dir, "/") {
+			continue // a relative PATH entry would depend on Dir: ignored, as a safe default
+		}
+		p := filepath.Join(dir, name)
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", &SetupError{Op: "exec", Path: name, Detail: "not found in PATH " + pathVar, Err: unix.ENOENT}
+}
+
+// dropCaps empties this thread's bounding, inheritable and ambient sets: the command, even as uid 0,
+// then executes with no capabilities. init keeps its own effective set (it needs little after this).
+func dropCaps() *SetupError {
+	for c := 0; ; c++ {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if err == unix.EINVAL {
+			break // past the last capability this kernel knows
+		}
+		if err != nil {
+			return &SetupError{Op: "drop capabilities", Detail: fmt.Sprintf("bounding set, cap %d", c), Err: err}
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return &SetupError{Op: "drop capabilities", Detail: "ambient set", Err: err}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return &SetupError{Op: "drop capabilities", Detail: "capget", Err: err}
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return &SetupError{Op: "drop capabilities", Detail: "inheritable set", Err: err}
+	}
+	return nil
+}
+
+// reap waits as pid 1 must: it collects every zombie the sandbox's orphans leave, and returns once the
+// command itself exits, with its status (128+signal if a signal killed it).
+func reap(pid int) (int, error) {
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if wpid != pid {
+			continue
+		}
+		if ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ws.ExitStatus(), nil
+	}
+}

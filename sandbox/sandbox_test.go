@@ -1,0 +1,760 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"toolshed.dev/shed/sandbox"
+)
+
+func TestInitIsPid1(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	r := run(t, readOnlySpec(t, "sh", "-c", `echo $$ $PPID; tr '\0' ' ' < /proc/1/cmdline; echo; cat /proc/1/comm`))
+	f := strings.Fields(r.stdout)
+	if len(f) != 4 {
+		t.Fatalf("got %q, want pid, ppid, init's cmdline and comm", r.stdout)
+	}
+	// The command is init's child; it is not pid 2 because init's Go runtime threads take the first
+	// thread ids of the namespace.
+	if f[0] == "1" || f[1] != "1" {
+		t.Errorf("got pid %s ppid %s, want the command not to be pid 1 and its parent to be pid 1", f[0], f[1])
+	}
+	if f[2] != "shed-sandbox-init" || f[3] != "shed-sandbox" {
+		t.Errorf("got pid 1 %q (comm %q), want shed-sandbox-init", f[2], f[3])
+	}
+}
+
+func TestHostname(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	spec := readOnlySpec(t, "hostname")
+	if got := run(t, spec).stdout; got != "shed\n" {
+		t.Errorf("default: got %q, want %q", got, "shed\n")
+	}
+	spec.Hostname = "bench-7"
+	if got := run(t, spec).stdout; got != "bench-7\n" {
+		t.Errorf("got %q, want %q", got, "bench-7\n")
+	}
+}
+
+func TestCredentials(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	spec := readOnlySpec(t, "sh", "-c", "id -u; id -g; id -G")
+	spec.UID, spec.GID = 1234, 5678
+	if got, want := run(t, spec).stdout, "1234\n5678\n5678\n"; got != want {
+		t.Errorf("got %q, want %q (uid, gid, no supplementary groups)", got, want)
+	}
+	spec.UID, spec.GID = 0, 0
+	if got, want := run(t, spec).stdout, "0\n0\n0\n"; got != want {
+		t.Errorf("root: got %q, want %q", got, want)
+	}
+}
+
+func TestEnvIsExact(t *testing.T) {
+	requireRoot(t)
+	t.Setenv("SHED_TEST_LEAK", "host value") // must not reach the sandbox
+	spec := readOnlySpec(t, "env")
+	spec.Env = []string{"PATH=/bin", "A=1", "B=two words"}
+	got := strings.Split(strings.TrimSpace(run(t, spec).stdout), "\n")
+	slices.Sort(got)
+	want := slices.Sorted(slices.Values(spec.Env))
+	if !slices.Equal(got, want) {
+		t.Errorf("got env %q, want exactly %q", got, want)
+	}
+}
+
+func TestDir(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	spec := readOnlySpec(t, "pwd")
+	if got := run(t, spec).stdout; got != "/\n" {
+		t.Errorf("default: got %q, want /", got)
+	}
+	spec.Dir = "/etc"
+	if got := run(t, spec).stdout; got != "/etc\n" {
+		t.Errorf("got %q, want /etc", got)
+	}
+	spec.Dir = "/nonexistent"
+	_, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	wantSetupError(t, err, "chdir", "/nonexistent", unix.ENOENT)
+}
+
+func TestExitCodes(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	for _, tc := range []struct {
+		script string
+		want   int
+	}{
+		{"exit 0", 0},
+		{"exit 7", 7},
+		{"exit 255", 255},
+		{"kill -9 $$", 128 + 9},
+		{"kill -TERM $$", 128 + 15},
+	} {
+		if got := run(t, readOnlySpec(t, "sh", "-c", tc.script)).code; got != tc.want {
+			t.Errorf("%s: got exit code %d, want %d", tc.script, got, tc.want)
+		}
+	}
+}
+
+func TestExecErrors(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	spec := readOnlySpec(t, "no-such-command")
+	_, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	wantSetupError(t, err, "exec", "no-such-command", unix.ENOENT)
+
+	spec = readOnlySpec(t, "/bin/no-such-command")
+	_, err = sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	wantSetupError(t, err, "exec", "/bin/no-such-command", unix.ENOENT)
+
+	spec = readOnlySpec(t, "sh", "-c", "true")
+	spec.Env = nil // no PATH to look "sh" up in
+	_, err = sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	wantSetupError(t, err, "exec", "sh", unix.ENOENT)
+
+	spec = readOnlySpec(t, "/etc/which") // not executable
+	_, err = sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	wantSetupError(t, err, "exec", "/etc/which", unix.EACCES)
+}
+
+func TestInvalidSpecIsRefusedByStart(t *testing.T) {
+	spec := readOnlySpecNoRoot("sh")
+	spec.Binds = []sandbox.Bind{{Source: "/tmp", Target: "/proc/x"}}
+	_, err := sandbox.Start(context.Background(), spec, sandbox.Stdio{})
+	var se *sandbox.SpecError
+	if !errors.As(err, &se) || se.Field != "binds[0].target" {
+		t.Fatalf("got %v, want a SpecError on binds[0].target", err)
+	}
+}
+
+func readOnlySpecNoRoot(argv ...string) *sandbox.Spec {
+	return &sandbox.Spec{Root: sandbox.Root{Lowers: []string{"/nonexistent/a", "/nonexistent/b"}}, Argv: argv}
+}
+
+func TestStdio(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	// A reader that is not a file goes through a pipe; an *os.File is passed as is.
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	var errb bytes.Buffer
+	spec := readOnlySpec(t, "sh", "-c", "cat; echo to-stderr >&2")
+	code, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{Stdin: strings.NewReader("from stdin\n"), Stdout: out, Stderr: &errb})
+	if err != nil || code != 0 {
+		t.Fatalf("got %d, %v", code, err)
+	}
+	if b, _ := os.ReadFile(out.Name()); string(b) != "from stdin\n" {
+		t.Errorf("stdout: got %q, want %q", b, "from stdin\n")
+	}
+	if errb.String() != "to-stderr\n" {
+		t.Errorf("stderr: got %q", errb.String())
+	}
+	// nil stdin reads as empty, nil stdout and stderr discard.
+	spec = readOnlySpec(t, "sh", "-c", `test "$(cat)" = "" && echo discarded`)
+	if code, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{}); err != nil || code != 0 {
+		t.Errorf("nil stdio: got %d, %v", code, err)
+	}
+}
+
+func TestMounts(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	r := run(t, readOnlySpec(t, "sh", "-c", `cat /proc/mounts; ls -l /dev; ls -ld /tmp /run`))
+	for _, want := range []string{
+		" /proc proc rw,nosuid,nodev,noexec",
+		" /dev tmpfs rw,nosuid,noexec",
+		" /dev/pts devpts rw,nosuid,noexec",
+		" /dev/shm tmpfs rw,nosuid,nodev,noexec",
+		" /tmp tmpfs rw,nosuid,nodev",
+		" /run tmpfs rw,nosuid,nodev",
+		"crw-rw-rw-    1 0        0           1,   3", // null
+		"crw-rw-rw-    1 0        0           1,   9", // urandom
+		"crw-rw-rw-    1 0        0           5,   0", // tty
+		"ptmx -> pts/ptmx",
+		"fd -> /proc/self/fd",
+		"drwxrwxrwt", // /tmp 1777
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, " /sys ") {
+		t.Errorf("/sys is mounted:\n%s", r.stdout)
+	}
+	// The root is a read-only overlay of the two lowers, nosuid and nodev.
+	if !strings.Contains(r.stdout, "overlay / overlay ro,nosuid,nodev,") {
+		t.Errorf("root is not a read-only nosuid,nodev overlay:\n%s", r.stdout)
+	}
+}
+
+func TestDevicesWork(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	script := `echo x > /dev/null && head -c 4 /dev/zero | wc -c && head -c 5 /dev/urandom | wc -c && ls /dev/pts/ptmx`
+	r := run(t, readOnlySpec(t, "sh", "-c", script))
+	if r.code != 0 || r.stdout != "4\n5\n/dev/pts/ptmx\n" {
+		t.Errorf("got %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestOverlayWritesGoToUpper(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	spec, upper := writableSpec(t, "sh", "-c", "echo new > /etc/new && rm /etc/lowerfile && echo scratch > /tmp/s && echo run > /run/r")
+	if r := run(t, spec); r.code != 0 {
+		t.Fatalf("got %d: %s", r.code, r.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(upper, "etc/new")); err != nil || string(b) != "new\n" {
+		t.Errorf("upper/etc/new: got %q, %v", b, err)
+	}
+	for _, l := range busyboxLowers(t) {
+		if _, err := os.Lstat(filepath.Join(l, "etc/new")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s/etc/new: got %v, want no such file: a lower was written", l, err)
+		}
+	}
+	// A deleted lower file is a whiteout: a character device 0:0.
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(upper, "etc/lowerfile"), &st); err != nil {
+		t.Fatalf("whiteout: %v", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
+		t.Errorf("upper/etc/lowerfile: got mode %o rdev %d, want a 0:0 character device", st.Mode, st.Rdev)
+	}
+	if _, err := os.Stat(filepath.Join(busyboxLowers(t)[0], "etc/lowerfile")); err != nil {
+		t.Errorf("the lower's file is gone: %v", err)
+	}
+	// /tmp and /run are tmpfs: nothing of them in the upper.
+	ents, _ := os.ReadDir(upper)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"etc"}) {
+		t.Errorf("upper holds %q, want only etc", names)
+	}
+}
+
+func TestOverlayLowerOrder(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	// Lowers are bottom first: the top lower's /etc/which wins.
+	r := run(t, readOnlySpec(t, "cat", "/etc/which", "/etc/toponly"))
+	if r.stdout != "top\ntop only\n" {
+		t.Errorf("got %q, want the top layer's files", r.stdout)
+	}
+	ls := busyboxLowers(t)
+	// Only the bottom lower: no /etc/toponly, and /etc/which from the bottom (single lower: a bind).
+	spec := readOnlySpec(t, "cat", "/etc/which")
+	spec.Root.Lowers = ls[:1]
+	if r := run(t, spec); r.stdout != "bottom\n" {
+		t.Errorf("single lower: got %q, want bottom", r.stdout)
+	}
+}
+
+func TestReadOnlyRoot(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	for _, lowers := range [][]string{busyboxLowers(t), busyboxLowers(t)[:1]} {
+		spec := readOnlySpec(t, "sh", "-c", "echo x > /etc/x; echo $?; echo y > /tmp/y && echo tmp-ok")
+		spec.Root.Lowers = lowers
+		r := run(t, spec)
+		if r.stdout != "1\ntmp-ok\n" || !strings.Contains(r.stderr, "Read-only file system") {
+			t.Errorf("%d lowers: got %q %q, want EROFS on /etc and a writable /tmp", len(lowers), r.stdout, r.stderr)
+		}
+	}
+}
+
+func TestManyLowers(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	// 300 lowers with long absolute paths: far beyond the 4 KiB of legacy mount options.
+	base := filepath.Join(t.TempDir(), strings.Repeat("long-directory-name-", 3))
+	lowers := []string{busyboxLowers(t)[0]}
+	for i := 1; i < 300; i++ {
+		d := filepath.Join(base, fmt.Sprintf("layer-%03d", i))
+		if err := os.MkdirAll(filepath.Join(d, "etc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "etc", fmt.Sprintf("f%03d", i)), []byte(strconv.Itoa(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Each layer also shadows /etc/which: the last one must win.
+		if err := os.WriteFile(filepath.Join(d, "etc/which"), []byte(strconv.Itoa(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		lowers = append(lowers, d)
+	}
+	if n := len(strings.Join(lowers, ":")); n < 8192 {
+		t.Fatalf("lowerdir would be only %d bytes; the test must exceed a page", n)
+	}
+	spec := readOnlySpec(t, "sh", "-c", "cat /etc/f001 /etc/f150 /etc/f299; echo; cat /etc/which; echo; ls /etc | wc -l")
+	spec.Root.Lowers = lowers
+	r := run(t, spec)
+	if want := "1150299\n299\n301\n"; r.stdout != want { // 299 files, which, lowerfile
+		t.Errorf("got %q, want %q (stderr %q)", r.stdout, want, r.stderr)
+	}
+}
+
+func TestMissingMountPoint(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	// A root without /run: the sandbox refuses rather than create /run in the upper.
+	bare := t.TempDir()
+	for _, d := range []string{"proc", "dev", "tmp"} {
+		if err := os.Mkdir(filepath.Join(bare, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, upper := writableSpec(t, "/bin/true")
+	spec.Root.Lowers = []string{busyboxLowers(t)[0], bare}
+	// busybox's bottom layer has /run: hide it with an opaque-free trick, a lower whose /run is a file.
+	if err := os.WriteFile(filepath.Join(bare, "run"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	wantSetupError(t, err, "mount tmpfs", "/run", unix.ENOTDIR)
+	if ents, _ := os.ReadDir(upper); len(ents) != 0 {
+		t.Errorf("upper is not empty after a failed setup: %d entries", len(ents))
+	}
+}
+
+func TestOverlaySetupError(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	spec := readOnlySpec(t, "/bin/true")
+	missing := filepath.Join(t.TempDir(), "missing")
+	spec.Root.Lowers = []string{busyboxLowers(t)[0], missing}
+	_, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	se := wantSetupError(t, err, "mount overlay", missing, unix.ENOENT)
+	if se != nil && !strings.Contains(se.Detail, "root.lowers[1]") {
+		t.Errorf("detail %q does not name root.lowers[1]", se.Detail)
+	}
+}
+
+func TestBinds(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	ro, rw := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(ro, "in"), []byte("input\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(file, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, upper := writableSpec(t, "sh", "-c", `
+		cat /run/in/in
+		echo x > /run/in/new; echo "ro write: $?"
+		echo output > /run/deep/out/made && echo rw-ok
+		cat /tmp/resolv.conf
+		grep -E ' /run/(in|deep/out) ' /proc/mounts`)
+	spec.Binds = []sandbox.Bind{
+		{Source: ro, Target: "/run/in"},
+		{Source: rw, Target: "/run/deep/out", Writable: true},
+		{Source: file, Target: "/tmp/resolv.conf"},
+	}
+	r := run(t, spec)
+	for _, want := range []string{"input\n", "ro write: 1\n", "rw-ok\n", "nameserver 127.0.0.1\n",
+		" /run/in ext4 ro,nosuid,nodev", " /run/deep/out ext4 rw,nosuid,nodev"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in stdout:\n%s", want, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stderr, "Read-only file system") {
+		t.Errorf("read-only bind: stderr %q, want EROFS", r.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(rw, "made")); err != nil || string(b) != "output\n" {
+		t.Errorf("writable bind: host file %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(ro, "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("read-only bind was written: %v", err)
+	}
+	// Targets under /run and /tmp are created on tmpfs: the upper stays empty.
+	if ents, _ := os.ReadDir(upper); len(ents) != 0 {
+		t.Errorf("upper has %d entries, want none", len(ents))
+	}
+}
+
+func TestBindSymlinkSourceRefused(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	dir := t.TempDir()
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("/etc", link); err != nil {
+		t.Fatal(err)
+	}
+	spec := readOnlySpec(t, "/bin/true")
+	spec.Binds = []sandbox.Bind{{Source: link, Target: "/run/x"}}
+	_, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	wantSetupError(t, err, "open bind source", link, unix.ELOOP)
+
+	spec.Binds = []sandbox.Bind{{Source: filepath.Join(dir, "missing"), Target: "/run/x"}}
+	_, err = sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	wantSetupError(t, err, "open bind source", filepath.Join(dir, "missing"), unix.ENOENT)
+}
+
+func TestNetworkOnlyLoopback(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	r := run(t, readOnlySpec(t, "sh", "-c", "cat /proc/net/dev; echo; ip link show lo"))
+	dev, link, _ := strings.Cut(r.stdout, "\n\n")
+	var ifaces []string
+	for _, l := range strings.Split(dev, "\n")[2:] {
+		if name, _, ok := strings.Cut(l, ":"); ok {
+			ifaces = append(ifaces, strings.TrimSpace(name))
+		}
+	}
+	if !slices.Equal(ifaces, []string{"lo"}) {
+		t.Errorf("got interfaces %q, want only lo:\n%s", ifaces, dev)
+	}
+	if !strings.Contains(link, "<LOOPBACK,UP,LOWER_UP>") {
+		t.Errorf("lo is not up:\n%s", link)
+	}
+}
+
+func TestNetworkHostIsUnreachable(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	// A server on the host's loopback: the sandbox's 127.0.0.1 is another namespace's.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "host") }))
+	// (nc rather than wget: busybox-static's wget crashes on an unreachable address.)
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	r := run(t, readOnlySpec(t, "nc", host, port))
+	if r.code == 0 || !strings.Contains(r.stderr, "Connection refused") {
+		t.Errorf("host's server: code %d, stderr %q, want connection refused", r.code, r.stderr)
+	}
+	// Nor any other address: there is no route.
+	r = run(t, readOnlySpec(t, "nc", "192.0.2.1", "80"))
+	if r.code == 0 || !strings.Contains(r.stderr, "Network is unreachable") {
+		t.Errorf("outside address: code %d, stderr %q, want network unreachable", r.code, r.stderr)
+	}
+}
+
+func TestNetworkListen(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	spec := readOnlySpec(t, "sh", "-c", "wget -qO- http://127.0.0.1:3128/hello && wget -qO- http://[::1]:8080/v6")
+	spec.Network.Listen = []string{"127.0.0.1:3128", "[::1]:8080"}
+	var out, errb bytes.Buffer
+	p, err := sandbox.Start(context.Background(), spec, sandbox.Stdio{Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Listeners) != 2 {
+		t.Fatalf("got %d listeners, want 2", len(p.Listeners))
+	}
+	for i, want := range spec.Network.Listen {
+		if got := p.Listeners[i].Addr().String(); got != want {
+			t.Errorf("listener %d: got %s, want %s", i, got, want)
+		}
+		// Served from the host side: this goroutine runs in the host's network namespace.
+		go http.Serve(p.Listeners[i], http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "served "+r.URL.Path+"\n")
+		}))
+	}
+	code, err := p.Wait()
+	if err != nil || code != 0 {
+		t.Fatalf("got %d, %v; stderr %q", code, err, errb.String())
+	}
+	if want := "served /hello\nserved /v6\n"; out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+	// The listeners are not in the host's namespace: the same port is free here.
+	if l, err := net.Listen("tcp", "127.0.0.1:3128"); err == nil {
+		l.Close()
+	} else if !errors.Is(err, unix.EADDRINUSE) {
+		t.Logf("host port 3128: %v", err)
+	}
+	// Wait closed them.
+	if _, err := p.Listeners[0].Accept(); err == nil {
+		t.Error("listener still open after Wait")
+	}
+}
+
+func TestNoInheritedDescriptors(t *testing.T) {
+	requireRoot(t)
+	// A descriptor the caller leaked without O_CLOEXEC reaches neither the command nor init.
+	marker, err := os.Create(filepath.Join(t.TempDir(), "leaked-marker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer marker.Close()
+	leaked, err := syscall.Dup(int(marker.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(leaked)
+	if flags, _ := unix.FcntlInt(uintptr(leaked), unix.F_GETFD, 0); flags&unix.FD_CLOEXEC != 0 {
+		t.Fatal("dup'd descriptor is close-on-exec; the test would prove nothing")
+	}
+	r := run(t, readOnlySpec(t, "sh", "-c", "ls /proc/self/fd; echo; ls -l /proc/1/fd"))
+	cmdFDs, initFDs, _ := strings.Cut(r.stdout, "\n\n")
+	// ls lists 0, 1, 2 and the directory it is reading.
+	if got := strings.Fields(cmdFDs); !slices.Equal(got, []string{"0", "1", "2", "3"}) {
+		t.Errorf("command's descriptors: got %q, want 0 1 2 and ls's own 3", got)
+	}
+	if strings.Contains(initFDs, "leaked-marker") || strings.Contains(initFDs, "memfd") {
+		t.Errorf("init holds an inherited descriptor:\n%s", initFDs)
+	}
+}
+
+func TestNoNewPrivs(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	r := run(t, readOnlySpec(t, "grep", "NoNewPrivs", "/proc/self/status"))
+	if got := strings.Fields(r.stdout); !slices.Equal(got, []string{"NoNewPrivs:", "1"}) {
+		t.Errorf("got %q, want NoNewPrivs: 1", r.stdout)
+	}
+}
+
+func TestExecutableGuard(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fileHash(t, exe)
+	// Without dropped capabilities, root in the sandbox can still reach /proc/1/exe: it must find a
+	// sealed copy, not the host binary.
+	r := run(t, readOnlySpec(t, "sh", "-c", `readlink /proc/1/exe; echo x > /proc/1/exe && echo WROTE; echo x >> /proc/1/exe && echo APPENDED; grep -c . /proc/1/status >/dev/null && echo status-ok`))
+	if !strings.HasPrefix(r.stdout, "/memfd:shed-sandbox-init") {
+		t.Errorf("/proc/1/exe is %q, want the sealed memfd copy", strings.SplitN(r.stdout, "\n", 2)[0])
+	}
+	if strings.Contains(r.stdout, "WROTE") || strings.Contains(r.stdout, "APPENDED") {
+		t.Errorf("wrote to /proc/1/exe: %q %q", r.stdout, r.stderr)
+	}
+	if after := fileHash(t, exe); after != before {
+		t.Error("the test binary changed on disk")
+	}
+}
+
+func fileHash(t *testing.T, p string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+func TestTeardownKillsEverything(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	// The command leaves a background process and waits for stdin; when it exits, the pid namespace
+	// takes the orphan with it, and Wait returns only once it is gone.
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdinW.Close()
+	var out bytes.Buffer
+	p, err := sandbox.Start(context.Background(), readOnlySpec(t, "sh", "-c", "sleep 1001 & echo started; read x; exit 0"),
+		sandbox.Stdio{Stdin: stdinR, Stdout: &out})
+	stdinR.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := findProcess(t, "sleep\x001001\x00", 5*time.Second)
+	stdinW.Close() // the command exits
+	start := time.Now()
+	code, err := p.Wait()
+	if err != nil || code != 0 {
+		t.Fatalf("got %d, %v", code, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Wait took %v after the command exited", d)
+	}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", orphan)); err == nil && string(cmdline) == "sleep\x001001\x00" {
+		t.Errorf("the background sleep (host pid %d) survived the sandbox", orphan)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.Pid)); err == nil {
+		t.Errorf("init (pid %d) still exists", p.Pid)
+	}
+	if out.String() != "started\n" {
+		t.Errorf("got %q", out.String())
+	}
+}
+
+// findProcess returns the host pid of the process whose /proc/PID/cmdline is cmdline.
+func findProcess(t *testing.T, cmdline string, timeout time.Duration) int {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && string(b) == cmdline {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no process %q within %v", cmdline, timeout)
+	return 0
+}
+
+func TestCancelKills(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := sandbox.Start(ctx, readOnlySpec(t, "sleep", "1000"), sandbox.Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	start := time.Now()
+	code, err := p.Wait()
+	if err != nil || code != 128+9 {
+		t.Errorf("got %d, %v, want 137 and no error", code, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("cancel took %v", d)
+	}
+	// A context already done refuses to start.
+	if _, err := sandbox.Start(ctx, readOnlySpec(t, "true"), sandbox.Stdio{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("start with a done context: got %v, want context.Canceled", err)
+	}
+}
+
+func TestSignalsAreForwarded(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	p, err := sandbox.Start(context.Background(),
+		readOnlySpec(t, "sh", "-c", `trap 'echo got TERM; exit 3' TERM; echo ready; sleep 1000 & wait`),
+		sandbox.Stdio{Stdout: outW})
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(outR)
+	if !lines.Scan() || lines.Text() != "ready" {
+		t.Fatalf("got %q, want ready", lines.Text())
+	}
+	// A signal to init (from the host) reaches the command.
+	if err := syscall.Kill(p.Pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, err := p.Wait()
+	if err != nil || code != 3 {
+		t.Errorf("got %d, %v, want the trap's exit 3", code, err)
+	}
+	if !lines.Scan() || lines.Text() != "got TERM" {
+		t.Errorf("got %q, want the trap's output", lines.Text())
+	}
+}
+
+func TestMountNeedsCapabilities(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	// Root in the sandbox keeps its capabilities by default (no user namespace yet): it can mount.
+	spec := readOnlySpec(t, "sh", "-c", "mount -t tmpfs none /tmp && echo mounted; grep CapEff /proc/self/status")
+	r := run(t, spec)
+	if !strings.Contains(r.stdout, "mounted") {
+		t.Errorf("default: got %q %q, want mount to work", r.stdout, r.stderr)
+	}
+	spec.DropCaps = true
+	r = run(t, spec)
+	if strings.Contains(r.stdout, "mounted") || !strings.Contains(strings.ToLower(r.stderr), "permission denied") {
+		t.Errorf("DropCaps: got %q %q, want mount to fail with EPERM", r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "CapEff:\t0000000000000000") {
+		t.Errorf("DropCaps: got %q, want no effective capabilities", r.stdout)
+	}
+}
+
+func TestHostRoot(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	out := t.TempDir()
+	spec := &sandbox.Spec{
+		Root:  sandbox.Root{Host: true},
+		Binds: []sandbox.Bind{{Source: out, Target: "/run/out", Writable: true}},
+		Argv:  []string{"/bin/sh", "-c", "echo built > /run/out/seed; touch /etc/shed-test-x; echo $?; test -x /usr/bin/env && echo host-tools"},
+		Env:   []string{"PATH=/usr/bin:/bin"},
+	}
+	r := run(t, spec)
+	if !strings.Contains(r.stdout, "host-tools") || !strings.HasPrefix(r.stdout, "1\n") {
+		t.Errorf("got %q %q, want host tools and a read-only /etc", r.stdout, r.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "seed")); err != nil || string(b) != "built\n" {
+		t.Errorf("writable bind: %q, %v", b, err)
+	}
+	if _, err := os.Stat("/etc/shed-test-x"); err == nil {
+		os.Remove("/etc/shed-test-x")
+		t.Error("the host's /etc was written")
+	}
+}
+
+func TestConcurrentSandboxes(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			spec, upper := writableSpec(t, "sh", "-c", fmt.Sprintf("echo %d > /etc/n; cat /etc/n", i))
+			var out bytes.Buffer
+			code, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{Stdout: &out})
+			if err == nil && (code != 0 || out.String() != fmt.Sprintf("%d\n", i)) {
+				err = fmt.Errorf("sandbox %d: code %d, out %q", i, code, out.String())
+			}
+			if b, rerr := os.ReadFile(filepath.Join(upper, "etc/n")); err == nil && (rerr != nil || string(b) != fmt.Sprintf("%d\n", i)) {
+				err = fmt.Errorf("sandbox %d: upper has %q, %v", i, b, rerr)
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// wantSetupError checks that err is a *SetupError with this op, path and errno, and returns it.
+func wantSetupError(t *testing.T, err error, op, path string, errno unix.Errno) *sandbox.SetupError {
+	t.Helper()
+	var se *sandbox.SetupError
+	if !errors.As(err, &se) {
+		t.Errorf("got %v (%T), want a *SetupError %s %s", err, err, op, path)
+		return nil
+	}
+	if se.Op != op || se.Path != path || !errors.Is(err, errno) {
+		t.Errorf("got %q (op %q, path %q), want op %q path %q errno %v", err, se.Op, se.Path, op, path, errno)
+	}
+	return se
+}

@@ -1,0 +1,286 @@
+package sandbox
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// MaxLowers is the kernel's limit on overlay lower layers (OVL_MAX_STACK).
+const MaxLowers = 500
+
+// DefaultHostname is the sandbox's hostname when Spec.Hostname is empty.
+const DefaultHostname = "shed"
+
+// Spec is everything the executor needs to run one command in a sandbox. It is plain data: builders and
+// Benches make one, Validate checks it without touching the system, Start applies it.
+type Spec struct {
+	Root    Root
+	Binds   []Bind
+	Network Network
+	// Argv[0] is an absolute path inside the sandbox, or a name without a slash looked up in the PATH of Env.
+	Argv []string
+	// Env is exactly the environment of the command: nothing is inherited from the host.
+	Env []string
+	// Dir is the working directory inside the sandbox; "" means "/".
+	Dir string
+	// UID and GID are the credentials the command runs with (0 is root of the sandbox); supplementary
+	// groups are always cleared.
+	UID, GID uint32
+	// Hostname is the sandbox's hostname; "" means DefaultHostname.
+	Hostname string
+	Limits   Limits
+	// DropCaps empties the command's capability sets (bounding, inheritable, ambient), so that even as
+	// uid 0 it cannot mount, ptrace or open raw sockets. A command running as a non-zero UID has no
+	// capabilities anyway.
+	DropCaps bool
+}
+
+// Root is the sandbox's root filesystem.
+type Root struct {
+	// Exactly one of Host and Lowers.
+	// Host bind-mounts the host's / read-only (recursively) as the root: for tools that run from the
+	// host, such as mmdebstrap building a seed into a writable Bind.
+	Host bool
+	// Lowers are overlayfs lower directories, bottom first (the seed first, then each layer above it).
+	Lowers []string
+	// Upper and Work make the overlay writable; Upper receives every change (the build's output).
+	// Both "" gives a read-only root (with a single lower: a read-only bind of it, since overlayfs
+	// refuses one lower without an upper).
+	Upper, Work string
+}
+
+// Bind mounts a host path into the sandbox, always nosuid and nodev.
+type Bind struct {
+	// Source is a host path, absolute. The executor opens it in the parent without following a symlink
+	// as the final component and mounts from that descriptor, so a path swapped after the check cannot
+	// redirect it.
+	Source string
+	// Target is an absolute path inside the sandbox, created if missing (a directory, or an empty file
+	// if Source is a file). Put it under /run or /tmp, which are tmpfs: creating it elsewhere writes
+	// into Upper.
+	Target string
+	// Writable makes the bind read-write; the default is read-only.
+	Writable bool
+}
+
+// Network: the sandbox always gets a new network namespace with only lo, up. There is no way to share
+// the host's network. It reaches the outside only through Listen sockets, which are created inside the
+// sandbox's namespace before the command starts and handed to the caller, who serves them from the host
+// side.
+type Network struct {
+	// Listen are TCP addresses on a loopback IP, such as "127.0.0.1:3128". Port 0 picks a free port.
+	Listen []string
+}
+
+// Limits are resource limits of the command and everything it starts (cgroups). 0 means unlimited.
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+}
+
+// Stdio is the command's standard input and output. An *os.File is passed to the command as it is;
+// any other reader or writer goes through a pipe that the executor copies.
+type Stdio struct {
+	Stdin          io.Reader // nil = /dev/null
+	Stdout, Stderr io.Writer // nil = discard
+}
+
+// SpecError is an invalid Spec: Field names the field as in "binds[1].target".
+type SpecError struct {
+	Field, Problem string
+}
+
+func (e *SpecError) Error() string { return e.Field + ": " + e.Problem }
+
+func specErr(field, format string, args ...any) error {
+	return &SpecError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks the spec without any system call. It returns the first problem as a *SpecError.
+func (s *Spec) Validate() error {
+	if err := s.Root.validate(); err != nil {
+		return err
+	}
+	seen := make(map[string]int, len(s.Binds))
+	for i, b := range s.Binds {
+		f := fmt.Sprintf("binds[%d]", i)
+		if err := checkPath(f+".source", b.Source); err != nil {
+			return err
+		}
+		if err := checkPath(f+".target", b.Target); err != nil {
+			return err
+		}
+		if b.Target == "/" {
+			return specErr(f+".target", "must not be /")
+		}
+		// The executor owns these: a bind there would hide or replace the sandbox's /proc and /dev.
+		for _, p := range []string{"/proc", "/sys", "/dev"} {
+			if within(b.Target, p) {
+				return specErr(f+".target", "must not be under %s", p)
+			}
+		}
+		if j, ok := seen[b.Target]; ok {
+			return specErr(f+".target", "duplicate of binds[%d].target", j)
+		}
+		seen[b.Target] = i
+	}
+	for i, a := range s.Network.Listen {
+		if err := checkListen(a); err != nil {
+			return specErr(fmt.Sprintf("network.listen[%d]", i), "%s", err)
+		}
+	}
+	if len(s.Argv) == 0 {
+		return specErr("argv", "must not be empty")
+	}
+	for i, a := range s.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return specErr(fmt.Sprintf("argv[%d]", i), "must not contain NUL")
+		}
+	}
+	switch a0 := s.Argv[0]; {
+	case a0 == "":
+		return specErr("argv[0]", "must not be empty")
+	case strings.HasPrefix(a0, "/"):
+		if err := checkPath("argv[0]", a0); err != nil {
+			return err
+		}
+	case strings.Contains(a0, "/"):
+		return specErr("argv[0]", "must be an absolute path or a name without a slash")
+	}
+	keys := make(map[string]int, len(s.Env))
+	for i, e := range s.Env {
+		f := fmt.Sprintf("env[%d]", i)
+		k, _, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return specErr(f, "must be KEY=VALUE")
+		}
+		if strings.IndexByte(e, 0) >= 0 {
+			return specErr(f, "must not contain NUL")
+		}
+		if j, dup := keys[k]; dup {
+			return specErr(f, "duplicate of env[%d] (%s)", j, k)
+		}
+		keys[k] = i
+	}
+	if s.Dir != "" {
+		if err := checkPath("dir", s.Dir); err != nil {
+			return err
+		}
+	}
+	if s.Hostname != "" {
+		if err := checkHostname(s.Hostname); err != nil {
+			return specErr("hostname", "%s", err)
+		}
+	}
+	if s.Limits.MemoryBytes < 0 {
+		return specErr("limits.memoryBytes", "must not be negative")
+	}
+	if s.Limits.Pids < 0 {
+		return specErr("limits.pids", "must not be negative")
+	}
+	return nil
+}
+
+func (r *Root) validate() error {
+	switch {
+	case r.Host && len(r.Lowers) > 0:
+		return specErr("root", "host and lowers are exclusive")
+	case !r.Host && len(r.Lowers) == 0:
+		return specErr("root", "one of host or lowers is required")
+	case r.Host && (r.Upper != "" || r.Work != ""):
+		return specErr("root", "upper and work go only with lowers")
+	case len(r.Lowers) > MaxLowers:
+		return specErr("root.lowers", "%d lowers, the kernel allows at most %d", len(r.Lowers), MaxLowers)
+	}
+	for i, l := range r.Lowers {
+		if err := checkPath(fmt.Sprintf("root.lowers[%d]", i), l); err != nil {
+			return err
+		}
+	}
+	if (r.Upper == "") != (r.Work == "") {
+		if r.Upper == "" {
+			return specErr("root.upper", "required with root.work")
+		}
+		return specErr("root.work", "required with root.upper")
+	}
+	if r.Upper == "" {
+		return nil
+	}
+	if err := checkPath("root.upper", r.Upper); err != nil {
+		return err
+	}
+	if err := checkPath("root.work", r.Work); err != nil {
+		return err
+	}
+	// overlayfs refuses nested upper and work directories, and a lower that contains the upper would
+	// let the build's output show through its own input.
+	if within(r.Work, r.Upper) || within(r.Upper, r.Work) {
+		return specErr("root.work", "must not overlap root.upper")
+	}
+	for i, l := range r.Lowers {
+		if within(r.Upper, l) || within(l, r.Upper) {
+			return specErr("root.upper", "overlaps root.lowers[%d]", i)
+		}
+		if within(r.Work, l) || within(l, r.Work) {
+			return specErr("root.work", "overlaps root.lowers[%d]", i)
+		}
+	}
+	return nil
+}
+
+// checkPath requires an absolute, clean path (so no "..", no "//", no trailing slash) without NUL.
+func checkPath(field, p string) error {
+	switch {
+	case p == "":
+		return specErr(field, "must not be empty")
+	case strings.IndexByte(p, 0) >= 0:
+		return specErr(field, "must not contain NUL")
+	case !strings.HasPrefix(p, "/"):
+		return specErr(field, "must be absolute")
+	case path.Clean(p) != p:
+		return specErr(field, "must be clean (no .., ., // or trailing /): %q", p)
+	}
+	return nil
+}
+
+// within reports whether clean absolute path p is dir or below it.
+func within(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
+}
+
+func checkListen(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("must be IP:port: %w", err)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Zone() != "" {
+		return fmt.Errorf("host %q must be a literal IP", host)
+	}
+	if !ip.IsLoopback() {
+		return fmt.Errorf("host %s must be a loopback IP", host)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q must be a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+// checkHostname accepts what RFC 1123 allows, up to the kernel's 64 bytes.
+func checkHostname(h string) error {
+	if len(h) > 64 {
+		return fmt.Errorf("longer than 64 bytes")
+	}
+	for _, c := range []byte(h) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.'
+		if !ok {
+			return fmt.Errorf("%q: only letters, digits, - and . are allowed", h)
+		}
+	}
+	return nil
+}

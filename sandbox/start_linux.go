@@ -1,0 +1,330 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Process is a running sandbox.
+type Process struct {
+	Pid int // host pid of the sandbox's init
+	// Listeners are the Network.Listen sockets, in that order, bound in the sandbox's network namespace
+	// and served by the caller from the host side. Wait closes them.
+	Listeners []net.Listener
+
+	cmd  *exec.Cmd
+	sync *os.File
+	dec  *json.Decoder
+	cg   *cgroup
+
+	once sync.Once
+	code int
+	err  error
+}
+
+// Start validates the spec and starts the sandbox. When it returns, the Listen sockets exist inside the
+// sandbox's network namespace and the command is running. ctx cancellation kills the sandbox (SIGKILL to
+// its init; the pid namespace takes everything with it). Setup failures are *SetupError, an invalid spec
+// a *SpecError.
+func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	exe, err := sealedSelf()
+	if err != nil {
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	// Descriptors handed to init; the parent's copies are closed once init has them.
+	var handed []*os.File
+	defer func() {
+		for _, f := range handed {
+			f.Close()
+		}
+	}()
+	binds, trees, err := openBinds(spec.Binds)
+	handed = append(handed, trees...)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := newCgroup(spec.Limits)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		cg.remove()
+		return nil, fmt.Errorf("start sandbox: socketpair: %w", err)
+	}
+	parentEnd, childEnd := os.NewFile(uintptr(pair[0]), "sandbox-sync"), os.NewFile(uintptr(pair[1]), "sandbox-sync")
+	handed = append(handed, childEnd)
+
+	cfg := &initConfig{Spec: *spec, Binds: binds}
+	extra := []*os.File{exe, childEnd} // fdExe, fdSync
+	extra = append(extra, trees...)
+	for i := range cfg.Binds {
+		cfg.Binds[i].FD = fdMore + i
+	}
+	if cg != nil {
+		for i, f := range cg.procs {
+			cfg.CgroupProcs = append(cfg.CgroupProcs, fdMore+len(trees)+i)
+			extra = append(extra, f)
+		}
+	}
+
+	// The child's fd 3 is the sealed copy (ExtraFiles[0]), so this path is resolved in the child,
+	// between dup2 and execve.
+	cmd := exec.CommandContext(ctx, fmt.Sprintf("/proc/self/fd/%d", fdExe))
+	cmd.Args = []string{initArg0}
+	// A fixed GOMAXPROCS skips the runtime's cgroup probing at start; 2 lets init's signal setup run
+	// beside its mounts.
+	cmd.Env = []string{initEnv + "=1", "GOMAXPROCS=2"}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET,
+		// The sandbox dies with the thread that started it (Go threads live as long as the process,
+		// unless a goroutine exits while locked to one).
+		Pdeathsig: unix.SIGKILL,
+		// Terminal signals (^C) go to the caller, which decides; init forwards what it is sent.
+		Setpgid: true,
+	}
+	if err := cmd.Start(); err != nil {
+		parentEnd.Close()
+		cg.remove()
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	if cg != nil {
+		cg.closeFiles()
+	}
+	for _, f := range handed {
+		f.Close()
+	}
+	handed = nil
+
+	p := &Process{Pid: cmd.Process.Pid, cmd: cmd, sync: parentEnd, dec: json.NewDecoder(parentEnd), cg: cg}
+	if err := p.handshake(ctx, cfg); err != nil {
+		p.abort()
+		return nil, err
+	}
+	return p, nil
+}
+
+// handshake sends the config, creates the Listen sockets while init sets up, says "go", and waits for
+// init to report that the command started, or why not.
+func (p *Process) handshake(ctx context.Context, cfg *initConfig) error {
+	enc := json.NewEncoder(p.sync)
+	// A failed write means init is gone; its exit is reported below.
+	sendErr := enc.Encode(message{Config: cfg})
+	if sendErr == nil && len(cfg.Spec.Network.Listen) > 0 {
+		ls, err := listenIn(p.Pid, cfg.Spec.Network.Listen)
+		p.Listeners = ls
+		if err != nil {
+			return err
+		}
+	}
+	if sendErr == nil {
+		sendErr = enc.Encode(message{Go: true})
+	}
+	var m message
+	err := p.dec.Decode(&m)
+	switch {
+	case err == nil && m.Error != nil:
+		return m.Error.setupError()
+	case err == nil && m.Started:
+		return nil
+	case err == nil:
+		return &SetupError{Op: "init", Detail: "unexpected message from init"}
+	}
+	// init died without a word: killed (ctx), or it could not even read its config.
+	_ = p.cmd.Wait()
+	if ctx.Err() != nil {
+		return fmt.Errorf("start sandbox: %w", ctx.Err())
+	}
+	return &SetupError{Op: "init", Detail: fmt.Sprintf("exited before the command started (%v)", p.cmd.ProcessState), Err: err}
+}
+
+// abort kills a sandbox whose start failed and releases what it holds.
+func (p *Process) abort() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+	p.release()
+}
+
+func (p *Process) release() error {
+	p.sync.Close()
+	for _, l := range p.Listeners {
+		l.Close()
+	}
+	return p.cg.remove()
+}
+
+// Wait waits until every process of the sandbox is dead (the pid namespace is torn down) and returns the
+// command's exit code (128+signal if a signal killed it, also when ctx cancellation killed the sandbox).
+// err is non-nil only if the sandbox itself failed, as a *SetupError. Wait closes Listeners and removes
+// the sandbox's cgroups. It may be called more than once.
+func (p *Process) Wait() (exitCode int, err error) {
+	p.once.Do(func() {
+		werr := p.cmd.Wait()
+		st := p.cmd.ProcessState
+		if st == nil {
+			p.code, p.err = -1, &SetupError{Op: "wait", Err: werr}
+			p.release()
+			return
+		}
+		ws := st.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			p.code = 128 + int(ws.Signal())
+		} else {
+			p.code = ws.ExitStatus()
+		}
+		// init reports a failure after the start (its reaper's) on the sync socket; otherwise the
+		// socket just ends.
+		var m message
+		if p.dec.Decode(&m) == nil && m.Error != nil {
+			p.err = m.Error.setupError()
+		}
+		var exitErr *exec.ExitError
+		if p.err == nil && werr != nil && !errors.As(werr, &exitErr) && !isCtxErr(werr) {
+			// Copying the command's output to the caller's writer failed: the output is incomplete.
+			p.err = &SetupError{Op: "copy stdio", Err: werr}
+		}
+		if err := p.release(); err != nil && p.err == nil {
+			p.err = &SetupError{Op: "remove cgroup", Err: err}
+		}
+	})
+	return p.code, p.err
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// Run is Start then Wait.
+func Run(ctx context.Context, spec *Spec, stdio Stdio) (int, error) {
+	p, err := Start(ctx, spec, stdio)
+	if err != nil {
+		return -1, err
+	}
+	return p.Wait()
+}
+
+// openBinds opens each bind source here, in the parent, without following a symlink as its last
+// component, and clones the mount tree under it (open_tree) with its final attributes: init only
+// attaches it. A path swapped after this cannot redirect the bind. The result is in mount order
+// (parents first), so a bind inside another bind's target lands on top of it.
+func openBinds(binds []Bind) ([]initBind, []*os.File, error) {
+	order := make([]int, len(binds))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		return strings.Count(binds[order[a]].Target, "/") < strings.Count(binds[order[b]].Target, "/")
+	})
+	var out []initBind
+	var trees []*os.File
+	for _, i := range order {
+		b := binds[i]
+		tree, file, err := openBind(b)
+		if err != nil {
+			return nil, trees, err
+		}
+		trees = append(trees, os.NewFile(uintptr(tree), "bind "+b.Source))
+		out = append(out, initBind{Target: b.Target, File: file})
+	}
+	return out, trees, nil
+}
+
+func openBind(b Bind) (tree int, file bool, err error) {
+	fd, err := unix.Open(b.Source, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, false, &SetupError{Op: "open bind source", Path: b.Source, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return -1, false, &SetupError{Op: "open bind source", Path: b.Source, Err: err}
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return -1, false, &SetupError{Op: "open bind source", Path: b.Source, Detail: "is a symlink", Err: unix.ELOOP}
+	}
+	tree, err = unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return -1, false, &SetupError{Op: "bind", Path: b.Source, Detail: "open_tree", Err: err}
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
+	if !b.Writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(tree)
+		return -1, false, &SetupError{Op: "bind", Path: b.Source, Detail: "mount_setattr", Err: err}
+	}
+	return tree, st.Mode&unix.S_IFMT != unix.S_IFDIR, nil
+}
+
+// listenIn creates TCP listeners inside the network namespace of pid, from a thread that enters it and
+// comes back. The sockets stay in that namespace; accepting on them works from any thread.
+func listenIn(pid int, addrs []string) ([]net.Listener, error) {
+	type result struct {
+		ls  []net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		ls, back, err := listenLocked(pid, addrs)
+		if back {
+			runtime.UnlockOSThread()
+		} // else the goroutine ends locked and the runtime retires the thread, stuck in the wrong netns
+		ch <- result{ls, err}
+	}()
+	r := <-ch
+	return r.ls, r.err
+}
+
+func listenLocked(pid int, addrs []string) (ls []net.Listener, back bool, err error) {
+	self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, true, fmt.Errorf("listen in sandbox: open own netns: %w", err)
+	}
+	defer unix.Close(self)
+	ns := fmt.Sprintf("/proc/%d/ns/net", pid)
+	target, err := unix.Open(ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, true, &SetupError{Op: "listen", Path: ns, Err: err}
+	}
+	defer unix.Close(target)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		return nil, true, &SetupError{Op: "listen", Path: ns, Detail: "setns", Err: err}
+	}
+	// 127.0.0.1 exists only once lo is up; init brings it up too, whichever comes first.
+	if err = loopbackUp(); err != nil {
+		err = &SetupError{Op: "bring lo up", Detail: "for listeners", Err: err}
+	}
+	for i := 0; err == nil && i < len(addrs); i++ {
+		var l net.Listener
+		if l, err = net.Listen("tcp", addrs[i]); err != nil {
+			err = &SetupError{Op: "listen", Path: addrs[i], Err: unwrapErrno(err)}
+			break
+		}
+		ls = append(ls, l)
+	}
+	if serr := unix.Setns(self, unix.CLONE_NEWNET); serr != nil {
+		return ls, false, fmt.Errorf("listen in sandbox: return to own netns: %w", serr)
+	}
+	return ls, true, err
+}
