@@ -75,7 +75,7 @@ func (b *Builder) log() *slog.Logger {
 func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, error) {
 	s := b.Store
 	res := &Result{Layers: plan.Layers}
-	drvs := map[store.Path]store.Path{}   // output → .drv
+	drvs := map[store.Path]store.Path{} // output → .drv
 	byOut := map[store.Path]*derivation.Derivation{}
 	var outs []store.Path
 	for _, d := range plan.Derivations {

@@ -20,9 +20,9 @@ import (
 // provides it, the Debian package that owns it, and the recipe declaration
 // that brought that package in.
 type Explanation struct {
-	File      string     `json:"file"`      // as asked, absolute
-	Resolved  string     `json:"resolved"`  // after symlinks in its parent directories
-	Layer     store.Path `json:"layer"`     // the topmost layer holding it
+	File      string     `json:"file"`       // as asked, absolute
+	Resolved  string     `json:"resolved"`   // after symlinks in its parent directories
+	Layer     store.Path `json:"layer"`      // the topmost layer holding it
 	LayerKind string     `json:"layer_kind"` // "seed" or "layer"
 	Package   string     `json:"package,omitempty"`
 	Version   string     `json:"version,omitempty"`

@@ -29,10 +29,10 @@ type Rule struct {
 // ended abnormally ("upstream: ...", "client: ...", "idle timeout", "proxy stopped").
 type Decision struct {
 	Time    time.Time `json:"time"`
-	Method  string    `json:"method"`           // "GET", "CONNECT", ...
-	Host    string    `json:"host"`             // as requested, lowercased
-	Port    int       `json:"port"`             //
-	Allowed bool      `json:"allowed"`          //
+	Method  string    `json:"method"` // "GET", "CONNECT", ...
+	Host    string    `json:"host"`   // as requested, lowercased
+	Port    int       `json:"port"`
+	Allowed bool      `json:"allowed"`
 	Reason  string    `json:"reason,omitempty"` // why refused: "not in allowlist", "resolves to a private address 10.0.0.1", "bad request", "upstream: ..."
 	Bytes   int64     `json:"bytes"`            // bytes relayed back to the client
 }
@@ -318,8 +318,9 @@ func (p *Proxy) record(d Decision) {
 // Serve accepts on l until ctx is done or l is closed; returns nil on ctx cancellation. It closes l on return.
 //
 // When Serve returns, every connection it accepted is closed, every tunnel torn down, every Decision
-// logged, and its goroutines have ended (but for the last instructions of goroutines inside net/http).
-// If l was closed by someone else, Serve returns the accept error (errors.Is net.ErrClosed).
+// logged, and the goroutines it started have ended or are past their last blocking call (net/http's
+// connection goroutines return just after reporting StateClosed). If l was closed by someone else, Serve
+// cleans up the same way and returns the accept error (errors.Is(err, net.ErrClosed)).
 func (p *Proxy) Serve(ctx context.Context, l net.Listener) error {
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)

@@ -7,55 +7,138 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"golang.org/x/sys/unix"
 	"toolshed.dev/shed/sandbox"
 )
 
-// BenchmarkRunTrue is a warm launch of /bin/true: a busybox root of 2 lowers with an upper, end to end
-// (Run returns after the whole sandbox is gone). Compare with BenchmarkFloor in the same run.
+// The launch benchmarks: read them as ratios, BenchmarkRunTrue/X against BenchmarkFloor/Y, in one run.
+//
+//	busybox               the brief's case: busybox root of 2 lowers, upper in a temp dir (on disk)
+//	busybox-tmpfs-upper   same with the upper on tmpfs, as the floor has it (Benches can use that)
+//	glibc-tmpfs-upper     /usr/bin/true of the host (dynamic, like Debian's) in a third lower
+//
+// Each iteration is a whole launch: Run returns after every process of the sandbox is gone.
+
 func BenchmarkRunTrue(b *testing.B) {
 	requireRoot(b)
-	spec, _ := writableSpec(b, "/bin/true")
-	ctx := context.Background()
-	if _, err := sandbox.Run(ctx, spec, sandbox.Stdio{}); err != nil { // warm the sealed copy
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for b.Loop() {
-		code, err := sandbox.Run(ctx, spec, sandbox.Stdio{})
-		if err != nil || code != 0 {
-			b.Fatalf("run: code %d, %v", code, err)
-		}
+	for _, c := range []struct {
+		name       string
+		glibc      bool
+		tmpfsUpper bool
+	}{
+		{"busybox", false, false},
+		{"busybox-tmpfs-upper", false, true},
+		{"glibc-tmpfs-upper", true, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			lowers, argv := busyboxLowers(b), "/bin/true"
+			if c.glibc {
+				lowers, argv = append(lowers, glibcLower(b)), "/usr/bin/true"
+			}
+			dir := b.TempDir()
+			if c.tmpfsUpper {
+				dir = tmpfsDir(b)
+			}
+			upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+			for _, d := range []string{upper, work} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					b.Fatal(err)
+				}
+			}
+			spec := &sandbox.Spec{Root: sandbox.Root{Lowers: lowers, Upper: upper, Work: work}, Argv: []string{argv}}
+			ctx := context.Background()
+			// The first Start of a process makes the sealed copy of the binary (BenchmarkSealedCopy).
+			if code, err := sandbox.Run(ctx, spec, sandbox.Stdio{}); err != nil || code != 0 {
+				b.Fatalf("run: code %d, %v", code, err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if code, err := sandbox.Run(ctx, spec, sandbox.Stdio{}); err != nil || code != 0 {
+					b.Fatalf("run: code %d, %v", code, err)
+				}
+			}
+		})
 	}
 }
 
-// BenchmarkFloor runs testdata/floor.c (a copy of shared/bench/floor.c), the bare C floor for the same
-// launch: namespaces, tmpfs upper, overlay of the same 2 lowers, /proc, /dev, /tmp, chroot, exec.
+// BenchmarkFloor runs testdata/floor.c (a copy of shared/bench/floor.c), the bare C floor of the same
+// launch: namespaces, a tmpfs upper, an overlay of the same lowers, /proc, /dev, /tmp, chroot, exec.
 func BenchmarkFloor(b *testing.B) {
 	requireRoot(b)
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		b.Fatal("gcc not found: apt-get install gcc")
 	}
-	dir := b.TempDir()
-	floor := filepath.Join(dir, "floor")
+	floor := filepath.Join(b.TempDir(), "floor")
 	if out, err := exec.Command(gcc, "-O2", "-o", floor, "testdata/floor.c").CombinedOutput(); err != nil {
 		b.Fatalf("compile floor.c: %v\n%s", err, out)
 	}
-	work := filepath.Join(dir, "work")
-	if err := os.Mkdir(work, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	lowers := busyboxLowers(b)
-	// floor takes overlay's order, top first.
-	arg := lowers[1] + ":" + lowers[0]
-	b.ResetTimer()
-	for b.Loop() {
-		if out, err := exec.Command(floor, work, arg, "/bin/true").CombinedOutput(); err != nil {
-			b.Fatalf("floor: %v\n%s", err, strings.TrimSpace(string(out)))
-		}
+	for _, c := range []struct {
+		name  string
+		glibc bool
+	}{{"busybox", false}, {"glibc", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			lowers, argv := busyboxLowers(b), "/bin/true"
+			if c.glibc {
+				lowers, argv = append(lowers, glibcLower(b)), "/usr/bin/true"
+			}
+			// floor takes overlay's order, top first.
+			var top []string
+			for i := len(lowers) - 1; i >= 0; i-- {
+				top = append(top, lowers[i])
+			}
+			work := b.TempDir()
+			for b.Loop() {
+				if out, err := exec.Command(floor, work, strings.Join(top, ":"), argv).CombinedOutput(); err != nil {
+					b.Fatalf("floor: %v\n%s", err, out)
+				}
+			}
+		})
 	}
 }
 
-var _ = time.Second
+// tmpfsDir returns a fresh directory on a tmpfs mounted for the benchmark.
+func tmpfsDir(b *testing.B) string {
+	d := b.TempDir()
+	if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=64m"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unix.Unmount(d, unix.MNT_DETACH) })
+	return d
+}
+
+// glibcLower returns a lower holding the host's /usr/bin/true with its dynamic loader and libraries,
+// at their paths, so that launching it costs what it costs on a Debian root.
+func glibcLower(b *testing.B) string {
+	b.Helper()
+	dir := b.TempDir()
+	out, err := exec.Command("ldd", "/usr/bin/true").Output()
+	if err != nil {
+		b.Fatalf("ldd /usr/bin/true: %v", err)
+	}
+	files := []string{"/usr/bin/true"}
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasPrefix(f, "/") {
+			files = append(files, f)
+		}
+	}
+	for _, f := range files {
+		real, err := filepath.EvalSymlinks(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		data, err := os.ReadFile(real)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
+}

@@ -34,10 +34,10 @@ func requireRoot(t testing.TB) {
 
 // shared holds the busybox root, built once per test binary: lowers are never written.
 var shared struct {
-	once          sync.Once
-	dir           string
-	bottom, top   string
-	err           error
+	once        sync.Once
+	dir         string
+	bottom, top string
+	err         error
 }
 
 // busyboxLowers returns two lower directories, bottom first: a tiny root made of busybox-static and its

@@ -61,8 +61,8 @@ func Init() {
 	if len(os.Args) == 0 || os.Args[0] != initArg0 || os.Getenv(initEnv) != "1" {
 		return
 	}
-	// Mount and credential work is per thread in places (no_new_privs, the capability bounding set,
-	// cgroup v1 tasks): keep all of it, and the fork of the command, on this one thread.
+	// Some of init's work is per thread (no_new_privs, the capability bounding set, being the
+	// command's ptrace tracer): keep all of it, and the fork of the command, on this one thread.
 	runtime.LockOSThread()
 	os.Exit(runInit())
 }
@@ -85,8 +85,8 @@ func runInit() int {
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 		close(sigReady)
 	}()
-	sync := os.NewFile(fdSync, "sandbox-sync")
-	dec, enc := json.NewDecoder(sync), json.NewEncoder(sync)
+	conn := os.NewFile(fdSync, "sandbox-sync")
+	dec, enc := json.NewDecoder(conn), json.NewEncoder(conn)
 	var m message
 	if err := dec.Decode(&m); err != nil || m.Config == nil {
 		return initFatal("read config: %v", err)

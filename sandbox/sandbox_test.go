@@ -555,6 +555,12 @@ func TestExecutableGuard(t *testing.T) {
 	if after := fileHash(t, exe); after != before {
 		t.Error("the test binary changed on disk")
 	}
+	// Without capabilities, root in the sandbox cannot even look: init is not dumpable.
+	spec := readOnlySpec(t, "sh", "-c", `readlink /proc/1/exe || echo no-exe; readlink /proc/1/fd/0 || echo no-fd; cat /proc/1/environ || echo no-environ`)
+	spec.DropCaps = true
+	if r := run(t, spec); r.stdout != "no-exe\nno-fd\nno-environ\n" {
+		t.Errorf("DropCaps: got %q %q, want /proc/1/exe, fd and environ refused", r.stdout, r.stderr)
+	}
 }
 
 func fileHash(t *testing.T, p string) [32]byte {

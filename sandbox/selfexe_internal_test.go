@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"testing"
 
@@ -40,9 +42,15 @@ func TestSealedCopy(t *testing.T) {
 	if _, err := f.WriteAt([]byte{0}, 0); err == nil {
 		t.Error("wrote to the sealed copy")
 	}
-	a, _ := os.ReadFile("/proc/self/exe")
-	c, _ := os.ReadFile(f.Name())
-	if st, _ := f.Stat(); st.Size() != int64(len(a)) || len(c) != 0 && string(c) != string(a) {
-		t.Errorf("copy differs from the executable (%d bytes vs %d)", st.Size(), len(a))
+	a, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := os.ReadFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, c) {
+		t.Errorf("copy differs from the executable (%d bytes vs %d)", len(c), len(a))
 	}
 }

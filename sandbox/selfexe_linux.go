@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"sync"
 
@@ -34,11 +33,7 @@ func copySelf() (*os.File, error) {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "shed-sandbox-init")
-	if st, err := src.Stat(); err == nil {
-		// One allocation up front instead of growing page by page.
-		_ = unix.Fallocate(fd, 0, 0, st.Size())
-	}
-	if _, err := io.Copy(f, src); err != nil {
+	if err := copyAll(f, src); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("copy own executable: %w", err)
 	}
@@ -48,4 +43,31 @@ func copySelf() (*os.File, error) {
 		return nil, fmt.Errorf("seal copy of own executable: %w", err)
 	}
 	return f, nil
+}
+
+// copyAll copies src into the empty memfd dst. Sizing dst first and copying in the kernel (sendfile)
+// measured about twice as fast as io.Copy here: this copy is on the first Start of every process.
+func copyAll(dst, src *os.File) error {
+	st, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	n := st.Size()
+	if err := unix.Ftruncate(int(dst.Fd()), n); err != nil {
+		return err
+	}
+	var off int64
+	for off < n {
+		k, err := unix.Sendfile(int(dst.Fd()), int(src.Fd()), &off, int(min(n-off, 1<<30)))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sendfile: %w", err)
+		}
+		if k == 0 {
+			return fmt.Errorf("sendfile: %s shrank to %d bytes while copying", src.Name(), off)
+		}
+	}
+	return nil
 }

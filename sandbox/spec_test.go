@@ -28,15 +28,17 @@ func validSpec() sandbox.Spec {
 
 func TestValidateAccepts(t *testing.T) {
 	for name, edit := range map[string]func(*sandbox.Spec){
-		"full":                func(*sandbox.Spec) {},
-		"read-only overlay":   func(s *sandbox.Spec) { s.Root.Upper, s.Root.Work = "", "" },
-		"single lower":        func(s *sandbox.Spec) { s.Root = sandbox.Root{Lowers: []string{"/seed"}} },
-		"host root":           func(s *sandbox.Spec) { s.Root = sandbox.Root{Host: true} },
-		"absolute argv0":      func(s *sandbox.Spec) { s.Argv = []string{"/bin/true"} },
-		"no env, no dir":      func(s *sandbox.Spec) { s.Env, s.Dir = nil, "" },
-		"hostname":            func(s *sandbox.Spec) { s.Hostname = "bench-1.example" },
-		"500 lowers":          func(s *sandbox.Spec) { s.Root.Lowers = lowers(500) },
-		"bind file in /etc":   func(s *sandbox.Spec) { s.Binds = []sandbox.Bind{{Source: "/x/resolv.conf", Target: "/etc/resolv.conf"}} },
+		"full":              func(*sandbox.Spec) {},
+		"read-only overlay": func(s *sandbox.Spec) { s.Root.Upper, s.Root.Work = "", "" },
+		"single lower":      func(s *sandbox.Spec) { s.Root = sandbox.Root{Lowers: []string{"/seed"}} },
+		"host root":         func(s *sandbox.Spec) { s.Root = sandbox.Root{Host: true} },
+		"absolute argv0":    func(s *sandbox.Spec) { s.Argv = []string{"/bin/true"} },
+		"no env, no dir":    func(s *sandbox.Spec) { s.Env, s.Dir = nil, "" },
+		"hostname":          func(s *sandbox.Spec) { s.Hostname = "bench-1.example" },
+		"500 lowers":        func(s *sandbox.Spec) { s.Root.Lowers = lowers(500) },
+		"bind file in /etc": func(s *sandbox.Spec) {
+			s.Binds = []sandbox.Bind{{Source: "/x/resolv.conf", Target: "/etc/resolv.conf"}}
+		},
 		"target like /device": func(s *sandbox.Spec) { s.Binds = []sandbox.Bind{{Source: "/x", Target: "/device"}} },
 		"no limits":           func(s *sandbox.Spec) { s.Limits = sandbox.Limits{} },
 	} {

@@ -125,17 +125,16 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 // init to report that the command started, or why not.
 func (p *Process) handshake(ctx context.Context, cfg *initConfig) error {
 	enc := json.NewEncoder(p.sync)
-	// A failed write means init is gone; its exit is reported below.
-	sendErr := enc.Encode(message{Config: cfg})
-	if sendErr == nil && len(cfg.Spec.Network.Listen) > 0 {
-		ls, err := listenIn(p.Pid, cfg.Spec.Network.Listen)
-		p.Listeners = ls
-		if err != nil {
-			return err
+	// A failed write means init is gone: the read below tells how it ended.
+	if enc.Encode(message{Config: cfg}) == nil {
+		if len(cfg.Spec.Network.Listen) > 0 {
+			ls, err := listenIn(p.Pid, cfg.Spec.Network.Listen)
+			p.Listeners = ls
+			if err != nil {
+				return err
+			}
 		}
-	}
-	if sendErr == nil {
-		sendErr = enc.Encode(message{Go: true})
+		_ = enc.Encode(message{Go: true})
 	}
 	var m message
 	err := p.dec.Decode(&m)

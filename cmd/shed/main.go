@@ -123,6 +123,15 @@ func hintFor(err error) string {
 		return "the build log says more: `shed log " + be.Path.String() + "` (" + be.Log + ")"
 	}
 	switch {
+	case errors.Is(err, builder.ErrGone):
+		return "the mirror no longer serves that pinned version: a store that has it still realizes; " +
+			"otherwise pin a version the mirror serves (`shed lock --update PKG`) or use a snapshot seed"
+	case errors.Is(err, builder.ErrHashMismatch):
+		return "the bytes served are not the ones the lock pinned: nothing was stored; check the mirror (or a proxy in between) and run again"
+	case errors.Is(err, builder.ErrMissing), errors.Is(err, builder.ErrOffline):
+		return "run once with network (without --offline), or import the paths from a cache"
+	case errors.Is(err, builder.ErrResolve):
+		return "check the package names and pins against the mirror (apt-cache policy NAME on a Debian machine)"
 	case errors.Is(err, store.ErrNotInitialized):
 		return "run `shed init` first (as root), or point --root / SHED_ROOT at an initialized store"
 	case errors.Is(err, store.ErrUnsafe):
