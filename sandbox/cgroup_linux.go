@@ -37,7 +37,7 @@ func newCgroup(l Limits) (*cgroup, error) {
 	}
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("name cgroup: %w", err)
 	}
 	name := hex.EncodeToString(id[:])
 	c := &cgroup{}

@@ -398,6 +398,33 @@ func TestBinds(t *testing.T) {
 	}
 }
 
+func TestBindsNestedAndOverLowerFiles(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	outer, inner := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(inner, "f"), []byte("inner\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	which := filepath.Join(t.TempDir(), "which")
+	if err := os.WriteFile(which, []byte("bound\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, upper := writableSpec(t, "sh", "-c", "cat /run/a/b/f /etc/which; echo x > /run/a/top && echo outer-rw")
+	// Child first: the executor mounts parents first, so the inner bind lands on top of the outer one.
+	spec.Binds = []sandbox.Bind{
+		{Source: inner, Target: "/run/a/b"},
+		{Source: outer, Target: "/run/a", Writable: true},
+		{Source: which, Target: "/etc/which"}, // exists in the lowers: mounted over, not copied up
+	}
+	r := run(t, spec)
+	if r.stdout != "inner\nbound\nouter-rw\n" {
+		t.Errorf("got %q %q", r.stdout, r.stderr)
+	}
+	if ents, _ := os.ReadDir(upper); len(ents) != 0 {
+		t.Errorf("upper has %d entries, want none", len(ents))
+	}
+}
+
 func TestBindSymlinkSourceRefused(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()

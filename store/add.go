@@ -64,7 +64,7 @@ func (s *Store) Realize(ctx context.Context, p Path, opts AddOptions, build Buil
 	if _, err := os.Lstat(out); err != nil {
 		return nil, false, fmt.Errorf("build %s: produced no output: %w", p, err)
 	}
-	failpoint("add-staged")
+	failpointFor("add-staged", p.Name())
 	info, err = s.register(ctx, p, out, opts, nil)
 	if err != nil {
 		return nil, false, err
@@ -88,11 +88,11 @@ func (s *Store) AddDir(ctx context.Context, src, name string, refs []Path) (*Pat
 	if err := CopyTree(ctx, src, out); err != nil {
 		return nil, fmt.Errorf("add %s: %w", src, err)
 	}
-	failpoint("add-staged")
+	failpointFor("add-staged", name)
 	if err := ClampTimes(out, DefaultEpoch); err != nil {
 		return nil, err
 	}
-	failpoint("add-clamped")
+	failpointFor("add-clamped", name)
 	m, err := ScanTree(ctx, out)
 	if err != nil {
 		return nil, err
@@ -154,17 +154,17 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 		if err := ClampTimes(out, epoch); err != nil {
 			return nil, err
 		}
-		failpoint("add-clamped")
+		failpointFor("add-clamped", p.Name())
 		var err error
 		if m, err = ScanTree(ctx, out); err != nil {
 			return nil, err
 		}
 	}
-	failpoint("add-scanned")
+	failpointFor("add-scanned", p.Name())
 	if err := SyncTree(out); err != nil {
 		return nil, err
 	}
-	failpoint("add-synced")
+	failpointFor("add-synced", p.Name())
 	// Leftovers of a crashed earlier attempt: bytes without a record.
 	if err := s.removeDebris(p); err != nil {
 		return nil, err
@@ -175,11 +175,11 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 	if err := syncDir(filepath.Join(s.root, dirStore)); err != nil {
 		return nil, err
 	}
-	failpoint("add-renamed")
+	failpointFor("add-renamed", p.Name())
 	if err := writeFileAtomic(s.manifestFile(p), m.Encode(), 0o600); err != nil {
 		return nil, err
 	}
-	failpoint("add-manifest-written")
+	failpointFor("add-manifest-written", p.Name())
 	info := &PathInfo{
 		Path:        p,
 		Deriver:     opts.Deriver,
@@ -199,7 +199,7 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 	if err := writeFileAtomic(s.metaFile(p), b, 0o600); err != nil {
 		return nil, err
 	}
-	failpoint("add-registered")
+	failpointFor("add-registered", p.Name())
 	return info, nil
 }
 

@@ -2,14 +2,18 @@ package store
 
 import (
 	"os"
+	"path"
+	"strings"
 	"sync"
 	"syscall"
 )
 
 // FailpointEnv names the environment variable that arms a failpoint: when it
 // holds the name of a step, the process kills itself with SIGKILL on reaching
-// that step. The crash tests use it to prove that a crash at any step leaves
-// a valid store; it costs one string comparison when unset.
+// that step. "STEP@PATTERN" arms it only for paths whose name matches PATTERN
+// (path.Match syntax, e.g. "add-renamed@apt-*" for layers, "@*.deb" for
+// fetches). The crash tests use it to prove that a crash at any step leaves a
+// valid store; it costs one string comparison when unset.
 const FailpointEnv = "SHED_FAILPOINT"
 
 // Failpoints lists the steps of adding a path and of gc, in order.
@@ -21,9 +25,23 @@ var Failpoints = []string{
 
 var armed = sync.OnceValue(func() string { return os.Getenv(FailpointEnv) })
 
-func failpoint(name string) {
-	if armed() == name {
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is delivered before we get here
+func failpoint(name string) { failpointFor(name, "") }
+
+// failpointFor is failpoint for a step of adding the path named pathName.
+func failpointFor(name, pathName string) {
+	a := armed()
+	if a == "" {
+		return
 	}
+	step, pattern, scoped := strings.Cut(a, "@")
+	if step != name {
+		return
+	}
+	if scoped {
+		if ok, _ := path.Match(pattern, pathName); !ok {
+			return
+		}
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is delivered before we get here
 }
