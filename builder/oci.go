@@ -295,7 +295,7 @@ func readOCIManifest(ctx context.Context, ext casext.Engine, d digest.Digest) (i
 // size. Extraction itself (path confinement, whiteouts, metadata) is umoci's.
 func unpackOCILayer(ctx context.Context, ext casext.Engine, root string, desc ispec.Descriptor, diffID digest.Digest, lim *unpackLimit) (err error) {
 	base, suffix := mediatype.SplitMediaTypeSuffix(desc.MediaType)
-	//nolint:staticcheck // non-distributable layers are deprecated but still found in images
+	//lint:ignore SA1019 non-distributable layers are deprecated but still found in images
 	if base != ispec.MediaTypeImageLayer && base != ispec.MediaTypeImageLayerNonDistributable {
 		return fmt.Errorf("media type %q is not an image layer: %w", desc.MediaType, ErrOCIRefused)
 	}

@@ -246,7 +246,7 @@ func (p *Proxy) allowed(t target, connect bool) bool {
 	if connect {
 		def = 443
 	}
-	return p.allow[ruleKey{t.host, t.port}] || t.port == def && p.allow[ruleKey{t.host, 0}]
+	return p.allow[ruleKey(t)] || t.port == def && p.allow[ruleKey{t.host, 0}]
 }
 
 // resolve returns the addresses of host: the literal itself, or the answer of a single lookup.
