@@ -14,10 +14,12 @@ help: ## show this help
 build: ## build bin/shed
 	$(GO) build -o bin/shed ./cmd/shed
 
-example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and run the main job on examples/jq
+example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and realize examples/jq from Debian's mirror
+	@command -v mmdebstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap; }
 	bin/shed init
-	bin/shed recipe check examples/jq/workshop.toml
-	bin/shed instantiate examples/jq/workshop.toml
+	bin/shed realize examples/jq/workshop.toml
+	bin/shed realize examples/jq/workshop.toml
+	bin/shed why examples/jq/workshop.toml /usr/bin/jq
 
 test: ## run every test (as root: the store and sandbox tests are real), then each fuzz target briefly
 	$(GO) vet ./...
