@@ -30,8 +30,9 @@ test: ## run every test (as root: the store and sandbox tests are real), then ea
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime 10s $$pkg || exit 1; \
 	done
 
-bench: ## run the benchmarks (figures in docs/benchmarks.md)
+bench: ## run the benchmarks: Go benchmarks, then realize vs podman build (figures in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+	scripts/bench-realize.sh
 
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -156,6 +157,11 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 			continue
 		}
 		epoch := int64(store.DefaultEpoch)
+		if d.Builder == recipe.BuilderOCIImport {
+			// An image's mtimes are its own (and Python's .pyc checks
+			// depend on them): keep them.
+			epoch = math.MaxInt64
+		}
 		if v, ok := d.Env["SOURCE_DATE_EPOCH"]; ok {
 			if epoch, _ = strconv.ParseInt(v, 10, 64); epoch <= 0 {
 				return res, fmt.Errorf("%s: bad SOURCE_DATE_EPOCH %q", d.Name, v)

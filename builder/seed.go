@@ -46,10 +46,10 @@ func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation,
 	if err != nil {
 		return err
 	}
+	// The proxy is given in the environment, which apt reads: mmdebstrap
+	// would write an --aptopt into the seed's apt.conf.d, and a seed must not
+	// carry how it was built.
 	argv := []string{"/usr/bin/mmdebstrap", "--variant=minbase", "--hook-dir=" + mmdebstrapHooks,
-		"--aptopt=Acquire::http::Proxy \"http://" + proxyAddr + "\"",
-		"--aptopt=Acquire::https::Proxy \"http://" + proxyAddr + "\"",
-		"--aptopt=Acquire::Languages \"none\"",
 		suite, seedTarget, mirror}
 	spec := &sandbox.Spec{
 		Root:    sandbox.Root{Host: true},
@@ -64,6 +64,9 @@ func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation,
 	}
 	if code != 0 {
 		return fmt.Errorf("%w: mmdebstrap exited %d", ErrBuildFailed, code)
+	}
+	if err := removeBeneath(dir, "etc/apt/apt.conf.d/99mmdebstrap"); err != nil {
+		return err
 	}
 	// Host leakage (lab report §1): never let the builder's host name or
 	// resolver into a seed every Bench starts from.

@@ -64,12 +64,17 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 		return derivation.Input{Drv: drv, Out: d.Output}, nil
 	}
 	var env map[string]string
-	if lock != nil {
+	if lock != nil && lock.Seed.Epoch > 0 {
 		env = map[string]string{"SOURCE_DATE_EPOCH": fmt.Sprint(lock.Seed.Epoch)}
 	}
 
 	seed := seedDerivation(r)
-	seed.Env = env
+	if r.Seed.Kind == "debian" {
+		// An OCI seed is the image's bytes, dated by the image: the epoch
+		// (read later, from the suite the image turns out to be) is not
+		// an input of the import.
+		seed.Env = env
+	}
 	if lock != nil && lock.Seed.Digest != "" {
 		seed.Args = append(seed.Args, lock.Seed.Digest)
 	}

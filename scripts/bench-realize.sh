@@ -5,6 +5,15 @@
 # hyperfine. Usage: scripts/bench-realize.sh [WORKDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+need=()
+command -v podman >/dev/null || need+=(podman)
+command -v runc >/dev/null || need+=(runc)
+command -v hyperfine >/dev/null || need+=(hyperfine)
+command -v bc >/dev/null || need+=(bc)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+if [ ${#need[@]} -gt 0 ]; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
 work=${1:-$(mktemp -d /var/tmp/shed-bench-XXXX)}
 mkdir -p "$work"
 make -s build

@@ -22,6 +22,8 @@ type aptRepo struct {
 	key    string // the armored public key that signs it
 	url    string
 	server *httptest.Server
+	base   string   // work directory: package sources, gnupg home
+	genv   []string // GNUPGHOME for gpg
 }
 
 // debSpec is one package of the repository.
@@ -57,10 +59,28 @@ func newAptRepo(t *testing.T, debs ...debSpec) *aptRepo {
 	os.MkdirAll(gnupg, 0o700)
 	genv := []string{"GNUPGHOME=" + gnupg}
 	run(t, base, genv, "gpg", "--batch", "--passphrase", "", "--quick-gen-key", "shed test repo <test@localhost>", "ed25519", "sign", "never")
+	repo.base, repo.genv = base, genv
+	repo.add(t, debs...)
+	key, err := exec.Command("gpg", "--homedir", gnupg, "--armor", "--export").Output()
+	if err != nil || len(key) == 0 {
+		t.Fatalf("export key: %v", err)
+	}
+	repo.key = writeFile(t, filepath.Join(base, "repo.asc"), string(key))
+	repo.server = httptest.NewServer(http.FileServer(http.Dir(repo.dir)))
+	t.Cleanup(repo.server.Close)
+	repo.url = repo.server.URL
+	return repo
+}
+
+// add builds packages into the pool and publishes new signed indexes.
+func (repo *aptRepo) add(t *testing.T, debs ...debSpec) {
+	t.Helper()
+	base, genv := repo.base, repo.genv
 	pool := filepath.Join(repo.dir, "pool", "main")
 	os.MkdirAll(pool, 0o755)
 	for _, d := range debs {
 		src := filepath.Join(base, "src", d.name)
+		os.RemoveAll(src)
 		control := fmt.Sprintf("Package: %s\nVersion: %s\nArchitecture: all\nMaintainer: shed tests <test@localhost>\nDescription: %s test package\n", d.name, d.version, d.name)
 		if d.depends != "" {
 			control += "Depends: " + d.depends + "\n"
@@ -86,6 +106,8 @@ func newAptRepo(t *testing.T, debs ...debSpec) *aptRepo {
 	}
 	dists := filepath.Join(repo.dir, "dists", "stable")
 	os.MkdirAll(filepath.Join(dists, "main", "binary-amd64"), 0o755)
+	os.Remove(filepath.Join(dists, "Release"))
+	os.Remove(filepath.Join(dists, "InRelease"))
 	out, err := exec.Command("sh", "-c", "cd "+repo.dir+" && apt-ftparchive packages pool").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -100,15 +122,6 @@ func newAptRepo(t *testing.T, debs ...debSpec) *aptRepo {
 	}
 	writeFile(t, filepath.Join(dists, "Release"), string(rel))
 	run(t, dists, genv, "gpg", "--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase", "", "--clearsign", "-o", "InRelease", "Release")
-	key, err := exec.Command("gpg", "--homedir", gnupg, "--armor", "--export").Output()
-	if err != nil || len(key) == 0 {
-		t.Fatalf("export key: %v", err)
-	}
-	repo.key = writeFile(t, filepath.Join(base, "repo.asc"), string(key))
-	repo.server = httptest.NewServer(http.FileServer(http.Dir(repo.dir)))
-	t.Cleanup(repo.server.Close)
-	repo.url = repo.server.URL
-	return repo
 }
 
 // recipe writes a Workshop using the Debian seed plus this repository.
@@ -218,6 +231,34 @@ func TestLocalRepository(t *testing.T) {
 			if !strings.Contains(r.stderr, want) {
 				t.Errorf("error lacks %q:\n%s", want, r.stderr)
 			}
+		}
+	})
+
+	t.Run("lock is kept until --update", func(t *testing.T) {
+		// The repository publishes a new version: the lock keeps the old
+		// one (a lock that matches the recipe is reused) until --update.
+		repo.add(t, debSpec{name: "hello-shed", version: "1.1", depends: "dep-shed", files: map[string]string{"usr/bin/hello-shed": "#!/bin/sh\necho hello 1.1\n"}, modes: map[string]os.FileMode{"usr/bin/hello-shed": 0o755}})
+		r := mustShed(t, root, "lock", file)
+		if !strings.Contains(r.stdout, "is up to date") {
+			t.Errorf("lock of an unchanged recipe: %s", r.stdout)
+		}
+		if r := shed(t, root, nil, "lock", "--update", "-f", file, "not-declared"); r.code != 2 {
+			t.Errorf("--update of a package the recipe does not declare: exit %d, want 2\n%s", r.code, r.stderr)
+		}
+		r = mustShed(t, root, "lock", "--update", "-f", file, "hello-shed")
+		if !strings.Contains(r.stdout, "~ hello-shed 1.0 → 1.1") {
+			t.Errorf("lock --update hello-shed:\n%s", r.stdout)
+		}
+		j := realize(t, root, file)
+		if b, _ := os.ReadFile(filepath.Join(j.Layers[1], "usr/bin/hello-shed")); !strings.Contains(string(b), "hello 1.1") {
+			t.Errorf("the layer does not have hello-shed 1.1: %q", b)
+		}
+		// diff speaks of declarations and resolved packages, not files.
+		other := repo.recipe(t, t.TempDir(), "local", "hello-shed", "dep-shed")
+		mustShed(t, root, "lock", other)
+		d := mustShed(t, root, "diff", file, other)
+		if !strings.Contains(d.stdout, "+ apt.packages: dep-shed") {
+			t.Errorf("diff:\n%s", d.stdout)
 		}
 	})
 

@@ -50,6 +50,16 @@ func TestRealizeJq(t *testing.T) {
 		}
 	}
 
+	// The seed carries nothing of the host or of how it was built.
+	for _, f := range []string{"etc/resolv.conf", "etc/hostname"} {
+		if b, err := os.ReadFile(filepath.Join(first.Layers[0], f)); err != nil || len(b) != 0 {
+			t.Errorf("seed %s: %q, %v; want empty (the builder's host must not leak in)", f, b, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(first.Layers[0], "etc/apt/apt.conf.d/99mmdebstrap")); err == nil {
+		t.Error("the seed keeps mmdebstrap's apt options (the build's proxy)")
+	}
+
 	// Cache hit: nothing built or fetched, and fast; --offline as well.
 	start := time.Now()
 	again := realize(t, root, file)
@@ -84,6 +94,13 @@ func TestRealizeJq(t *testing.T) {
 	// A Workshop root keeps it all through gc.
 	mustShed(t, root, "gc")
 	realize(t, root, file, "--offline")
+
+	// Offline on a store that lacks the paths: one error listing them.
+	empty := newRoot(t)
+	r = shed(t, empty, nil, "realize", "--offline", file)
+	if r.code != 1 || !strings.Contains(r.stderr, "offline") || !strings.Contains(r.stderr, "-debian-bookworm") || !strings.Contains(r.stderr, "shed: hint:") {
+		t.Errorf("offline realize on an empty store: exit %d\n%s", r.code, r.stderr)
+	}
 }
 
 // TestSecondRecipeSharesPackages: a recipe sharing jq with the first fetches
