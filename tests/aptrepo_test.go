@@ -313,6 +313,7 @@ func TestHostilePackages(t *testing.T) {
 		debSpec{name: "hostile-dev", version: "1", postinst: "mknod /usr/share/evil-null c 1 3"},
 		debSpec{name: "hostile-net", version: "1", postinst: fmt.Sprintf(
 			"mkdir -p /var/lib/hostile-net\nif perl -MIO::Socket::INET -e 'exit(IO::Socket::INET->new(PeerAddr=>\"127.0.0.1:%d\",Timeout=>3)?0:1)'; then echo reached > /var/lib/hostile-net/result; else echo unreachable > /var/lib/hostile-net/result; fi", port)},
+		debSpec{name: "hostile-random", version: "1", postinst: "mkdir -p /var/lib/hostile-random\nod -An -N8 -tx8 /dev/urandom > /var/lib/hostile-random/value"},
 		debSpec{name: "hostile-setuid", version: "1", files: map[string]string{"usr/bin/hostile-su": "#!/bin/sh\n"}, modes: map[string]os.FileMode{"usr/bin/hostile-su": 0o755 | os.ModeSetuid}},
 		debSpec{name: "hostile-link", version: "1",
 			symlinks: map[string]string{"usr/share/hostile-link/etc": "/etc", "usr/share/hostile-link/host": hostDir},
@@ -340,6 +341,19 @@ func TestHostilePackages(t *testing.T) {
 		}
 		if n := hits.Load(); n != 0 {
 			t.Errorf("the host-side server saw %d connections from a build", n)
+		}
+	})
+	t.Run("check finds a build that is not reproducible", func(t *testing.T) {
+		f := repo.recipe(t, filepath.Join(dir, "random"), "hostile-random", "hostile-random")
+		realize(t, root, f)
+		r := shed(t, root, nil, "realize", "--check", f)
+		if r.code != 4 {
+			t.Fatalf("realize --check of a random postinst: exit %d, want 4\n%s", r.code, r.stderr)
+		}
+		for _, want := range []string{"content DIFFERS", "var/lib/hostile-random/value: content differs", "is not reproducible"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("--check output lacks %q:\n%s", want, r.stderr)
+			}
 		}
 	})
 	t.Run("setuid kept, symlink not followed out", func(t *testing.T) {
