@@ -15,7 +15,9 @@ import (
 // The launch benchmarks: read them as ratios, BenchmarkRunTrue/X against BenchmarkFloor/Y, in one run.
 //
 //	busybox               the brief's case: busybox root of 2 lowers, upper in a temp dir (on disk)
-//	busybox-tmpfs-upper   same with the upper on tmpfs, as the floor has it (Benches can use that)
+//	busybox-tmpfs-upper   same with the upper on a tmpfs of the caller's, as the floor has it
+//	tmpfs-upper-internal  same with Root.UpperTmpfs: the tmpfs is init's own
+//	bench-profile         tmpfs-upper-internal with DropCaps and a Control socket, as Benches run
 //	glibc-tmpfs-upper     /usr/bin/true of the host (dynamic, like Debian's) in a third lower
 //
 // Each iteration is a whole launch: Run returns after every process of the sandbox is gone.
@@ -23,13 +25,17 @@ import (
 func BenchmarkRunTrue(b *testing.B) {
 	requireRoot(b)
 	for _, c := range []struct {
-		name       string
-		glibc      bool
-		tmpfsUpper bool
+		name          string
+		glibc         bool
+		tmpfsUpper    bool
+		internalTmpfs bool
+		bench         bool
 	}{
-		{"busybox", false, false},
-		{"busybox-tmpfs-upper", false, true},
-		{"glibc-tmpfs-upper", true, true},
+		{"busybox", false, false, false, false},
+		{"busybox-tmpfs-upper", false, true, false, false},
+		{"tmpfs-upper-internal", false, false, true, false},
+		{"bench-profile", false, false, true, true},
+		{"glibc-tmpfs-upper", true, true, false, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			lowers, argv := busyboxLowers(b), "/bin/true"
@@ -47,6 +53,12 @@ func BenchmarkRunTrue(b *testing.B) {
 				}
 			}
 			spec := &sandbox.Spec{Root: sandbox.Root{Lowers: lowers, Upper: upper, Work: work}, Argv: []string{argv}}
+			if c.internalTmpfs {
+				spec.Root = sandbox.Root{Lowers: lowers, UpperTmpfs: true}
+			}
+			if c.bench {
+				spec.DropCaps, spec.Control = true, filepath.Join(b.TempDir(), "control.sock")
+			}
 			ctx := context.Background()
 			// The first Start of a process makes the sealed copy of the binary (BenchmarkSealedCopy).
 			if code, err := sandbox.Run(ctx, spec, sandbox.Stdio{}); err != nil || code != 0 {
@@ -141,4 +153,29 @@ func glibcLower(b *testing.B) string {
 		}
 	}
 	return dir
+}
+
+// BenchmarkExec is one Exec of /bin/true into a running sandbox (bench-profile): connect, send, fork and
+// exec by init, reap, answer.
+func BenchmarkExec(b *testing.B) {
+	requireRoot(b)
+	spec := &sandbox.Spec{
+		Root:     sandbox.Root{Lowers: busyboxLowers(b), UpperTmpfs: true},
+		Argv:     []string{"/bin/sleep", "1000"},
+		DropCaps: true,
+		Control:  filepath.Join(b.TempDir(), "control.sock"),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := sandbox.Start(ctx, spec, sandbox.Stdio{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Wait()
+	defer cancel()
+	req := sandbox.ExecRequest{Argv: []string{"/bin/true"}}
+	for b.Loop() {
+		if code, err := sandbox.Exec(ctx, spec.Control, req, sandbox.Stdio{}); err != nil || code != 0 {
+			b.Fatalf("exec: code %d, %v", code, err)
+		}
+	}
 }

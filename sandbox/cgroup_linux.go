@@ -25,8 +25,14 @@ const cgroupParent = "toolshed"
 // could not start one): init starts the command stopped at its first instruction (ptrace), writes its
 // pid into cgroup.procs, and lets it run. So the limits hold from the command's first instruction, and
 // Pids is exactly the number of tasks the command may have.
+//
+// Each directory is held with flock(LOCK_EX) by the process that created it, for as long as the
+// sandbox lives: Sweep removes only directories nobody holds. Creators take the parent directory with
+// LOCK_SH while they create and lock theirs, and Sweep takes it with LOCK_EX, so Sweep never sees a
+// directory between its mkdir and its lock.
 type cgroup struct {
 	dirs  []string   // created directories, removed last first
+	locks []*os.File // each of dirs, flocked
 	procs []*os.File // cgroup.procs of each, handed to init
 }
 
@@ -94,11 +100,10 @@ func (c *cgroup) setup1(name string, l Limits) error {
 		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return &SetupError{Op: "create cgroup", Path: parent, Err: unwrapErrno(err)}
 		}
-		dir := filepath.Join(parent, name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return &SetupError{Op: "create cgroup", Path: dir, Err: unwrapErrno(err)}
+		dir, err := c.mkdir(parent, name)
+		if err != nil {
+			return err
 		}
-		c.dirs = append(c.dirs, dir)
 		for _, lim := range k.limits {
 			p := filepath.Join(dir, lim.file)
 			err := os.WriteFile(p, []byte(lim.value), 0)
@@ -135,11 +140,10 @@ func (c *cgroup) setup2(name string, l Limits) error {
 			return &SetupError{Op: "enable cgroup controllers", Path: p, Err: unwrapErrno(err)}
 		}
 	}
-	dir := filepath.Join(parent, name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return &SetupError{Op: "create cgroup", Path: dir, Err: unwrapErrno(err)}
+	dir, err := c.mkdir(parent, name)
+	if err != nil {
+		return err
 	}
-	c.dirs = append(c.dirs, dir)
 	var limits [][2]string
 	if l.MemoryBytes > 0 {
 		limits = append(limits, [2]string{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)}, [2]string{"memory.swap.max", "0"})
@@ -158,6 +162,45 @@ func (c *cgroup) setup2(name string, l Limits) error {
 		}
 	}
 	return c.openProcs(dir)
+}
+
+// mkdir creates and locks the sandbox's directory under parent (see cgroup).
+func (c *cgroup) mkdir(parent, name string) (string, error) {
+	pl, err := lockDir(parent, unix.LOCK_SH)
+	if err != nil {
+		return "", &SetupError{Op: "create cgroup", Path: parent, Detail: "lock", Err: unwrapErrno(err)}
+	}
+	defer pl.Close()
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", &SetupError{Op: "create cgroup", Path: dir, Err: unwrapErrno(err)}
+	}
+	c.dirs = append(c.dirs, dir)
+	l, err := lockDir(dir, unix.LOCK_EX|unix.LOCK_NB)
+	if err != nil {
+		return "", &SetupError{Op: "create cgroup", Path: dir, Detail: "lock", Err: unwrapErrno(err)}
+	}
+	c.locks = append(c.locks, l)
+	return dir, nil
+}
+
+// lockDir opens dir and flocks it with how.
+func lockDir(dir string, how int) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 func (c *cgroup) openProcs(dir string) error {
@@ -198,8 +241,106 @@ func (c *cgroup) remove() error {
 			first = fmt.Errorf("remove cgroup %s: %w", c.dirs[i], err)
 		}
 	}
-	c.dirs = nil
+	for _, l := range c.locks {
+		l.Close()
+	}
+	c.dirs, c.locks = nil, nil
 	return first
+}
+
+// Sweep removes what sandboxes of dead processes left behind: their cgroup directories (toolshed/<id> in
+// the v1 memory and pids hierarchies and in the unified one). A process SIGKILLed before its Wait
+// leaves them, empty: its sandbox died with it (Pdeathsig), but nothing removed them. Sweep keeps a
+// directory whose creator is alive (it holds a lock on it, see cgroup) and one that still has tasks.
+// Control sockets are the caller's: Sweep does not touch them. It returns how many directories it
+// removed, and every error it met (it goes on past them).
+func Sweep() (removed int, err error) {
+	var errs []error
+	for _, parent := range []string{
+		filepath.Join(cgroupRoot, "memory", cgroupParent),
+		filepath.Join(cgroupRoot, "pids", cgroupParent),
+		filepath.Join(cgroupRoot, cgroupParent),
+	} {
+		n, err := sweepParent(parent)
+		removed += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+func sweepParent(parent string) (int, error) {
+	// LOCK_EX waits for Starts that are creating their directory here, and holds off new ones.
+	pl, err := lockDir(parent, unix.LOCK_EX)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sweep cgroups: lock %s: %w", parent, err)
+	}
+	defer pl.Close()
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return 0, fmt.Errorf("sweep cgroups: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		if !e.IsDir() || !isCgroupName(e.Name()) {
+			continue
+		}
+		ok, err := sweepDir(filepath.Join(parent, e.Name()))
+		if ok {
+			n++
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// sweepDir removes one sandbox's cgroup directory if nobody holds it and it has no tasks.
+func sweepDir(dir string) (bool, error) {
+	l, err := lockDir(dir, unix.LOCK_EX|unix.LOCK_NB)
+	switch {
+	case err == unix.EWOULDBLOCK || errors.Is(err, os.ErrNotExist):
+		return false, nil // its creator is alive, or it is gone
+	case err != nil:
+		return false, fmt.Errorf("sweep cgroup %s: %w", dir, err)
+	}
+	defer l.Close()
+	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil // not a cgroup
+	case err != nil:
+		return false, fmt.Errorf("sweep cgroup %s: %w", dir, err)
+	case len(strings.TrimSpace(string(procs))) > 0:
+		return false, nil
+	}
+	switch err := unix.Rmdir(dir); err {
+	case nil:
+		return true, nil
+	case unix.EBUSY, unix.ENOENT: // a task or a child cgroup appeared, or someone else removed it
+		return false, nil
+	default:
+		return false, fmt.Errorf("sweep cgroup %s: %w", dir, err)
+	}
+}
+
+// isCgroupName reports whether name is one that newCgroup makes: 16 lowercase hex digits.
+func isCgroupName(name string) bool {
+	if len(name) != 16 {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // unwrapErrno returns the errno inside an *os.PathError, so that a SetupError carries the bare cause.

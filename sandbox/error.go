@@ -64,3 +64,7 @@ func (w *wireError) setupError() *SetupError {
 	}
 	return e
 }
+
+// ErrNotRunning is the cause of an Exec into a sandbox that is not running: nothing listens on the
+// control socket (the sandbox ended, or never existed), or the sandbox ended before the command did.
+var ErrNotRunning = errors.New("sandbox is not running")

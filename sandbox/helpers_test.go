@@ -17,11 +17,98 @@ import (
 
 func TestMain(m *testing.M) {
 	sandbox.Init() // the sandbox's init is this test binary, re-executed
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode))
+	}
 	code := m.Run()
-	if shared.dir != "" {
-		os.RemoveAll(shared.dir)
+	for _, d := range []string{shared.dir, probe.dir} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
 	}
 	os.Exit(code)
+}
+
+// helperEnv makes the test binary, re-executed by a test, play a part instead of running tests; the
+// lowers and the probe come in helperLowersEnv and helperProbeEnv.
+const (
+	helperEnv       = "SHED_SANDBOX_TEST_HELPER"
+	helperLowersEnv = "SHED_SANDBOX_TEST_LOWERS"
+	helperProbeEnv  = "SHED_SANDBOX_TEST_PROBE"
+)
+
+// helperCmd returns the test binary as a helper in mode.
+func helperCmd(t *testing.T, mode string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode,
+		helperLowersEnv+"="+strings.Join(busyboxLowers(t), ":"), helperProbeEnv+"="+probeBind(t).Source)
+	return cmd
+}
+
+func runHelper(mode string) int {
+	spec := &sandbox.Spec{
+		Root: sandbox.Root{Lowers: strings.Split(os.Getenv(helperLowersEnv), ":")},
+		Env:  []string{"PATH=/bin"},
+	}
+	switch mode {
+	case "limited-sleep":
+		// A sandbox with cgroups, for TestSweep to SIGKILL this process under.
+		spec.Argv = []string{"sh", "-c", "cat /proc/self/cgroup; echo ready; exec sleep 1000"}
+		spec.Limits = sandbox.Limits{MemoryBytes: 64 << 20, Pids: 16}
+	case "tty":
+		// Run by TestNoControllingTerminal on a terminal that is this process's controlling terminal.
+		spec.Argv = []string{"sh", "-c", `/run/probe tiocsti; echo "tty_nr=$(cut -d' ' -f7 /proc/self/stat)"`}
+		spec.Binds = []sandbox.Bind{{Source: os.Getenv(helperProbeEnv), Target: "/run/probe"}}
+		spec.DropCaps = true
+	default:
+		fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
+		return 2
+	}
+	code, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 255
+	}
+	return code
+}
+
+// probe is testdata/probe, built static (the test binary is not: it cannot run on the busybox root).
+var probe struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// probeBind returns a bind of the probe at /run/probe.
+func probeBind(t testing.TB) sandbox.Bind {
+	t.Helper()
+	probe.once.Do(func() { probe.err = buildProbe() })
+	if probe.err != nil {
+		t.Fatal(probe.err)
+	}
+	return sandbox.Bind{Source: probe.path, Target: "/run/probe"}
+}
+
+func buildProbe() error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("go not found in PATH, needed to build testdata/probe: %v", err)
+	}
+	if probe.dir, err = os.MkdirTemp("", "sandbox-test-probe-"); err != nil {
+		return err
+	}
+	// Reachable by other uids: TestExecPeerUID runs it as nobody.
+	if err := os.Chmod(probe.dir, 0o755); err != nil {
+		return err
+	}
+	probe.path = filepath.Join(probe.dir, "probe")
+	cmd := exec.Command(goBin, "build", "-o", probe.path, "./testdata/probe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build testdata/probe: %v\n%s", err, out)
+	}
+	return nil
 }
 
 // requireRoot skips a test that needs root; CI runs as root, so there these tests run.

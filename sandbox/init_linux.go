@@ -29,7 +29,7 @@ var initComm = []byte("shed-sandbox\x00")
 const (
 	fdExe  = 3 // the sealed copy of the binary, which init was executed from
 	fdSync = 4 // socket to the parent: config and "go" in, "started" or a SetupError out
-	fdMore = 5 // bind trees, then cgroup files, as initConfig lists them
+	fdMore = 5 // bind trees, cgroup files, the control socket, as initConfig lists them
 )
 
 // message is one JSON value on the sync socket, in either direction.
@@ -46,6 +46,10 @@ type initConfig struct {
 	Binds []initBind // in mount order: parents before children
 	// cgroup.procs files of the sandbox's cgroups: the command's pid goes there before it runs.
 	CgroupProcs []int
+	// Control is the listening socket of Spec.Control (0: none); only connections from ControlUID,
+	// the effective uid of the sandbox's creator, are served.
+	Control    int
+	ControlUID uint32
 }
 
 type initBind struct {
@@ -121,7 +125,13 @@ func runInit() int {
 	if err := enc.Encode(message{Started: true}); err != nil {
 		return initFatal("report start: %v", err)
 	}
-	code, err := reap(pid)
+	var code int
+	var err error
+	if cfg.Control > 0 {
+		code, err = serveControl(cfg, pid)
+	} else {
+		code, err = reap(pid)
+	}
 	if err != nil {
 		return fail(&SetupError{Op: "wait", Detail: "reap the command", Err: err})
 	}
@@ -145,6 +155,9 @@ func closeInherited(cfg *initConfig) *SetupError {
 	}
 	for _, fd := range cfg.CgroupProcs {
 		keep[fd] = true
+	}
+	if cfg.Control > 0 {
+		keep[cfg.Control] = true
 	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -186,7 +199,7 @@ func setup(cfg *initConfig) *SetupError {
 	if e != nil {
 		return e
 	}
-	if e := mountSystem(); e != nil {
+	if e := mountSystem(s.DropCaps); e != nil {
 		return e
 	}
 	for _, b := range cfg.Binds {
@@ -220,7 +233,7 @@ func mountRoot(r *Root) (int, *SetupError) {
 	switch {
 	case r.Host:
 		return cloneTree("/", unix.MOUNT_ATTR_RDONLY|noSuidDev)
-	case len(r.Lowers) == 1 && r.Upper == "":
+	case len(r.Lowers) == 1 && r.Upper == "" && !r.UpperTmpfs:
 		// overlayfs refuses a single lower without an upper: a read-only bind is the same thing.
 		return cloneTree(r.Lowers[0], unix.MOUNT_ATTR_RDONLY|noSuidDev)
 	}
@@ -240,13 +253,18 @@ func mountRoot(r *Root) (int, *SetupError) {
 		}
 	}
 	attr := noSuidDev
-	if r.Upper != "" {
+	switch {
+	case r.UpperTmpfs:
+		if e := tmpfsUpper(fs, r.UpperSize); e != nil {
+			return -1, e
+		}
+	case r.Upper != "":
 		for _, kv := range [][2]string{{"upperdir", r.Upper}, {"workdir", r.Work}} {
 			if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
 				return -1, &SetupError{Op: "mount overlay", Path: kv[1], Detail: fsDetail(fs, kv[0]), Err: err}
 			}
 		}
-	} else {
+	default:
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
 	if err := unix.FsconfigCreate(fs); err != nil {
@@ -257,6 +275,36 @@ func mountRoot(r *Root) (int, *SetupError) {
 		return -1, &SetupError{Op: "mount overlay", Detail: "fsmount", Err: err}
 	}
 	return m, nil
+}
+
+// upperStaging is where init mounts the tmpfs of Root.UpperTmpfs, in its own mount namespace and before
+// the pivot: the host's /proc, which every Linux host has, is not needed there any more, and the pivot
+// detaches it with the rest of the host's tree. (A detached tmpfs, never attached anywhere, would be
+// neater, but overlayfs refuses it as a layer: EINVAL on this kernel.)
+const upperStaging = "/proc"
+
+// tmpfsUpper mounts the tmpfs of Root.UpperTmpfs on upperStaging and gives directories in it to the
+// overlay context fs as its upper and work directories. The overlay keeps its own private clone of that
+// mount, so the tmpfs lives exactly as long as the overlay, until the sandbox's mount namespace goes;
+// neither the host nor the command can reach it.
+func tmpfsUpper(fs int, size int64) *SetupError {
+	data := "mode=0755"
+	if size > 0 {
+		data += ",size=" + strconv.FormatInt(size, 10)
+	}
+	if err := unix.Mount("tmpfs", upperStaging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return &SetupError{Op: "mount tmpfs upper", Path: upperStaging, Detail: data, Err: err}
+	}
+	for _, d := range []string{"upper", "work"} {
+		p := upperStaging + "/" + d
+		if err := unix.Mkdir(p, 0o755); err != nil {
+			return &SetupError{Op: "mount tmpfs upper", Path: p, Detail: "mkdir", Err: err}
+		}
+		if err := unix.FsconfigSetString(fs, d+"dir", p); err != nil {
+			return &SetupError{Op: "mount overlay", Path: p, Detail: fsDetail(fs, d+"dir (tmpfs)"), Err: err}
+		}
+	}
+	return nil
 }
 
 // fsDetail appends the kernel's own explanation, which fsopen file descriptors keep for reading.
@@ -307,9 +355,16 @@ func pivot(root int) *SetupError {
 	return nil
 }
 
+// procReadOnly are the parts of /proc through which uid 0 acts on the whole host by file permissions
+// alone, with no capability: global sysctls (kernel.core_pattern would run a program as host root),
+// the magic SysRq trigger, IRQ affinity, bus and file system settings. runc makes the same ones read-only.
+var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}
+
 // A fresh /proc, a small /dev, and tmpfs on /tmp and /run (scratch that must not land in the upper).
 // /sys is not mounted: builds do not need it, and a read-only sysfs would still show host hardware.
-func mountSystem() *SetupError {
+// With dropCaps, procReadOnly are bound read-only on themselves; without, the command keeps
+// CAP_SYS_ADMIN and could remount them anyway, so the mounts are not paid for.
+func mountSystem(dropCaps bool) *SetupError {
 	for _, m := range []struct {
 		target, fstype, data string
 		flags                uintptr
@@ -335,6 +390,29 @@ func mountSystem() *SetupError {
 			if e := populateDev(); e != nil {
 				return e
 			}
+		}
+		if m.target == "/proc" && dropCaps {
+			if e := protectProc(); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// protectProc bind-mounts each of procReadOnly that this kernel has read-only onto itself. Without
+// CAP_SYS_ADMIN the command can neither unmount nor remount them. About 40 µs.
+func protectProc() *SetupError {
+	for _, p := range procReadOnly {
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			if err == unix.ENOENT {
+				continue
+			}
+			return &SetupError{Op: "bind read-only", Path: p, Err: err}
+		}
+		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+		if err := unix.Mount("", p, "", flags, ""); err != nil {
+			return &SetupError{Op: "bind read-only", Path: p, Detail: "remount", Err: err}
 		}
 	}
 	return nil
@@ -452,6 +530,11 @@ func startCommand(cfg *initConfig) (int, *SetupError) {
 			unix.Kill(pid, unix.SIGKILL)
 			return 0, e
 		}
+		if cfg.Control == 0 { // else each Exec'd command joins them too
+			for _, fd := range cfg.CgroupProcs {
+				unix.Close(fd)
+			}
+		}
 	}
 	return pid, nil
 }
@@ -476,7 +559,6 @@ func enterCgroups(pid int, procs []int) *SetupError {
 		if _, err := unix.Write(fd, []byte(strconv.Itoa(pid))); err != nil {
 			return &SetupError{Op: "join cgroup", Err: err}
 		}
-		unix.Close(fd)
 	}
 	// Detaching with signal 0 discards the SIGTRAP of the exec.
 	if err := unix.PtraceDetach(pid); err != nil {
@@ -551,12 +633,16 @@ func reap(pid int) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if wpid != pid {
-			continue
+		if wpid == pid {
+			return exitCode(ws), nil
 		}
-		if ws.Signaled() {
-			return 128 + int(ws.Signal()), nil
-		}
-		return ws.ExitStatus(), nil
 	}
+}
+
+// exitCode is the status of an exited process as a shell reports it: 128+signal if a signal killed it.
+func exitCode(ws unix.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -36,8 +37,24 @@ type Spec struct {
 	Limits   Limits
 	// DropCaps empties the command's capability sets (bounding, inheritable, ambient), so that even as
 	// uid 0 it cannot mount, ptrace or open raw sockets. A command running as a non-zero UID has no
-	// capabilities anyway.
+	// capabilities anyway. It also makes /proc/sys, /proc/sysrq-trigger, /proc/irq, /proc/bus and
+	// /proc/fs read-only: uid 0 may write global sysctls such as kernel.core_pattern without any
+	// capability (docs/sandbox.md lists what DropCaps covers and what it does not).
 	DropCaps bool
+	// Control, if set, is an absolute host path where Start creates a unix socket (mode 0600) through
+	// which Exec runs more commands in the running sandbox. Only init holds it: the command never sees
+	// it. Put it in a directory that only the caller can write and that the sandbox cannot see (not
+	// under a lower, the upper or a bind source). Wait removes it. At most 107 bytes (sun_path).
+	Control string
+}
+
+// ExecRequest is a command to run in a running sandbox (Exec). The fields mean what the Spec's fields
+// of the same names mean; the command gets the main command's restrictions (no_new_privs, DropCaps,
+// cgroups, namespaces).
+type ExecRequest struct {
+	Argv, Env []string
+	Dir       string
+	UID, GID  uint32
 }
 
 // Root is the sandbox's root filesystem.
@@ -50,16 +67,29 @@ type Root struct {
 	Lowers []string
 	// Upper and Work make the overlay writable; Upper receives every change (the build's output).
 	// Both "" gives a read-only root (with a single lower: a read-only bind of it, since overlayfs
-	// refuses one lower without an upper).
+	// refuses one lower without an upper), unless UpperTmpfs.
 	Upper, Work string
+	// UpperTmpfs makes the overlay writable with its upper and work directories on a tmpfs of init's
+	// own, mounted in the sandbox's mount namespace before the pivot and gone from it after (neither the
+	// command nor the host can reach it): the sandbox's writes live in memory and vanish with it, and
+	// teardown syncs no disk. It needs Lowers and excludes Upper and Work.
+	UpperTmpfs bool
+	// UpperSize caps the tmpfs upper in bytes (a write beyond fails with ENOSPC); 0 is tmpfs's default,
+	// half of RAM. Only with UpperTmpfs. The pages count against Limits.MemoryBytes of the writer.
+	UpperSize int64
 }
 
 // Bind mounts a host path into the sandbox, always nosuid and nodev.
 type Bind struct {
 	// Source is a host path, absolute. The executor opens it in the parent without following a symlink
 	// as the final component and mounts from that descriptor, so a path swapped after the check cannot
-	// redirect it.
+	// redirect it. Exactly one of Source and SourceFD.
 	Source string
+	// SourceFD is a descriptor of the source that the caller already opened and checked, for example
+	// with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) inside an allowed directory; O_PATH is enough.
+	// Start clones the mount tree from it (open_tree with AT_EMPTY_PATH): nothing is looked up by path
+	// again. Start does not close it. It is not part of the JSON form of a Spec.
+	SourceFD *os.File `json:"-"`
 	// Target is an absolute path inside the sandbox, created if missing (a directory, or an empty file
 	// if Source is a file). Put it under /run or /tmp, which are tmpfs: creating it elsewhere writes
 	// into Upper.
@@ -109,8 +139,15 @@ func (s *Spec) Validate() error {
 	seen := make(map[string]int, len(s.Binds))
 	for i, b := range s.Binds {
 		f := fmt.Sprintf("binds[%d]", i)
-		if err := checkPath(f+".source", b.Source); err != nil {
-			return err
+		switch {
+		case b.SourceFD != nil && b.Source != "":
+			return specErr(f+".sourceFD", "excludes source")
+		case b.SourceFD == nil && b.Source == "":
+			return specErr(f+".source", "one of source and sourceFD is required")
+		case b.SourceFD == nil:
+			if err := checkPath(f+".source", b.Source); err != nil {
+				return err
+			}
 		}
 		if err := checkPath(f+".target", b.Target); err != nil {
 			return err
@@ -134,15 +171,42 @@ func (s *Spec) Validate() error {
 			return specErr(fmt.Sprintf("network.listen[%d]", i), "%s", err)
 		}
 	}
-	if len(s.Argv) == 0 {
+	if err := checkCommand(s.Argv, s.Env, s.Dir); err != nil {
+		return err
+	}
+	if s.Hostname != "" {
+		if err := checkHostname(s.Hostname); err != nil {
+			return specErr("hostname", "%s", err)
+		}
+	}
+	if s.Limits.MemoryBytes < 0 {
+		return specErr("limits.memoryBytes", "must not be negative")
+	}
+	if s.Limits.Pids < 0 {
+		return specErr("limits.pids", "must not be negative")
+	}
+	if s.Control != "" {
+		return s.checkControl()
+	}
+	return nil
+}
+
+// Validate checks the request without any system call, as Spec.Validate checks the same fields.
+func (r *ExecRequest) Validate() error {
+	return checkCommand(r.Argv, r.Env, r.Dir)
+}
+
+// checkCommand checks Argv, Env and Dir of a Spec or an ExecRequest.
+func checkCommand(argv, env []string, dir string) error {
+	if len(argv) == 0 {
 		return specErr("argv", "must not be empty")
 	}
-	for i, a := range s.Argv {
+	for i, a := range argv {
 		if strings.IndexByte(a, 0) >= 0 {
 			return specErr(fmt.Sprintf("argv[%d]", i), "must not contain NUL")
 		}
 	}
-	switch a0 := s.Argv[0]; {
+	switch a0 := argv[0]; {
 	case a0 == "":
 		return specErr("argv[0]", "must not be empty")
 	case strings.HasPrefix(a0, "/"):
@@ -152,8 +216,8 @@ func (s *Spec) Validate() error {
 	case strings.Contains(a0, "/"):
 		return specErr("argv[0]", "must be an absolute path or a name without a slash")
 	}
-	keys := make(map[string]int, len(s.Env))
-	for i, e := range s.Env {
+	keys := make(map[string]int, len(env))
+	for i, e := range env {
 		f := fmt.Sprintf("env[%d]", i)
 		k, _, ok := strings.Cut(e, "=")
 		if !ok || k == "" {
@@ -167,21 +231,38 @@ func (s *Spec) Validate() error {
 		}
 		keys[k] = i
 	}
-	if s.Dir != "" {
-		if err := checkPath("dir", s.Dir); err != nil {
-			return err
+	if dir != "" {
+		return checkPath("dir", dir)
+	}
+	return nil
+}
+
+// maxSocketPath is the longest path a unix socket address holds (sun_path, NUL-terminated).
+const maxSocketPath = 107
+
+// checkControl refuses a control socket path that the sandbox could see: from there the command could
+// unlink it and put its own socket in its place, to receive the stdio of whoever calls Exec.
+func (s *Spec) checkControl() error {
+	if err := checkPath("control", s.Control); err != nil {
+		return err
+	}
+	if len(s.Control) > maxSocketPath {
+		return specErr("control", "%d bytes, a unix socket path holds at most %d", len(s.Control), maxSocketPath)
+	}
+	for i, l := range s.Root.Lowers {
+		if within(s.Control, l) {
+			return specErr("control", "inside root.lowers[%d]: the sandbox would see it", i)
 		}
 	}
-	if s.Hostname != "" {
-		if err := checkHostname(s.Hostname); err != nil {
-			return specErr("hostname", "%s", err)
+	for _, d := range []struct{ field, dir string }{{"root.upper", s.Root.Upper}, {"root.work", s.Root.Work}} {
+		if d.dir != "" && within(s.Control, d.dir) {
+			return specErr("control", "inside %s: the sandbox would see it", d.field)
 		}
 	}
-	if s.Limits.MemoryBytes < 0 {
-		return specErr("limits.memoryBytes", "must not be negative")
-	}
-	if s.Limits.Pids < 0 {
-		return specErr("limits.pids", "must not be negative")
+	for i, b := range s.Binds {
+		if b.Source != "" && within(s.Control, b.Source) {
+			return specErr("control", "inside binds[%d].source: the sandbox would see it", i)
+		}
 	}
 	return nil
 }
@@ -194,6 +275,14 @@ func (r *Root) validate() error {
 		return specErr("root", "one of host or lowers is required")
 	case r.Host && (r.Upper != "" || r.Work != ""):
 		return specErr("root", "upper and work go only with lowers")
+	case r.Host && r.UpperTmpfs:
+		return specErr("root.upperTmpfs", "goes only with lowers")
+	case r.UpperTmpfs && (r.Upper != "" || r.Work != ""):
+		return specErr("root.upperTmpfs", "excludes upper and work")
+	case r.UpperSize < 0:
+		return specErr("root.upperSize", "must not be negative")
+	case r.UpperSize > 0 && !r.UpperTmpfs:
+		return specErr("root.upperSize", "goes only with root.upperTmpfs")
 	case len(r.Lowers) > MaxLowers:
 		return specErr("root.lowers", "%d lowers, the kernel allows at most %d", len(r.Lowers), MaxLowers)
 	}

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -41,6 +42,13 @@ func TestValidateAccepts(t *testing.T) {
 		},
 		"target like /device": func(s *sandbox.Spec) { s.Binds = []sandbox.Bind{{Source: "/x", Target: "/device"}} },
 		"no limits":           func(s *sandbox.Spec) { s.Limits = sandbox.Limits{} },
+		"tmpfs upper": func(s *sandbox.Spec) {
+			s.Root = sandbox.Root{Lowers: []string{"/seed"}, UpperTmpfs: true, UpperSize: 1 << 30}
+		},
+		"tmpfs upper, default size": func(s *sandbox.Spec) { s.Root = sandbox.Root{Lowers: []string{"/seed"}, UpperTmpfs: true} },
+		"bind by descriptor":        func(s *sandbox.Spec) { s.Binds[0] = sandbox.Bind{SourceFD: os.Stdin, Target: "/run/in"} },
+		"control":                   func(s *sandbox.Spec) { s.Control = "/var/lib/shed/benches/b1/control.sock" },
+		"control beside upper":      func(s *sandbox.Spec) { s.Control = "/build/control.sock" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := validSpec()
@@ -108,6 +116,21 @@ func TestValidateRejects(t *testing.T) {
 		{"hostname slash", func(s *sandbox.Spec) { s.Hostname = "a/b" }, "hostname", "letters"},
 		{"negative memory", func(s *sandbox.Spec) { s.Limits.MemoryBytes = -1 }, "limits.memoryBytes", "negative"},
 		{"negative pids", func(s *sandbox.Spec) { s.Limits.Pids = -1 }, "limits.pids", "negative"},
+		{"tmpfs upper with upper", func(s *sandbox.Spec) { s.Root.UpperTmpfs = true }, "root.upperTmpfs", "excludes upper and work"},
+		{"tmpfs upper with host", func(s *sandbox.Spec) { s.Root = sandbox.Root{Host: true, UpperTmpfs: true} }, "root.upperTmpfs", "only with lowers"},
+		{"tmpfs upper alone", func(s *sandbox.Spec) { s.Root = sandbox.Root{UpperTmpfs: true} }, "root", "one of host or lowers"},
+		{"negative upper size", func(s *sandbox.Spec) {
+			s.Root = sandbox.Root{Lowers: []string{"/seed"}, UpperTmpfs: true, UpperSize: -1}
+		}, "root.upperSize", "negative"},
+		{"upper size without tmpfs", func(s *sandbox.Spec) { s.Root.UpperSize = 1 << 20 }, "root.upperSize", "only with root.upperTmpfs"},
+		{"bind source and fd", func(s *sandbox.Spec) { s.Binds[1].SourceFD = os.Stdin }, "binds[1].sourceFD", "excludes source"},
+		{"bind without source", func(s *sandbox.Spec) { s.Binds[0].Source = "" }, "binds[0].source", "one of source and sourceFD"},
+		{"relative control", func(s *sandbox.Spec) { s.Control = "control.sock" }, "control", "absolute"},
+		{"long control", func(s *sandbox.Spec) { s.Control = "/" + strings.Repeat("c", 107) }, "control", "at most 107"},
+		{"control in a lower", func(s *sandbox.Spec) { s.Control = "/store/layer/c.sock" }, "control", "inside root.lowers[1]"},
+		{"control in upper", func(s *sandbox.Spec) { s.Control = "/build/upper/c.sock" }, "control", "inside root.upper"},
+		{"control in work", func(s *sandbox.Spec) { s.Control = "/build/work/c.sock" }, "control", "inside root.work"},
+		{"control in a bind source", func(s *sandbox.Spec) { s.Control = "/build/out/c.sock" }, "control", "inside binds[1].source"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := validSpec()
@@ -158,6 +181,28 @@ func TestSetupErrorMessage(t *testing.T) {
 	} {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+func TestExecRequestValidate(t *testing.T) {
+	ok := sandbox.ExecRequest{Argv: []string{"sh", "-c", "true"}, Env: []string{"PATH=/bin"}, Dir: "/root", UID: 1000}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("got %v, want nil", err)
+	}
+	for _, tc := range []struct {
+		req   sandbox.ExecRequest
+		field string
+	}{
+		{sandbox.ExecRequest{}, "argv"},
+		{sandbox.ExecRequest{Argv: []string{"bin/sh"}}, "argv[0]"},
+		{sandbox.ExecRequest{Argv: []string{"sh", "a\x00"}}, "argv[1]"},
+		{sandbox.ExecRequest{Argv: []string{"sh"}, Env: []string{"A=1", "A=2"}}, "env[1]"},
+		{sandbox.ExecRequest{Argv: []string{"sh"}, Dir: "root"}, "dir"},
+	} {
+		var se *sandbox.SpecError
+		if err := tc.req.Validate(); !errors.As(err, &se) || se.Field != tc.field {
+			t.Errorf("%+v: got %v, want a SpecError on %s", tc.req, err, tc.field)
 		}
 	}
 }

@@ -24,10 +24,11 @@ type Process struct {
 	// and served by the caller from the host side. Wait closes them.
 	Listeners []net.Listener
 
-	cmd  *exec.Cmd
-	sync *os.File
-	dec  *json.Decoder
-	cg   *cgroup
+	cmd     *exec.Cmd
+	sync    *os.File
+	dec     *json.Decoder
+	cg      *cgroup
+	control *controlSocket
 
 	once sync.Once
 	code int
@@ -62,9 +63,21 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ctl *controlSocket
+	if spec.Control != "" {
+		if ctl, err = listenControl(spec.Control); err != nil {
+			cg.remove()
+			return nil, err
+		}
+		handed = append(handed, ctl.f)
+	}
+	cleanup := func() {
+		cg.remove()
+		ctl.remove()
+	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		cg.remove()
+		cleanup()
 		return nil, fmt.Errorf("start sandbox: socketpair: %w", err)
 	}
 	parentEnd, childEnd := os.NewFile(uintptr(pair[0]), "sandbox-sync"), os.NewFile(uintptr(pair[1]), "sandbox-sync")
@@ -77,10 +90,16 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 		cfg.Binds[i].FD = fdMore + i
 	}
 	if cg != nil {
-		for i, f := range cg.procs {
-			cfg.CgroupProcs = append(cfg.CgroupProcs, fdMore+len(trees)+i)
+		for _, f := range cg.procs {
+			cfg.CgroupProcs = append(cfg.CgroupProcs, fdMore+len(extra)-2)
 			extra = append(extra, f)
 		}
+	}
+	if ctl != nil {
+		// init serves it from the start of the command on; the parent's copy is closed below, so that the
+		// socket stops accepting when init dies.
+		cfg.Control, cfg.ControlUID = fdMore+len(extra)-2, uint32(os.Geteuid())
+		extra = append(extra, ctl.f)
 	}
 
 	// The child's fd 3 is the sealed copy (ExtraFiles[0]), so this path is resolved in the child,
@@ -89,7 +108,7 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 	cmd.Args = []string{initArg0}
 	// A fixed GOMAXPROCS skips the runtime's cgroup probing at start; 2 lets init's signal setup run
 	// beside its mounts.
-	cmd.Env = []string{initEnv + "=1", "GOMAXPROCS=2"}
+	cmd.Env = []string{initEnv + "=1", "GOMAXPROCS=2", "GODEBUG=containermaxprocs=0,updatemaxprocs=0"}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
 	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -97,12 +116,16 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 		// The sandbox dies with the thread that started it (Go threads live as long as the process,
 		// unless a goroutine exits while locked to one).
 		Pdeathsig: unix.SIGKILL,
-		// Terminal signals (^C) go to the caller, which decides; init forwards what it is sent.
-		Setpgid: true,
+		// A session of its own, without a controlling terminal: terminal signals (^C) go to the caller,
+		// which decides (init forwards what it is sent); a terminal passed as stdio is not the
+		// sandbox's controlling terminal, so without CAP_SYS_ADMIN the command cannot push input into
+		// it with TIOCSTI (to be run by the caller's shell once the sandbox ends), and reading it does
+		// not stop the command with SIGTTIN.
+		Setsid: true,
 	}
 	if err := cmd.Start(); err != nil {
 		parentEnd.Close()
-		cg.remove()
+		cleanup()
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
 	if cg != nil {
@@ -113,7 +136,7 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 	}
 	handed = nil
 
-	p := &Process{Pid: cmd.Process.Pid, cmd: cmd, sync: parentEnd, dec: json.NewDecoder(parentEnd), cg: cg}
+	p := &Process{Pid: cmd.Process.Pid, cmd: cmd, sync: parentEnd, dec: json.NewDecoder(parentEnd), cg: cg, control: ctl}
 	if err := p.handshake(ctx, cfg); err != nil {
 		p.abort()
 		return nil, err
@@ -168,13 +191,14 @@ func (p *Process) release() error {
 	for _, l := range p.Listeners {
 		l.Close()
 	}
+	p.control.remove()
 	return p.cg.remove()
 }
 
 // Wait waits until every process of the sandbox is dead (the pid namespace is torn down) and returns the
 // command's exit code (128+signal if a signal killed it, also when ctx cancellation killed the sandbox).
 // err is non-nil only if the sandbox itself failed, as a *SetupError. Wait closes Listeners and removes
-// the sandbox's cgroups. It may be called more than once.
+// the sandbox's cgroups and its control socket. It may be called more than once.
 func (p *Process) Wait() (exitCode int, err error) {
 	p.once.Do(func() {
 		werr := p.cmd.Wait()
@@ -248,21 +272,21 @@ func openBinds(binds []Bind) ([]initBind, []*os.File, error) {
 }
 
 func openBind(b Bind) (tree int, file bool, err error) {
-	fd, err := unix.Open(b.Source, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, name, err := openSource(b)
 	if err != nil {
-		return -1, false, &SetupError{Op: "open bind source", Path: b.Source, Err: err}
+		return -1, false, &SetupError{Op: "open bind source", Path: name, Err: err}
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return -1, false, &SetupError{Op: "open bind source", Path: b.Source, Err: err}
+		return -1, false, &SetupError{Op: "open bind source", Path: name, Err: err}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return -1, false, &SetupError{Op: "open bind source", Path: b.Source, Detail: "is a symlink", Err: unix.ELOOP}
+		return -1, false, &SetupError{Op: "open bind source", Path: name, Detail: "is a symlink", Err: unix.ELOOP}
 	}
 	tree, err = unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH|unix.O_CLOEXEC)
 	if err != nil {
-		return -1, false, &SetupError{Op: "bind", Path: b.Source, Detail: "open_tree", Err: err}
+		return -1, false, &SetupError{Op: "bind", Path: name, Detail: "open_tree", Err: err}
 	}
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
 	if !b.Writable {
@@ -270,9 +294,75 @@ func openBind(b Bind) (tree int, file bool, err error) {
 	}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		unix.Close(tree)
-		return -1, false, &SetupError{Op: "bind", Path: b.Source, Detail: "mount_setattr", Err: err}
+		return -1, false, &SetupError{Op: "bind", Path: name, Detail: "mount_setattr", Err: err}
 	}
 	return tree, st.Mode&unix.S_IFMT != unix.S_IFDIR, nil
+}
+
+// openSource returns a descriptor of the bind's source, to close, and a name for errors: Source opened
+// without following a final symlink, or a duplicate of SourceFD (the caller keeps the original).
+func openSource(b Bind) (int, string, error) {
+	if b.SourceFD == nil {
+		fd, err := unix.Open(b.Source, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		return fd, b.Source, err
+	}
+	fd, err := unix.FcntlInt(b.SourceFD.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	runtime.KeepAlive(b.SourceFD)
+	return fd, b.SourceFD.Name(), err
+}
+
+// controlSocket is the listening socket of Spec.Control and the identity of its file, so that Wait
+// removes that file and not one put in its place.
+type controlSocket struct {
+	path     string
+	f        *os.File
+	dev, ino uint64
+}
+
+// listenControl creates the control socket at path, mode 0600 from the first instant: the mode of a
+// unix socket's file is that of the socket's own inode (less the umask) when it is bound, so it is set
+// with fchmod before bind. bind refuses an existing path: nothing is replaced.
+func listenControl(path string) (*controlSocket, error) {
+	fail := func(detail string, err error) (*controlSocket, error) {
+		return nil, &SetupError{Op: "create control socket", Path: path, Detail: detail, Err: err}
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fail("socket", err)
+	}
+	f := os.NewFile(uintptr(fd), "control "+path)
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		f.Close()
+		return fail("fchmod", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		f.Close()
+		return fail("bind", err)
+	}
+	c := &controlSocket{path: path, f: f}
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		f.Close()
+		return fail("stat", err)
+	}
+	c.dev, c.ino = st.Dev, st.Ino
+	if err := unix.Listen(fd, 64); err != nil {
+		c.remove()
+		return fail("listen", err)
+	}
+	return c, nil
+}
+
+// remove closes the socket if still open and deletes its file, if the path still names it.
+func (c *controlSocket) remove() {
+	if c == nil {
+		return
+	}
+	c.f.Close()
+	var st unix.Stat_t
+	if unix.Lstat(c.path, &st) == nil && st.Dev == c.dev && st.Ino == c.ino {
+		_ = unix.Unlink(c.path)
+	}
 }
 
 // listenIn creates TCP listeners inside the network namespace of pid, from a thread that enters it and

@@ -42,6 +42,11 @@ func cmdRecipe() *cli.Command {
 	}
 }
 
+// loadRecipeFile reads a recipe; grants of the store root in use are refused.
+func loadRecipeFile(c *cli.Context, file string) (*recipe.Recipe, error) {
+	return recipe.Load(file, recipe.Options{ForbiddenPaths: []string{c.String("root")}})
+}
+
 // loadRecipe reads the recipe named by the first argument (or ./workshop.toml).
 // Grants of the store root in use are refused along with the defaults.
 func loadRecipe(c *cli.Context) (*recipe.Recipe, error) {

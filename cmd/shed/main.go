@@ -108,6 +108,9 @@ func report(w io.Writer, err error) int {
 	if hint == "" {
 		hint = hintFor(err)
 	}
+	if errors.Is(err, errSilent) {
+		return code // a Bench command's own exit code: it said what it had to
+	}
 	fmt.Fprintf(w, "shed: error: %v\n", err)
 	if hint != "" {
 		fmt.Fprintf(w, "shed: hint: %s\n", hint)
@@ -179,6 +182,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdRealize(),
 			cmdLog(),
 			cmdWhy(),
+			cmdBench(),
 			cmdDiff(),
 			cmdStore(),
 			cmdRoot(),
@@ -223,6 +227,7 @@ func openStore(c *cli.Context) (*store.Store, error) {
 		return nil, err
 	}
 	logger(c).Debug("opened store", "root", s.Root())
+	sweepBenches(c.Context, s)
 	return s, nil
 }
 

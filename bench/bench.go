@@ -1,0 +1,411 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/proxy"
+	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/store"
+)
+
+// Options describe one launch.
+type Options struct {
+	Name   string   // "" = the Workshop's name and a random suffix
+	Grants []Grant  // requested grants (none by default: grants are bounds, not ambient access)
+	Net    string   // "recipe" (default) or "none"
+	Keep   bool     // keep the upper after the command exits
+	Argv   []string // the command
+	Env    []string // extra environment (e.g. TERM)
+	Limits sandbox.Limits
+	Stdio  sandbox.Stdio
+}
+
+// Record is what `shed bench ls` shows of a Bench; it is written to
+// <root>/benches/<id>/bench.json when the Bench starts.
+type Record struct {
+	ID       string       `json:"id"`
+	Name     string       `json:"name"`
+	Workshop string       `json:"workshop"` // the recipe file
+	Layers   []store.Path `json:"layers"`
+	Argv     []string     `json:"argv"`
+	Net      string       `json:"net"`
+	Grants   []Grant      `json:"grants"`
+	Keep     bool         `json:"keep"`
+	Started  time.Time    `json:"started"`
+	Pid      int          `json:"pid,omitempty"`
+	// Running is computed (the runner holds the lock), never stored.
+	Running bool `json:"running"`
+	// Exit is the command's exit code, written when it ends (kept Benches).
+	Exit *int `json:"exit,omitempty"`
+}
+
+// ErrNoBench is returned for a name or id that matches no Bench.
+var ErrNoBench = errors.New("no such bench")
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// proxyAddr is where a Bench finds the network, inside its own namespace.
+const proxyAddr = "127.0.0.1:3128"
+
+// Dir is where a store's Benches keep their state.
+func Dir(s *store.Store) string { return filepath.Join(s.Root(), "benches") }
+
+// Run launches a Bench over layers (bottom first, all valid and held by s's
+// temporary roots), runs the command with stdio attached and returns its exit
+// code. Everything it made (mounts, processes, the proxy listener, the tmpfs
+// upper) is gone when it returns, and also if shed is killed: the sandbox dies
+// with its parent and Sweep removes the state left.
+func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.Path, opts Options) (int, error) {
+	if len(opts.Argv) == 0 {
+		return 0, errors.New("bench: no command")
+	}
+	if opts.Net == "" {
+		opts.Net = "recipe"
+	}
+	if opts.Net != "recipe" && opts.Net != "none" {
+		return 0, fmt.Errorf("--net %q: want none or recipe", opts.Net)
+	}
+	grants, err := resolveGrants(r, opts.Grants)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		for _, g := range grants {
+			g.fd.Close()
+		}
+	}()
+	id := randomID()
+	name := opts.Name
+	if name == "" {
+		name = r.Name + "-" + id[:6]
+	}
+	if !nameRE.MatchString(name) {
+		return 0, fmt.Errorf("bench name %q: use lowercase letters, digits, '.', '_' and '-'", name)
+	}
+	if err := os.MkdirAll(Dir(s), 0o700); err != nil {
+		return 0, err
+	}
+	if _, err := find(s, name); err == nil {
+		return 0, fmt.Errorf("a bench named %s exists: `shed bench rm %s`, or pick another --name", name, name)
+	}
+	dir := filepath.Join(Dir(s), id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return 0, err
+	}
+	lk, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		os.RemoveAll(dir)
+		return 0, err
+	}
+	defer lk.Close()
+	if err := unix.Flock(int(lk.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		os.RemoveAll(dir)
+		return 0, fmt.Errorf("lock bench %s: %w", id, err)
+	}
+	keep := opts.Keep
+	defer func() {
+		if !keep {
+			os.RemoveAll(dir)
+		}
+	}()
+
+	rec := &Record{ID: id, Name: name, Workshop: r.File, Layers: layers, Argv: opts.Argv, Net: opts.Net, Keep: opts.Keep, Started: time.Now().UTC()}
+	for _, g := range grants {
+		rec.Grants = append(rec.Grants, g.Grant)
+	}
+	spec := &sandbox.Spec{
+		Hostname: name,
+		Argv:     opts.Argv,
+		Env:      benchEnv(opts),
+		Dir:      "/root",
+		DropCaps: true,
+		Limits:   opts.Limits,
+		Control:  filepath.Join(dir, "control.sock"),
+	}
+	for _, l := range layers {
+		spec.Root.Lowers = append(spec.Root.Lowers, s.Location(l))
+	}
+	if opts.Keep {
+		spec.Root.Upper, spec.Root.Work = filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+		for _, d := range []string{spec.Root.Upper, spec.Root.Work} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return 0, err
+			}
+		}
+	} else {
+		spec.Root.UpperTmpfs = true
+	}
+	for _, g := range grants {
+		spec.Binds = append(spec.Binds, sandbox.Bind{SourceFD: g.fd, Target: g.Bench, Writable: g.Mode == "rw"})
+	}
+	var px *proxy.Proxy
+	netLog, err := os.OpenFile(filepath.Join(dir, "network.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer netLog.Close()
+	if opts.Net == "recipe" {
+		rules, err := Rules(r)
+		if err != nil {
+			return 0, err
+		}
+		if len(rules) > 0 {
+			spec.Network.Listen = []string{proxyAddr}
+			enc := json.NewEncoder(netLog)
+			px, err = proxy.New(proxy.Config{Allow: rules, Log: func(d proxy.Decision) { enc.Encode(d) }})
+			if err != nil {
+				return 0, err
+			}
+			spec.Env = append(spec.Env, proxyEnv()...)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p, err := sandbox.Start(ctx, spec, opts.Stdio)
+	if err != nil {
+		return 0, err
+	}
+	rec.Pid = p.Pid
+	writeRecord(dir, rec)
+	done := make(chan error, 1)
+	if px != nil {
+		go func() { done <- px.Serve(ctx, p.Listeners[0]) }()
+	} else {
+		close(done)
+	}
+	code, err := p.Wait()
+	cancel()
+	<-done
+	if keep {
+		rec.Exit = &code
+		rec.Pid = 0
+		writeRecord(dir, rec)
+	}
+	return code, err
+}
+
+// Rules is the allowlist of a recipe's network profile: its allow entries,
+// and with profile "debian" the hosts of its mirror and sources.
+func Rules(r *recipe.Recipe) ([]proxy.Rule, error) {
+	var rules []proxy.Rule
+	for _, h := range r.Network.Allow {
+		rules = append(rules, proxy.Rule{Host: h.Name, Port: h.Port})
+	}
+	if r.Network.Profile == "debian" {
+		urls := []string{r.Apt.Mirror}
+		for _, src := range r.Apt.Sources {
+			urls = append(urls, src.URL)
+		}
+		for _, u := range urls {
+			pu, err := url.Parse(u)
+			if err != nil {
+				return nil, err
+			}
+			port := 0
+			if ps := pu.Port(); ps != "" {
+				port, _ = strconv.Atoi(ps)
+			}
+			rules = append(rules, proxy.Rule{Host: pu.Hostname(), Port: port})
+		}
+	}
+	return rules, nil
+}
+
+// benchEnv is a Bench's environment: nothing from the host but what asked.
+func benchEnv(opts Options) []string {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root", "LANG=C.UTF-8", "TZ=UTC",
+		// Python would write .pyc files into the upper; they are debris.
+		"PYTHONDONTWRITEBYTECODE=1",
+	}
+	return append(env, opts.Env...)
+}
+
+// proxyEnv points the usual clients at the Bench's proxy: curl, wget, apt and
+// pip read these. There is no DNS inside: the proxy resolves names.
+func proxyEnv() []string {
+	u := "http://" + proxyAddr
+	return []string{"http_proxy=" + u, "https_proxy=" + u, "HTTP_PROXY=" + u, "HTTPS_PROXY=" + u,
+		"no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1"}
+}
+
+func randomID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func writeRecord(dir string, rec *Record) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "bench.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "bench.json"))
+}
+
+// running reports whether the shed process running the Bench in dir is alive
+// (it holds dir/lock).
+func running(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+}
+
+// List returns the Benches of a store, running and kept, by start time.
+func List(s *store.Store) ([]*Record, error) {
+	ents, err := os.ReadDir(Dir(s))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var out []*Record
+	for _, e := range ents {
+		dir := filepath.Join(Dir(s), e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
+		if err != nil {
+			continue // starting, or debris for Sweep
+		}
+		var rec Record
+		if json.Unmarshal(b, &rec) != nil {
+			continue
+		}
+		rec.Running = running(dir)
+		if !rec.Running && !rec.Keep {
+			continue // a dead Bench's leftovers
+		}
+		out = append(out, &rec)
+	}
+	slices.SortFunc(out, func(a, b *Record) int { return a.Started.Compare(b.Started) })
+	return out, nil
+}
+
+func find(s *store.Store, nameOrID string) (*Record, error) {
+	recs, err := List(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.Name == nameOrID || r.ID == nameOrID {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s", ErrNoBench, nameOrID)
+}
+
+// Find returns the Bench named nameOrID.
+func Find(s *store.Store, nameOrID string) (*Record, error) { return find(s, nameOrID) }
+
+// Exec runs a command in a running Bench.
+func Exec(ctx context.Context, s *store.Store, nameOrID string, req sandbox.ExecRequest, stdio sandbox.Stdio) (int, error) {
+	rec, err := find(s, nameOrID)
+	if err != nil {
+		return 0, err
+	}
+	if !rec.Running {
+		return 0, fmt.Errorf("bench %s is not running (it exited %s)", rec.Name, exitString(rec.Exit))
+	}
+	if len(req.Env) == 0 {
+		req.Env = benchEnv(Options{})
+		if rec.Net == "recipe" {
+			req.Env = append(req.Env, proxyEnv()...)
+		}
+	}
+	return sandbox.Exec(ctx, filepath.Join(Dir(s), rec.ID, "control.sock"), req, stdio)
+}
+
+func exitString(code *int) string {
+	if code == nil {
+		return "unknown"
+	}
+	return strconv.Itoa(*code)
+}
+
+// Logs copies a Bench's network log (every destination its proxy allowed or
+// refused, one JSON object a line) to w.
+func Logs(s *store.Store, nameOrID string, w io.Writer) error {
+	rec, err := find(s, nameOrID)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(filepath.Join(Dir(s), rec.ID, "network.log"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
+// Remove stops a running Bench (its runner's process is signalled; the
+// sandbox dies with it) or deletes a kept one.
+func Remove(s *store.Store, nameOrID string) error {
+	rec, err := find(s, nameOrID)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(Dir(s), rec.ID)
+	if rec.Running && rec.Pid > 0 {
+		// Kill the sandbox's init: the pid namespace takes everything with
+		// it, and the runner returns and cleans up.
+		unix.Kill(rec.Pid, unix.SIGKILL)
+		for i := 0; i < 100 && running(dir); i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// Sweep removes what dead Benches left: the state of Benches whose runner is
+// gone (unless kept) and the sandbox's leftovers (cgroups). Every shed command
+// that opens a store calls it, so a SIGKILLed shed leaves nothing for long.
+func Sweep(s *store.Store) (int, error) {
+	n := 0
+	ents, err := os.ReadDir(Dir(s))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	for _, e := range ents {
+		dir := filepath.Join(Dir(s), e.Name())
+		if running(dir) {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "bench.json")); err == nil {
+			var rec Record
+			if json.Unmarshal(b, &rec) == nil && rec.Keep {
+				continue
+			}
+		} else if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) < 10*time.Second {
+			continue // being created: no record yet
+		}
+		if os.RemoveAll(dir) == nil {
+			n++
+		}
+	}
+	m, err := sandbox.Sweep()
+	return n + m, err
+}

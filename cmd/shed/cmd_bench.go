@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/store"
+)
+
+func cmdBench() *cli.Command {
+	runFlags := []cli.Flag{
+		&cli.StringSliceFlag{Name: "grant", Usage: "mount `HOSTPATH[:BENCHPATH][:ro|rw]`, within the recipe's [[grant]] bounds (repeatable)"},
+		&cli.StringFlag{Name: "net", Value: "recipe", Usage: "network: `recipe` (the recipe's allowlist, through a proxy) or none (loopback only)"},
+		&cli.BoolFlag{Name: "offline", Usage: "realize without touching the network (the Workshop must be in the store)"},
+		&cli.BoolFlag{Name: "keep", Usage: "keep the Bench's upper layer after the command exits (`shed bench rm` deletes it)"},
+		&cli.StringFlag{Name: "name", Usage: "the Bench's `NAME` (default: the Workshop's name and a random suffix)"},
+		&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"},
+		&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: defaultRecipe, Usage: "the Workshop's recipe `FILE`"},
+		&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512M"},
+		&cli.Int64Flag{Name: "pids", Usage: "limit on the number of processes"},
+	}
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "launch and manage Benches: disposable sandboxes of a Workshop",
+		Description: "A Bench is an overlay of the Workshop's store layers (read-only) and an empty upper layer,\n" +
+			"in fresh mount, pid, uts, ipc and network namespaces, with no capabilities. Its writes are\n" +
+			"thrown away when the command exits, unless --keep.",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "run",
+				Usage:     "run a command in a new Bench of a Workshop",
+				ArgsUsage: "[-f FILE] [OPTIONS] -- CMD [ARG...]",
+				Description: "Realizes the Workshop (a cache hit when warm), launches a Bench and runs CMD with stdio\n" +
+					"attached; shed exits with CMD's exit code. Grants are refused unless they lie within the\n" +
+					"recipe's [[grant]] bounds (narrower paths, ro instead of rw). The network is the recipe's\n" +
+					"allowlist through a proxy inside the Bench (http_proxy/https_proxy point at it); there is\n" +
+					"no DNS, no route, no NAT.",
+				Flags: runFlags,
+				Action: func(c *cli.Context) error {
+					if c.NArg() == 0 {
+						return usageError("bench run wants a command: shed bench run [-f FILE] -- CMD [ARG...]")
+					}
+					return benchRun(c, c.Args().Slice())
+				},
+			},
+			{
+				Name:        "shell",
+				Usage:       "open an interactive shell in a new Bench",
+				Description: "bench run -t -- /bin/bash (or /bin/sh when the Workshop has no bash).",
+				Flags:       runFlags,
+				Action: func(c *cli.Context) error {
+					return benchRun(c, nil)
+				},
+			},
+			{
+				Name:  "ls",
+				Usage: "list running and kept Benches",
+				Action: func(c *cli.Context) error {
+					s, err := openStore(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					recs, err := bench.List(s)
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						if recs == nil {
+							recs = []*bench.Record{}
+						}
+						return printJSON(c, recs)
+					}
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tSTATE\tSTARTED\tCOMMAND\tWORKSHOP")
+					for _, r := range recs {
+						state := "running"
+						if !r.Running {
+							state = "exited " + fmt.Sprint(deref(r.Exit))
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, state, r.Started.Local().Format(time.DateTime), strings.Join(r.Argv, " "), r.Workshop)
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:      "exec",
+				Usage:     "run a command in a running Bench",
+				ArgsUsage: "BENCH -- CMD [ARG...]",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"}},
+				Action: func(c *cli.Context) error {
+					if c.NArg() < 2 {
+						return usageError("bench exec wants BENCH and a command")
+					}
+					s, err := openStore(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					req := sandbox.ExecRequest{Argv: c.Args().Slice()[1:], Dir: "/root"}
+					code, err := withStdio(c, c.Bool("tty"), func(stdio sandbox.Stdio, env []string) (int, error) {
+						req.Env = env
+						return bench.Exec(c.Context, s, c.Args().First(), req, stdio)
+					})
+					if err != nil {
+						return err
+					}
+					return exitCode(code)
+				},
+			},
+			{
+				Name:      "logs",
+				Usage:     "print a Bench's network log: every destination allowed or refused",
+				ArgsUsage: "BENCH",
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usageError("bench logs wants BENCH")
+					}
+					s, err := openStore(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					return bench.Logs(s, c.Args().First(), c.App.Writer)
+				},
+			},
+			{
+				Name:      "rm",
+				Usage:     "stop a running Bench or delete a kept one",
+				ArgsUsage: "BENCH...",
+				Action: func(c *cli.Context) error {
+					if c.NArg() == 0 {
+						return usageError("bench rm wants BENCH")
+					}
+					s, err := openStore(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					for _, b := range c.Args().Slice() {
+						if err := bench.Remove(s, b); err != nil {
+							return err
+						}
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
+
+// exitCode makes shed exit with the Bench command's code, printing nothing.
+func exitCode(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code: code, err: errSilent}
+}
+
+var errSilent = errors.New("")
+
+func benchRun(c *cli.Context, argv []string) error {
+	tty := c.Bool("tty")
+	if argv == nil { // shell
+		tty = true
+		argv = []string{"/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi"}
+	}
+	var grants []bench.Grant
+	for _, g := range c.StringSlice("grant") {
+		gr, err := bench.ParseGrant(g)
+		if err != nil {
+			return withHint(exitUsage, err, "e.g. --grant /srv/project:/work:rw")
+		}
+		grants = append(grants, gr)
+	}
+	var limits sandbox.Limits
+	if m := c.String("memory"); m != "" {
+		n, err := parseSize(m)
+		if err != nil {
+			return usageError("--memory %q: %v", m, err)
+		}
+		limits.MemoryBytes = n
+	}
+	limits.Pids = c.Int64("pids")
+	r, err := loadRecipeFile(c, c.String("file"))
+	if err != nil {
+		return err
+	}
+	s, err := openStore(c)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	offline := c.Bool("offline")
+	plan, _, err := lockedPlan(c, s, r, offline)
+	if err != nil {
+		return err
+	}
+	b := newBuilder(c, s, offline)
+	if _, err := b.Realize(c.Context, plan); err != nil {
+		return err
+	}
+	code, err := withStdio(c, tty, func(stdio sandbox.Stdio, env []string) (int, error) {
+		return bench.Run(c.Context, s, r, plan.Layers, bench.Options{
+			Name: c.String("name"), Grants: grants, Net: c.String("net"), Keep: c.Bool("keep"),
+			Argv: argv, Env: env, Limits: limits, Stdio: stdio,
+		})
+	})
+	if err != nil {
+		if errors.Is(err, bench.ErrGrant) {
+			return withHint(exitUsage, err, "a launch may narrow the recipe's [[grant]] bounds (a sub-path, ro instead of rw), never widen them")
+		}
+		return err
+	}
+	return exitCode(code)
+}
+
+// withStdio runs fn with the process's stdio, or with a pseudo-terminal
+// whose other side is copied to and from ours (raw mode, window size kept).
+func withStdio(c *cli.Context, tty bool, fn func(sandbox.Stdio, []string) (int, error)) (int, error) {
+	if !tty {
+		return fn(sandbox.Stdio{Stdin: os.Stdin, Stdout: c.App.Writer, Stderr: c.App.ErrWriter}, nil)
+	}
+	ptmx, pts, err := pty.Open()
+	if err != nil {
+		return 0, fmt.Errorf("open a pseudo-terminal: %w", err)
+	}
+	defer ptmx.Close()
+	env := []string{"TERM=" + envOr("TERM", "xterm")}
+	if term.IsTerminal(int(os.Stdin.Fd())) {
+		if old, err := term.MakeRaw(int(os.Stdin.Fd())); err == nil {
+			defer term.Restore(int(os.Stdin.Fd()), old)
+		}
+		pty.InheritSize(os.Stdin, ptmx)
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for range winch {
+				pty.InheritSize(os.Stdin, ptmx)
+			}
+		}()
+	}
+	go io.Copy(ptmx, os.Stdin)
+	copied := make(chan struct{})
+	go func() { io.Copy(c.App.Writer, ptmx); close(copied) }()
+	code, err := fn(sandbox.Stdio{Stdin: pts, Stdout: pts, Stderr: pts}, env)
+	pts.Close()
+	select {
+	case <-copied:
+	case <-time.After(200 * time.Millisecond):
+	}
+	return code, err
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// sweepBenches removes what dead Benches left; run by every command that
+// opens the store, so that a SIGKILLed shed leaves nothing for long.
+func sweepBenches(ctx context.Context, s *store.Store) {
+	_ = ctx
+	bench.Sweep(s)
+}

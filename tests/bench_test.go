@@ -1,0 +1,349 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// benchWorkshop realizes a jq Workshop with one grant bound, in the shared
+// store, and returns its recipe file and the bound directory.
+func benchWorkshop(t *testing.T) (file, bound string) {
+	t.Helper()
+	root := sharedRoot(t)
+	dir := t.TempDir()
+	bound = filepath.Join(dir, "project")
+	os.MkdirAll(filepath.Join(bound, "sub"), 0o755)
+	writeFile(t, filepath.Join(bound, "sub", "data"), "granted data\n")
+	file = writeFile(t, filepath.Join(dir, "workshop.toml"), fmt.Sprintf(`name = "bench-jq"
+seed = "debian/bookworm"
+[apt]
+packages = ["jq"]
+[[grant]]
+path = %q
+mode = "rw"
+`, bound))
+	realize(t, root, file)
+	return file, bound
+}
+
+func TestBenchRun(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+
+	r := mustShed(t, root, "bench", "run", "-f", file, "--", "jq", "--version")
+	if !strings.HasPrefix(r.stdout, "jq-1.6") {
+		t.Errorf("jq --version in a Bench: %q", r.stdout)
+	}
+	// The command's exit code is shed's.
+	if r := shed(t, root, nil, "bench", "run", "-f", file, "--", "sh", "-c", "exit 7"); r.code != 7 || r.stderr != "" {
+		t.Errorf("exit 7: got exit %d, stderr %q", r.code, r.stderr)
+	}
+	// Writes to /usr change only the Bench's upper; the store stays intact
+	// and the next Bench starts clean.
+	mustShed(t, root, "bench", "run", "-f", file, "--", "sh", "-c", "echo evil > /usr/bin/jq && echo junk > /root/debris")
+	mustShed(t, root, "store", "verify", "--check-contents")
+	r = mustShed(t, root, "bench", "run", "-f", file, "--", "sh", "-c", "jq --version; ls /root")
+	if !strings.HasPrefix(r.stdout, "jq-1.6") || strings.Contains(r.stdout, "debris") {
+		t.Errorf("a second Bench saw the first one's writes: %q", r.stdout)
+	}
+	// --keep keeps the upper until `bench rm`.
+	mustShed(t, root, "bench", "run", "-f", file, "--keep", "--name", "kept-one", "--", "sh", "-c", "echo kept > /root/note")
+	ls := mustShed(t, root, "bench", "ls").stdout
+	if !strings.Contains(ls, "kept-one") || !strings.Contains(ls, "exited 0") {
+		t.Errorf("bench ls:\n%s", ls)
+	}
+	mustShed(t, root, "bench", "rm", "kept-one")
+	if strings.Contains(mustShed(t, root, "bench", "ls").stdout, "kept-one") {
+		t.Error("bench rm left the kept Bench")
+	}
+}
+
+// TestHostileBench: as root inside a Bench, the usual escapes fail.
+func TestHostileBench(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, bound := benchWorkshop(t)
+	grant := "--grant=" + filepath.Join(bound, "sub") + ":/work:ro"
+	// A server on the host's loopback: a Bench must not reach it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	// A host process: a Bench must not be able to ptrace it.
+	victim := exec.Command("sleep", "1000")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { victim.Process.Kill(); victim.Wait() }()
+	checks := map[string]string{
+		"mount":            "mount -t tmpfs none /mnt",
+		"umount a grant":   "umount /work",
+		"write a ro grant": "echo x > /work/data",
+		"raw socket":       `perl -e 'socket(my $s, 2, 3, 1) or exit 1'`,
+		"ptrace":           fmt.Sprintf(`perl -e 'syscall(101, 16, $ARGV[0]+0, 0, 0) == 0 or exit 1' %d`, victim.Process.Pid), // PTRACE_ATTACH (x86_64) to a host process
+		"mknod":            "mknod /root/sda b 8 0",
+		"reach the host":   fmt.Sprintf(`perl -MIO::Socket::INET -e 'exit(IO::Socket::INET->new(PeerAddr=>"127.0.0.1:%d",Timeout=>2)?0:1)'`, port),
+	}
+	// The perl checks must succeed as root on the host (in a chroot of the
+	// same seed; they write nothing), so that their failure in a Bench means
+	// something.
+	seed := realize(t, root, file).Layers[0]
+	for _, name := range []string{"raw socket", "ptrace"} {
+		// A private mount namespace gives the chroot a /dev without
+		// touching the store path.
+		cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c",
+			`mount --bind /dev "$0/dev" && exec chroot "$0" sh -c "$1"`, seed, checks[name])
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("control: %q fails even on the host: %v %s", name, err, out)
+		}
+	}
+	for name, cmd := range checks {
+		t.Run(name, func(t *testing.T) {
+			r := shed(t, root, nil, "bench", "run", "-f", file, "--net", "none", grant, "--", "sh", "-c", cmd)
+			if r.code == 0 {
+				t.Errorf("%q succeeded inside a Bench", cmd)
+			}
+		})
+	}
+	// The grant is still the grant after a failed umount, and /proc shows
+	// only the Bench's own processes.
+	r := mustShed(t, root, "bench", "run", "-f", file, grant, "--", "sh", "-c", "umount /work 2>/dev/null; cat /work/data; ls /proc | grep -c '^[0-9]'")
+	lines := strings.Fields(r.stdout)
+	if len(lines) < 3 || lines[0] != "granted" {
+		t.Fatalf("output %q", r.stdout)
+	}
+	if n, _ := strconv.Atoi(lines[len(lines)-1]); n > 5 {
+		t.Errorf("a Bench sees %d processes in /proc; want only its own", n)
+	}
+}
+
+func TestBenchGrants(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, bound := benchWorkshop(t)
+	os.Symlink("/etc", filepath.Join(bound, "escape"))
+	refused := []struct{ grant, want string }{
+		{"/etc", "not within any [[grant]]"},
+		{filepath.Join(bound, "escape"), "crosses a symlink"},
+		{filepath.Join(bound, "missing"), "no such file"},
+		{filepath.Dir(bound), "not within any [[grant]]"},
+	}
+	for _, c := range refused {
+		r := shed(t, root, nil, "bench", "run", "-f", file, "--grant", c.grant, "--", "true")
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "shed: hint:") {
+			t.Errorf("--grant %s: exit %d, want 2 with %q:\n%s", c.grant, r.code, c.want, r.stderr)
+		}
+	}
+	// rw within an rw bound: the write reaches the host directory.
+	mustShed(t, root, "bench", "run", "-f", file, "--grant", filepath.Join(bound, "sub")+":/work:rw", "--", "sh", "-c", "echo from-bench > /work/out")
+	if b, err := os.ReadFile(filepath.Join(bound, "sub", "out")); err != nil || string(b) != "from-bench\n" {
+		t.Errorf("rw grant: %q, %v", b, err)
+	}
+	// Without --grant, nothing is mounted: grants are bounds, not ambient.
+	if r := shed(t, root, nil, "bench", "run", "-f", file, "--", "ls", bound); r.code == 0 {
+		t.Errorf("the bound is visible without --grant: %s", r.stdout)
+	}
+}
+
+// TestBenchOffline: once realized, a Bench launches with no network at all:
+// shed itself runs inside `unshare --net`.
+func TestBenchOffline(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+	out, err := exec.Command("unshare", "--net", shedBin, "--root", root, "bench", "run", "--offline", "-f", file, "--", "jq", "-n", "1+1").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "2" {
+		t.Fatalf("offline bench: %v\n%s", err, out)
+	}
+}
+
+// TestBenchGCAndCleanup: gc in a loop during 50 launches breaks none of them;
+// afterwards no mount, process or state is left; a SIGKILLed shed's Bench is
+// swept by the next command.
+func TestBenchGCAndCleanup(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+	mounts0, procs0 := countMounts(t), countProcs(t)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if r := shed(t, root, nil, "gc"); r.code != 0 {
+				t.Errorf("gc: %s", r.stderr)
+				return
+			}
+		}
+	}()
+	for i := 0; i < 50; i++ {
+		if r := shed(t, root, nil, "bench", "run", "--offline", "-f", file, "--", "jq", "-n", "1"); r.code != 0 {
+			t.Errorf("launch %d during gc: exit %d\n%s", i, r.code, r.stderr)
+		}
+	}
+	close(stop)
+	wg.Wait()
+
+	// SIGKILL a shed running a Bench.
+	cmd := exec.Command(shedBin, "--root", root, "bench", "run", "-f", file, "--name", "doomed", "--", "sleep", "1007")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(shed(t, root, nil, "bench", "ls").stdout, "doomed") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	time.Sleep(200 * time.Millisecond)
+	if ls := mustShed(t, root, "bench", "ls").stdout; strings.Contains(ls, "doomed") {
+		t.Errorf("a killed shed's Bench is still listed:\n%s", ls)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, "benches")); len(ents) != 0 {
+		t.Errorf("bench state left after the sweep: %d entries", len(ents))
+	}
+	if n := countProcsMatching(t, "1007"); n != 0 {
+		t.Errorf("%d processes of the killed Bench survive", n)
+	}
+	if m := countMounts(t); m > mounts0 {
+		t.Errorf("mountinfo has %d lines, %d before the Benches", m, mounts0)
+	}
+	if p := countProcs(t); p > procs0+2 {
+		t.Errorf("%d processes, %d before the Benches", p, procs0)
+	}
+}
+
+func countMounts(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte("\n"))
+}
+
+func countProcs(t *testing.T) int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func countProcsMatching(t *testing.T, s string) int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(b), s) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestBenchFDs walks /proc/PID/fd of a running Bench's processes from the
+// host and fails on any descriptor that points outside the Bench.
+func TestBenchFDs(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+	cmd := exec.Command(shedBin, "--root", root, "bench", "run", "-f", file, "--name", "fdwalk", "--", "sleep", "1011")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var pid int
+	deadline := time.Now().Add(10 * time.Second)
+	for pid == 0 && time.Now().Before(deadline) {
+		var recs []struct {
+			Name string `json:"name"`
+			Pid  int    `json:"pid"`
+		}
+		json.Unmarshal([]byte(shed(t, root, nil, "--json", "bench", "ls").stdout), &recs)
+		for _, r := range recs {
+			if r.Name == "fdwalk" {
+				pid = r.Pid
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if pid == 0 {
+		t.Fatal("the Bench did not show up")
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, p := range descendants(pid) {
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p))
+		for _, fd := range fds {
+			target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", p, fd.Name()))
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(target, "pipe:"), strings.HasPrefix(target, "socket:"), strings.HasPrefix(target, "anon_inode:"),
+				target == "/dev/null", strings.HasPrefix(target, "/dev/pts/"):
+			default:
+				t.Errorf("process %d (a Bench process) has fd %s → %s", p, fd.Name(), target)
+			}
+		}
+	}
+}
+
+// descendants returns pid and its descendants (host pids).
+func descendants(pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", out[i]))
+		for _, task := range tasks {
+			f, err := os.Open(fmt.Sprintf("/proc/%d/task/%s/children", out[i], task.Name()))
+			if err != nil {
+				continue
+			}
+			sc := bufio.NewScanner(f)
+			sc.Split(bufio.ScanWords)
+			for sc.Scan() {
+				if c, err := strconv.Atoi(sc.Text()); err == nil {
+					out = append(out, c)
+				}
+			}
+			f.Close()
+		}
+	}
+	return out
+}
