@@ -347,3 +347,44 @@ func descendants(pid int) []int {
 	}
 	return out
 }
+
+// TestBenchExecAndLimits: exec joins a running Bench; --memory and --pids
+// limit what its command may use.
+func TestBenchExecAndLimits(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+	cmd := exec.Command(shedBin, "--root", root, "bench", "run", "-f", file, "--name", "exec-target", "--", "sh", "-c", "echo main > /root/mark; sleep 1013")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	var r result
+	for time.Now().Before(deadline) {
+		if r = shed(t, root, nil, "bench", "exec", "exec-target", "--", "cat", "/root/mark"); r.code == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r.code != 0 || r.stdout != "main\n" {
+		t.Fatalf("bench exec: exit %d, %q %s", r.code, r.stdout, r.stderr)
+	}
+	if r := shed(t, root, nil, "bench", "exec", "exec-target", "--", "sh", "-c", "exit 5"); r.code != 5 {
+		t.Errorf("bench exec exit code: %d, want 5", r.code)
+	}
+	mustShed(t, root, "bench", "rm", "exec-target")
+	if r := shed(t, root, nil, "bench", "exec", "exec-target", "--", "true"); r.code == 0 || !strings.Contains(r.stderr, "no such bench") {
+		t.Errorf("exec into a removed Bench: exit %d %s", r.code, r.stderr)
+	}
+
+	// Limits: a process that holds 200 MB is killed under --memory 64M; a
+	// Bench with --pids 8 cannot start 20 processes.
+	if r := shed(t, root, nil, "bench", "run", "-f", file, "--memory", "64M", "--", "perl", "-e", `$x = "a" x 200_000_000; print length($x)`); r.code == 0 {
+		t.Errorf("200 MB under --memory 64M succeeded: %s", r.stdout)
+	}
+	mustShed(t, root, "bench", "run", "-f", file, "--memory", "512M", "--", "perl", "-e", `$x = "a" x 200_000_000; print length($x)`)
+	if r := shed(t, root, nil, "bench", "run", "-f", file, "--pids", "8", "--", "sh", "-c", "for i in $(seq 20); do sleep 2 & done; wait"); r.code == 0 {
+		t.Errorf("20 processes under --pids 8 succeeded")
+	}
+}

@@ -111,7 +111,14 @@ func cmdBench() *cli.Command {
 						return err
 					}
 					defer s.Close()
-					req := sandbox.ExecRequest{Argv: c.Args().Slice()[1:], Dir: "/root"}
+					argv := c.Args().Slice()[1:]
+					if argv[0] == "--" { // BENCH -- CMD: urfave/cli keeps a "--" after a positional
+						argv = argv[1:]
+					}
+					if len(argv) == 0 {
+						return usageError("bench exec wants a command after BENCH")
+					}
+					req := sandbox.ExecRequest{Argv: argv, Dir: "/root"}
 					code, err := withStdio(c, c.Bool("tty"), func(stdio sandbox.Stdio, env []string) (int, error) {
 						req.Env = env
 						return bench.Exec(c.Context, s, c.Args().First(), req, stdio)
