@@ -210,26 +210,13 @@ func benchRun(c *cli.Context, argv []string) error {
 		limits.MemoryBytes = n
 	}
 	limits.Pids = c.Int64("pids")
-	r, err := loadRecipeFile(c, c.String("file"))
+	w, err := realizeWorkshop(c, c.String("file"), c.Bool("offline"))
 	if err != nil {
 		return err
 	}
-	s, err := openStore(c)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	offline := c.Bool("offline")
-	plan, _, err := lockedPlan(c, s, r, offline)
-	if err != nil {
-		return err
-	}
-	b := newBuilder(c, s, offline)
-	if _, err := b.Realize(c.Context, plan); err != nil {
-		return err
-	}
+	defer w.s.Close()
 	code, err := withStdio(c, tty, func(stdio sandbox.Stdio, env []string) (int, error) {
-		return bench.Run(c.Context, s, r, plan.Layers, bench.Options{
+		return bench.Run(c.Context, w.s, w.r, w.plan.Layers, bench.Options{
 			Name: c.String("name"), Grants: grants, Net: c.String("net"), Keep: c.Bool("keep"),
 			Argv: argv, Env: env, Limits: limits, Stdio: stdio,
 		})

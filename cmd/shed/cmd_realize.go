@@ -25,29 +25,19 @@ func cmdRealize() *cli.Command {
 			&cli.BoolFlag{Name: "check", Usage: "rebuild the layers and compare with the store (reproducibility)"},
 		},
 		Action: func(c *cli.Context) error {
-			r, err := loadRecipe(c)
+			if c.NArg() > 1 {
+				return usageError("want at most one recipe FILE")
+			}
+			file := c.Args().First()
+			if file == "" {
+				file = defaultRecipe
+			}
+			w, err := realizeWorkshop(c, file, c.Bool("offline"))
 			if err != nil {
 				return err
 			}
-			s, err := openStore(c)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			offline := c.Bool("offline")
-			plan, _, err := lockedPlan(c, s, r, offline)
-			if err != nil {
-				return err
-			}
-			b := newBuilder(c, s, offline)
-			res, err := b.Realize(c.Context, plan)
-			if err != nil {
-				return err
-			}
-			top := plan.Layers[len(plan.Layers)-1]
-			if err := ensureRoot(c, s, r.Name, top); err != nil {
-				return err
-			}
+			defer w.s.Close()
+			r, s, plan, b, res := w.r, w.s, w.plan, w.b, w.res
 			type checkJSON struct {
 				Path  string   `json:"path"`
 				Same  bool     `json:"same"`

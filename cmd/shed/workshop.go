@@ -25,6 +25,48 @@ func newBuilder(c *cli.Context, s *store.Store, offline bool) *builder.Builder {
 	return b
 }
 
+// workshop is a realized Workshop: its recipe, the store it is in, its plan
+// and what realizing it did.
+type workshop struct {
+	r    *recipe.Recipe
+	s    *store.Store
+	plan *recipe.Plan
+	b    *builder.Builder
+	res  *builder.Result
+}
+
+// realizeWorkshop loads the recipe in file, opens the store, locks if needed,
+// realizes every path and roots the Workshop under its name: what `realize`
+// and `bench run` both start with. The caller closes w.s.
+func realizeWorkshop(c *cli.Context, file string, offline bool) (*workshop, error) {
+	r, err := loadRecipeFile(c, file)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openStore(c)
+	if err != nil {
+		return nil, err
+	}
+	w := &workshop{r: r, s: s}
+	if err := w.realize(c, offline); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *workshop) realize(c *cli.Context, offline bool) error {
+	plan, _, err := lockedPlan(c, w.s, w.r, offline)
+	if err != nil {
+		return err
+	}
+	w.plan, w.b = plan, newBuilder(c, w.s, offline)
+	if w.res, err = w.b.Realize(c.Context, plan); err != nil {
+		return err
+	}
+	return ensureRoot(c, w.s, w.r.Name, plan.Layers[len(plan.Layers)-1])
+}
+
 // lockedPlan loads the recipe's lock, re-resolving it when it is missing or no
 // longer matches the recipe (and saying so), and compiles the recipe with it.
 func lockedPlan(c *cli.Context, s *store.Store, r *recipe.Recipe, offline bool) (*recipe.Plan, *recipe.Lock, error) {
