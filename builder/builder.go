@@ -78,17 +78,28 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 	res := &Result{Layers: plan.Layers}
 	drvs := map[store.Path]store.Path{} // output → .drv
 	byOut := map[store.Path]*derivation.Derivation{}
-	var outs []store.Path
+	// One temporary-roots call for every .drv and output, before looking
+	// at any of them: on a cache hit this is the whole cost of holding the
+	// Workshop against gc (a root per path would take the gc lock each time).
+	var roots []store.Path
 	for _, d := range plan.Derivations {
-		p, err := derivation.Write(ctx, s, d)
+		p, err := d.DrvPath(s.StoreDir())
 		if err != nil {
 			return nil, err
 		}
 		drvs[d.Output], byOut[d.Output] = p, d
-		outs = append(outs, d.Output)
+		roots = append(roots, p, d.Output)
 	}
-	if err := s.AddTempRoots(ctx, outs); err != nil {
+	if err := s.AddTempRoots(ctx, roots); err != nil {
 		return nil, err
+	}
+	for _, d := range plan.Derivations {
+		if s.IsValid(drvs[d.Output]) {
+			continue
+		}
+		if _, err := derivation.Write(ctx, s, d); err != nil {
+			return nil, err
+		}
 	}
 
 	// What is missing, and which fetches the missing layers need.
