@@ -20,12 +20,11 @@ func cmdDiff() *cli.Command {
 			if c.NArg() != 2 {
 				return usageError("diff wants two recipe files")
 			}
-			opts := recipe.Options{ForbiddenPaths: []string{c.String("root")}}
-			a, err := recipe.Load(c.Args().Get(0), opts)
+			a, err := loadRecipeFile(c, c.Args().Get(0))
 			if err != nil {
 				return err
 			}
-			b, err := recipe.Load(c.Args().Get(1), opts)
+			b, err := loadRecipeFile(c, c.Args().Get(1))
 			if err != nil {
 				return err
 			}

@@ -35,7 +35,7 @@ func cmdLock() *cli.Command {
 			} else if c.NArg() > 1 {
 				return usageError("lock takes one FILE (or --update PKG...)")
 			}
-			r, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{c.String("root")}})
+			r, err := loadRecipeFile(c, file)
 			if err != nil {
 				return err
 			}

@@ -57,7 +57,7 @@ func loadRecipe(c *cli.Context) (*recipe.Recipe, error) {
 	if file == "" {
 		file = defaultRecipe
 	}
-	r, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{c.String("root")}})
+	r, err := loadRecipeFile(c, file)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func cmdWhy() *cli.Command {
 				return usageError("why wants WORKSHOP and FILE")
 			}
 			file := c.Args().Get(0)
-			r, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{c.String("root")}})
+			r, err := loadRecipeFile(c, file)
 			if err != nil {
 				return err
 			}
