@@ -188,7 +188,7 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
-	mounts0, procs0 := countMounts(t), countProcs(t)
+	mounts0 := countMounts(t)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -226,21 +226,27 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	time.Sleep(200 * time.Millisecond)
 	if ls := mustShed(t, root, "bench", "ls").stdout; strings.Contains(ls, "doomed") {
 		t.Errorf("a killed shed's Bench is still listed:\n%s", ls)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "benches")); len(ents) != 0 {
 		t.Errorf("bench state left after the sweep: %d entries", len(ents))
 	}
-	if n := countProcsMatching(t, "1007"); n != 0 {
-		t.Errorf("%d processes of the killed Bench survive", n)
+	// The kernel tears the pid namespace down asynchronously (SIGKILL to init by Pdeathsig, then to
+	// the rest), so a loaded machine may need a moment; a survivor is one still there after 10 s.
+	// Only shed's own processes and mounts count: other tests and the machine's own come and go.
+	survivors := func() int {
+		return countProcsMatching(t, "1007") + countProcsMatching(t, "shed-sandbox-init") + countProcsMatching(t, shedBin)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for survivors() != 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := survivors(); n != 0 {
+		t.Errorf("%d processes of shed or its Benches survive the Benches", n)
 	}
 	if m := countMounts(t); m > mounts0 {
 		t.Errorf("mountinfo has %d lines, %d before the Benches", m, mounts0)
-	}
-	if p := countProcs(t); p > procs0+2 {
-		t.Errorf("%d processes, %d before the Benches", p, procs0)
 	}
 }
 
@@ -250,17 +256,6 @@ func countMounts(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return bytes.Count(b, []byte("\n"))
-}
-
-func countProcs(t *testing.T) int {
-	ents, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err == nil {
-			n++
-		}
-	}
-	return n
 }
 
 func countProcsMatching(t *testing.T, s string) int {
