@@ -3,6 +3,10 @@ GO        ?= go
 FUZZTIME  ?= 1m
 BENCHTIME ?= 1s
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# How shed is built, here, by the e2e tests and by the scripts: static (no cgo: nothing to load
+# at start, runs on any Linux), and without urfave/cli's Markdown/man converter, whose package
+# initialization every shed process and every sandbox init would pay (docs/benchmarks.md).
+BUILDFLAGS = -tags urfave_cli_no_docs
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest
 
@@ -12,7 +16,7 @@ help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/shed
-	$(GO) build -o bin/shed ./cmd/shed
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/shed ./cmd/shed
 
 example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and realize examples/jq from Debian's mirror
 	@command -v mmdebstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap; }
@@ -30,9 +34,10 @@ test: ## run every test (as root: the store and sandbox tests are real), then ea
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime 10s $$pkg || exit 1; \
 	done
 
-bench: ## run the benchmarks: Go benchmarks, then realize vs podman build (figures in docs/benchmarks.md)
+bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 	scripts/bench-realize.sh
+	scripts/bench-launch.sh
 
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

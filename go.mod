@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/apex/log v1.9.0
-	github.com/creack/pty v1.1.24
 	github.com/google/go-cmp v0.7.0
 	github.com/google/renameio/v2 v2.0.2
 	github.com/opencontainers/go-digest v1.0.0

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,7 +59,7 @@ type Record struct {
 // ErrNoBench is returned for a name or id that matches no Bench.
 var ErrNoBench = errors.New("no such bench")
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
 
 // proxyAddr is where a Bench finds the network, inside its own namespace.
 const proxyAddr = "127.0.0.1:3128"
@@ -95,7 +96,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if name == "" {
 		name = r.Name + "-" + id[:6]
 	}
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return 0, fmt.Errorf("bench name %q: use lowercase letters, digits, '.', '_' and '-'", name)
 	}
 	if err := os.MkdirAll(Dir(s), 0o700); err != nil {
@@ -320,7 +321,7 @@ func find(s *store.Store, nameOrID string) (*Record, error) {
 // Find returns the Bench named nameOrID.
 func Find(s *store.Store, nameOrID string) (*Record, error) { return find(s, nameOrID) }
 
-// Exec runs a command in a running Bench.
+// Exec runs a command in a running Bench, with the environment the Bench's command got plus req.Env.
 func Exec(ctx context.Context, s *store.Store, nameOrID string, req sandbox.ExecRequest, stdio sandbox.Stdio) (int, error) {
 	rec, err := find(s, nameOrID)
 	if err != nil {
@@ -329,12 +330,12 @@ func Exec(ctx context.Context, s *store.Store, nameOrID string, req sandbox.Exec
 	if !rec.Running {
 		return 0, fmt.Errorf("bench %s is not running (it exited %s)", rec.Name, exitString(rec.Exit))
 	}
-	if len(req.Env) == 0 {
-		req.Env = benchEnv(Options{})
-		if rec.Net == "recipe" {
-			req.Env = append(req.Env, proxyEnv()...)
-		}
+	// The Bench's environment, as its command got it, then the request's own variables (TERM).
+	env := benchEnv(Options{})
+	if rec.Net == "recipe" {
+		env = append(env, proxyEnv()...)
 	}
+	req.Env = append(env, req.Env...)
 	return sandbox.Exec(ctx, filepath.Join(Dir(s), rec.ID, "control.sock"), req, stdio)
 }
 

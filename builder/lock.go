@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"toolshed.dev/shed/derivation"
@@ -153,7 +154,7 @@ func releaseDate(ctx context.Context, client *http.Client, mirror, suite string)
 	return d, nil
 }
 
-var codenameRE = regexp.MustCompile(`(?m)^VERSION_CODENAME=("?)([a-z]+)("?)$`)
+var codenameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^VERSION_CODENAME=("?)([a-z]+)("?)$`) })
 
 func osCodename(root string) (string, error) {
 	for _, f := range []string{"etc/os-release", "usr/lib/os-release"} {
@@ -165,7 +166,7 @@ func osCodename(root string) (string, error) {
 		if err != nil {
 			continue
 		}
-		if m := codenameRE.FindSubmatch(b); m != nil {
+		if m := codenameRE().FindSubmatch(b); m != nil {
 			return string(m[2]), nil
 		}
 	}

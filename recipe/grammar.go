@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -17,23 +18,30 @@ import (
 // refused, so that nothing a reviewer does not see (an option, a pattern, a
 // look-alike letter) reaches apt, pip, the network or a mount.
 var (
-	nameRe       = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	suiteRe      = regexp.MustCompile(`^[a-z][a-z0-9-]{1,31}$`)
-	snapshotRe   = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}Z$`)
-	ociTagRe     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
-	aptNameRe    = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
-	aptVersionRe = regexp.MustCompile(`^[A-Za-z0-9.+~:-]+$`)
-	pipNameRe    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+	nameRe       = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	suiteRe      = lazyRegexp(`^[a-z][a-z0-9-]{1,31}$`)
+	snapshotRe   = lazyRegexp(`^[0-9]{8}T[0-9]{6}Z$`)
+	ociTagRe     = lazyRegexp(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+	aptNameRe    = lazyRegexp(`^[a-z0-9][a-z0-9+.-]+$`)
+	aptVersionRe = lazyRegexp(`^[A-Za-z0-9.+~:-]+$`)
+	pipNameRe    = lazyRegexp(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
 	// pipVersionRe is our closed subset of PEP 440 public versions (and local
 	// labels): it starts with a digit (an epoch "1!" or the release), ends with
 	// a letter or digit, and uses only the characters PEP 440 spellings use.
 	// A leading "v", which PEP 440 tolerates and pip normalizes away, is refused
 	// so that a pin reads the way the index lists it; wildcards (==1.*) are
 	// refused because a pin names one version.
-	pipVersionRe = regexp.MustCompile(`^[0-9]([A-Za-z0-9.+!_-]*[A-Za-z0-9])?$`)
-	sourceSuite  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
-	componentRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	pipVersionRe = lazyRegexp(`^[0-9]([A-Za-z0-9.+!_-]*[A-Za-z0-9])?$`)
+	sourceSuite  = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
+	componentRe  = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 )
+
+// lazyRegexp compiles on first use: compiling every grammar at package init would cost each shed
+// process (and each sandbox init, the same binary) about half a millisecond, mostly for commands that
+// never parse a recipe.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // invisible names the zero-width and bidirectional characters most used to make
 // text read as something it is not.
@@ -85,7 +93,7 @@ func checkName(s string) *Error {
 	if e := checkText(s); e != nil {
 		return e
 	}
-	if !nameRe.MatchString(s) {
+	if !nameRe().MatchString(s) {
 		return &Error{Msg: fmt.Sprintf("invalid name %q", s),
 			Hint: "use 1 to 64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit, e.g. jq-tools"}
 	}
@@ -102,12 +110,12 @@ func parseSeed(s string) (Seed, *Error) {
 	switch {
 	case strings.HasPrefix(s, "debian/"):
 		suite, snap, pinned := strings.Cut(strings.TrimPrefix(s, "debian/"), "@")
-		if !suiteRe.MatchString(suite) {
+		if !suiteRe().MatchString(suite) {
 			return Seed{}, &Error{Msg: fmt.Sprintf("invalid Debian suite %q", suite),
 				Hint: "a suite is 2 to 32 lowercase letters, digits or '-', starting with a letter, e.g. debian/bookworm"}
 		}
 		if pinned {
-			if _, err := time.Parse("20060102T150405Z", snap); err != nil || !snapshotRe.MatchString(snap) {
+			if _, err := time.Parse("20060102T150405Z", snap); err != nil || !snapshotRe().MatchString(snap) {
 				return Seed{}, &Error{Msg: fmt.Sprintf("invalid snapshot %q", snap),
 					Hint: "a snapshot is a snapshot.debian.org timestamp YYYYMMDDTHHMMSSZ, e.g. debian/bookworm@20250110T000000Z"}
 			}
@@ -119,7 +127,7 @@ func parseSeed(s string) (Seed, *Error) {
 		// itself hold a ':'.
 		if i := strings.LastIndexByte(dir, ':'); i >= 0 {
 			switch t := dir[i+1:]; {
-			case ociTagRe.MatchString(t):
+			case ociTagRe().MatchString(t):
 				dir, tag = dir[:i], t
 			case t == "":
 				return Seed{}, &Error{Msg: "empty OCI tag after ':'",
@@ -162,7 +170,7 @@ func ParseAptPackage(s string) (AptPackage, error) {
 			"%q is a path, glob or release selector, not a package name", s)
 	}
 	name, version, pinned := strings.Cut(s, "=")
-	if !aptNameRe.MatchString(name) {
+	if !aptNameRe().MatchString(name) {
 		switch {
 		case strings.ContainsRune(name, ':'):
 			return fail("architecture qualifiers are not supported: "+hint, "%q has an architecture qualifier", s)
@@ -181,7 +189,7 @@ func ParseAptPackage(s string) (AptPackage, error) {
 			return fail("pin with a single '=': name=VERSION", "%q pins with '=='", s)
 		case version[0] == '-':
 			return fail(hint, "version %q starts with '-'", version)
-		case !aptVersionRe.MatchString(version):
+		case !aptVersionRe().MatchString(version):
 			return fail("a Debian version holds letters, digits and . + ~ : -", "invalid version %q", version)
 		}
 	}
@@ -222,7 +230,7 @@ func ParsePipPackage(s string) (PipPackage, error) {
 	if i := strings.IndexAny(s, "=<>!~,"); i >= 0 {
 		name, rest = s[:i], s[i:]
 	}
-	if !pipNameRe.MatchString(name) {
+	if !pipNameRe().MatchString(name) {
 		return fail("a package name is letters, digits, '.', '_' and '-', starting and ending with a letter or digit",
 			"invalid package name %q", name)
 	}
@@ -239,7 +247,7 @@ func ParsePipPackage(s string) (PipPackage, error) {
 		return fail(hint, "empty version after '=='")
 	case strings.Contains(version, "*"):
 		return fail("pin one exact version, e.g. requests==2.31.0", "wildcard version %q is not allowed", version)
-	case !pipVersionRe.MatchString(version):
+	case !pipVersionRe().MatchString(version):
 		return fail("a version starts with a digit and holds letters, digits and . + ! _ -, e.g. 2.31.0", "invalid version %q", version)
 	}
 	return PipPackage{Name: name, Version: version}, nil
@@ -514,7 +522,7 @@ func checkURL(s string) *Error {
 }
 
 func checkSuite(s string) *Error {
-	if !sourceSuite.MatchString(s) || strings.Contains(s, "..") {
+	if !sourceSuite().MatchString(s) || strings.Contains(s, "..") {
 		return &Error{Msg: fmt.Sprintf("invalid suite %q", s),
 			Hint: `a suite is letters, digits, '.', '_', '/' and '-', starting with a letter or digit, without "..", e.g. stable`}
 	}
@@ -522,7 +530,7 @@ func checkSuite(s string) *Error {
 }
 
 func checkComponent(s string) *Error {
-	if !componentRe.MatchString(s) {
+	if !componentRe().MatchString(s) {
 		return &Error{Msg: fmt.Sprintf("invalid component %q", s),
 			Hint: "a component is letters, digits, '.', '_' and '-', starting with a letter or digit, e.g. main"}
 	}

@@ -60,7 +60,7 @@ func BenchmarkRunTrue(b *testing.B) {
 				spec.DropCaps, spec.Control = true, filepath.Join(b.TempDir(), "control.sock")
 			}
 			ctx := context.Background()
-			// The first Start of a process makes the sealed copy of the binary (BenchmarkSealedCopy).
+			// The first Start of a process makes the sealed handle of the binary (BenchmarkSealedSelf).
 			if code, err := sandbox.Run(ctx, spec, sandbox.Stdio{}); err != nil || code != 0 {
 				b.Fatalf("run: code %d, %v", code, err)
 			}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -21,12 +22,20 @@ import (
 //
 //	client -> init  4 bytes big-endian length n, with SCM_RIGHTS stdin, stdout, stderr attached
 //	client -> init  n bytes: the ExecRequest as JSON
+//	init -> client  with a terminal (execWire.Terminal), once the command started: one byte 'T' with
+//	                SCM_RIGHTS the terminal's master side
 //	init -> client  one execReply as JSON, once the command has exited (or could not start); then close
 //
 // The client closing the connection early kills the command (SIGKILL).
 
 // maxExecRequest bounds the JSON of one request (argv and env).
 const maxExecRequest = 4 << 20
+
+// execWire is the request as sent: the ExecRequest and whether the command gets a terminal.
+type execWire struct {
+	ExecRequest
+	Terminal *Winsize `json:",omitempty"`
+}
 
 type execReply struct {
 	Code  *int       `json:",omitempty"`
@@ -45,7 +54,12 @@ func Exec(ctx context.Context, control string, req ExecRequest, stdio Stdio) (in
 	if err := req.Validate(); err != nil {
 		return -1, err
 	}
-	body, err := json.Marshal(&req)
+	wire := execWire{ExecRequest: req}
+	if stdio.Terminal != nil {
+		size := stdio.Terminal.Size
+		wire.Terminal = &size
+	}
+	body, err := json.Marshal(&wire)
 	if err != nil {
 		return -1, fmt.Errorf("exec in sandbox %s: %w", control, err)
 	}
@@ -63,7 +77,11 @@ func Exec(ctx context.Context, control string, req ExecRequest, stdio Stdio) (in
 	conn := nc.(*net.UnixConn)
 	defer conn.Close()
 
-	x, err := newExecStdio(stdio)
+	sent := stdio
+	if stdio.Terminal != nil {
+		sent = Stdio{} // the command's stdio is its terminal: init gets /dev/null
+	}
+	x, err := newExecStdio(sent)
 	if err != nil {
 		return -1, fmt.Errorf("exec in sandbox %s: %w", control, err)
 	}
@@ -84,9 +102,22 @@ func Exec(ctx context.Context, control string, req ExecRequest, stdio Stdio) (in
 		_, err = conn.Write(body)
 	}
 	x.sent()
+	var reply io.Reader = conn
+	if err == nil && stdio.Terminal != nil {
+		var b byte
+		var master *os.File
+		if b, master, err = recvFD(conn); err == nil {
+			if master != nil {
+				wait := attachTerminal(master, stdio)
+				x.copies = append(x.copies, terminalDone(wait))
+			} else {
+				reply = io.MultiReader(bytes.NewReader([]byte{b}), conn) // an error reply
+			}
+		}
+	}
 	var rep execReply
 	if err == nil {
-		err = json.NewDecoder(conn).Decode(&rep)
+		err = json.NewDecoder(reply).Decode(&rep)
 	}
 	if ctx.Err() != nil {
 		x.wait()
@@ -226,13 +257,22 @@ func (x *execStdio) wait() error {
 	return first
 }
 
+// terminalDone runs an attached terminal's wait as one of execStdio's copies.
+func terminalDone(wait func() error) chan error {
+	c := make(chan error, 1)
+	go func() { c <- wait() }()
+	return c
+}
+
 // execJob is one Exec'd command, between the connection's goroutine and init's main thread.
 type execJob struct {
-	req     ExecRequest
-	stdio   [3]uintptr
-	pid     int              // set by the main thread
-	started chan *SetupError // nil: running
-	exited  chan int
+	req      ExecRequest
+	terminal *Winsize // nil: stdio is the client's
+	stdio    [3]uintptr
+	master   int              // the terminal's master side, set by the main thread; the connection's goroutine sends and closes it
+	pid      int              // set by the main thread
+	started  chan *SetupError // nil: running
+	exited   chan int
 }
 
 // serveControl is init's main loop when the sandbox has a control socket, in place of reap: on this
@@ -280,7 +320,7 @@ func serveControl(cfg *initConfig, pid int) (int, error) {
 		select {
 		case <-chld:
 		case j := <-jobs:
-			cpid, e := startExec(cfg, &j.req, j.stdio)
+			cpid, e := startExec(cfg, j)
 			if e == nil {
 				j.pid = cpid
 				running[cpid] = j
@@ -297,7 +337,8 @@ func serveControl(cfg *initConfig, pid int) (int, error) {
 
 // startExec forks and executes an Exec'd command from the main thread, as startCommand does the main
 // one (whose restrictions this thread already carries).
-func startExec(cfg *initConfig, r *ExecRequest, stdio [3]uintptr) (int, *SetupError) {
+func startExec(cfg *initConfig, j *execJob) (int, *SetupError) {
+	r, stdio := &j.req, j.stdio
 	path, e := lookPath(r.Argv[0], r.Env)
 	if e != nil {
 		return 0, e
@@ -313,12 +354,26 @@ func startExec(cfg *initConfig, r *ExecRequest, stdio [3]uintptr) (int, *SetupEr
 	sys := &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: r.UID, Gid: r.GID, Groups: []uint32{}},
 		// No controlling terminal: a terminal passed as stdio cannot be pushed input (TIOCSTI) without
-		// CAP_SYS_ADMIN.
-		Setsid: true,
-		Ptrace: len(cfg.CgroupProcs) > 0,
+		// CAP_SYS_ADMIN. A terminal of the sandbox's own is the command's controlling terminal.
+		Setsid:  true,
+		Setctty: j.terminal != nil,
+		Ptrace:  len(cfg.CgroupProcs) > 0,
+	}
+	j.master = -1
+	if j.terminal != nil {
+		master, slave, e := openTerminal(j.terminal, r.UID)
+		if e != nil {
+			return 0, e
+		}
+		defer unix.Close(slave)
+		j.master, stdio = master, [3]uintptr{uintptr(slave), uintptr(slave), uintptr(slave)}
 	}
 	pid, err := syscall.ForkExec(path, r.Argv, &syscall.ProcAttr{Dir: dir, Env: r.Env, Files: stdio[:], Sys: sys})
 	if err != nil {
+		if j.master >= 0 {
+			unix.Close(j.master)
+			j.master = -1
+		}
 		return 0, &SetupError{Op: "exec", Path: path, Err: err}
 	}
 	if sys.Ptrace {
@@ -360,7 +415,7 @@ func serveExec(c *net.UnixConn, uid uint32, jobs, kills chan<- *execJob) {
 		fail(e)
 		return
 	}
-	j := &execJob{req: *req, started: make(chan *SetupError, 1), exited: make(chan int, 1)}
+	j := &execJob{req: req.ExecRequest, terminal: req.Terminal, started: make(chan *SetupError, 1), exited: make(chan int, 1)}
 	for i, fd := range fds {
 		j.stdio[i] = uintptr(fd)
 	}
@@ -372,6 +427,13 @@ func serveExec(c *net.UnixConn, uid uint32, jobs, kills chan<- *execJob) {
 	if e != nil {
 		fail(e)
 		return
+	}
+	if j.master >= 0 {
+		werr := sendTerminal(c, j.master)
+		unix.Close(j.master)
+		if werr != nil { // the client is gone: the read below ends at once and kills the command
+			c.Close()
+		}
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	gone := make(chan struct{})
@@ -414,8 +476,8 @@ func checkPeer(c *net.UnixConn, uid uint32) *SetupError {
 
 // readExecRequest reads the length, the three descriptors that come with it, and the request. On an
 // error every received descriptor is closed.
-func readExecRequest(c *net.UnixConn) (_ *ExecRequest, fds []int, _ *SetupError) {
-	bad := func(detail string, err error) (*ExecRequest, []int, *SetupError) {
+func readExecRequest(c *net.UnixConn) (_ *execWire, fds []int, _ *SetupError) {
+	bad := func(detail string, err error) (*execWire, []int, *SetupError) {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
@@ -452,11 +514,11 @@ func readExecRequest(c *net.UnixConn) (_ *ExecRequest, fds []int, _ *SetupError)
 	if _, err := io.ReadFull(c, body); err != nil {
 		return bad("read request", err)
 	}
-	var req ExecRequest
+	var req execWire
 	if err := json.Unmarshal(body, &req); err != nil {
 		return bad("decode request", err)
 	}
-	if err := req.Validate(); err != nil {
+	if err := req.ExecRequest.Validate(); err != nil {
 		return bad("invalid request", err)
 	}
 	return &req, fds, nil

@@ -50,6 +50,10 @@ type initConfig struct {
 	// the effective uid of the sandbox's creator, are served.
 	Control    int
 	ControlUID uint32
+	// Console is a socket over which init sends the master side of the command's terminal (0: no
+	// terminal, the command gets init's stdio); Terminal is its initial size.
+	Console  int
+	Terminal *Winsize
 }
 
 type initBind struct {
@@ -113,7 +117,25 @@ func runInit() int {
 		return initFatal("wait for go: %v", err)
 	}
 	<-sigReady
-	pid, e := startCommand(cfg)
+	stdio, master := [3]uintptr{0, 1, 2}, -1
+	if cfg.Console > 0 {
+		m, slave, e := openTerminal(cfg.Terminal, cfg.Spec.UID)
+		if e != nil {
+			return fail(e)
+		}
+		master, stdio = m, [3]uintptr{uintptr(slave), uintptr(slave), uintptr(slave)}
+	}
+	pid, e := startCommand(cfg, stdio)
+	if master >= 0 {
+		unix.Close(int(stdio[0])) // the command has the slave side; the caller's reads end with it
+		if e == nil {
+			if err := sendFD(cfg.Console, master); err != nil {
+				e = &SetupError{Op: "open terminal", Detail: "send the master side", Err: err}
+			}
+		}
+		unix.Close(master)
+		unix.Close(cfg.Console)
+	}
 	if e != nil {
 		return fail(e)
 	}
@@ -158,6 +180,9 @@ func closeInherited(cfg *initConfig) *SetupError {
 	}
 	if cfg.Control > 0 {
 		keep[cfg.Control] = true
+	}
+	if cfg.Console > 0 {
+		keep[cfg.Console] = true
 	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -496,7 +521,7 @@ func loopbackUp() error {
 
 // startCommand forks and executes the command from this locked thread, whose no_new_privs and
 // bounding set the child inherits (and which must be its ptrace tracer).
-func startCommand(cfg *initConfig) (int, *SetupError) {
+func startCommand(cfg *initConfig, stdio [3]uintptr) (int, *SetupError) {
 	s := &cfg.Spec
 	path, e := lookPath(s.Argv[0], s.Env)
 	if e != nil {
@@ -520,8 +545,13 @@ func startCommand(cfg *initConfig) (int, *SetupError) {
 		// With limits, the command stops right after execve, before its first instruction, so that it
 		// can be put into its cgroups first (see cgroup).
 		Ptrace: len(cfg.CgroupProcs) > 0,
+		// With a terminal, the command leads a session of its own with it as controlling terminal
+		// (init's session has none): job control and ^C work inside.
+		Setsid:  cfg.Console > 0,
+		Setctty: cfg.Console > 0,
+		Ctty:    0,
 	}
-	pid, err := syscall.ForkExec(path, s.Argv, &syscall.ProcAttr{Env: s.Env, Files: []uintptr{0, 1, 2}, Sys: sys})
+	pid, err := syscall.ForkExec(path, s.Argv, &syscall.ProcAttr{Env: s.Env, Files: stdio[:], Sys: sys})
 	if err != nil {
 		return 0, &SetupError{Op: "exec", Path: path, Err: err}
 	}

@@ -1,16 +1,28 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// The sandbox's init is this binary, executed from a sealed in-memory copy rather than from its file
-// (the runc CVE-2019-5736 guard): a process inside that reaches /proc/1/exe finds the copy, which no one
-// can write, never the host binary. The copy is made once per process and reused.
+// The sandbox's init is this binary, executed from a handle that no one can write (the runc
+// CVE-2019-5736 guard): a process inside that reaches /proc/1/exe finds that handle, never a writable
+// host file. The handle is made once per process and reused.
+//
+// Two ways, cheapest first (runc 1.2 does the same, see libcontainer/exeseal):
+//   - sealedOverlay: the binary opened through a private, read-only overlayfs mount of its own
+//     directory that is attached nowhere. Overlay without an upper layer has no way to write, and
+//     the mount cannot be remounted read-write because nothing can reach it. No copy: the page
+//     cache is shared with the host binary, so it costs a mount (about 0.2 ms), not a 20 MB copy
+//     (about 10 ms) per shed process.
+//   - sealedCopy: a copy in a memfd sealed against writes, for kernels that cannot give an
+//     overlayfs layer by file descriptor (before 6.13) or a binary on a file system overlayfs
+//     refuses as a layer.
 var selfExe struct {
 	once sync.Once
 	f    *os.File
@@ -18,11 +30,81 @@ var selfExe struct {
 }
 
 func sealedSelf() (*os.File, error) {
-	selfExe.once.Do(func() { selfExe.f, selfExe.err = copySelf() })
+	selfExe.once.Do(func() {
+		selfExe.f, selfExe.err = sealedOverlay()
+		if selfExe.err != nil {
+			selfExe.f, selfExe.err = sealedCopy()
+		}
+	})
 	return selfExe.f, selfExe.err
 }
 
-func copySelf() (*os.File, error) {
+// sealedOverlay opens this binary through a detached read-only overlayfs whose layers are the
+// binary's directory and an empty tmpfs: overlay needs two layers to mount without an upper, and the
+// tmpfs, given by file descriptor, is reachable from no path either.
+func sealedOverlay() (*os.File, error) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return nil, err
+	}
+	dir, name := filepath.Split(exe)
+	empty, err := detachedMount("tmpfs", nil, unix.MOUNT_ATTR_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(empty)
+	ovl, err := detachedMount("overlay", func(ctx int) error {
+		if err := unix.FsconfigSetString(ctx, "lowerdir+", dir); err != nil {
+			return fmt.Errorf("lowerdir+=%s: %w", dir, err)
+		}
+		if err := unix.FsconfigSetFd(ctx, "lowerdir+", empty); err != nil {
+			return fmt.Errorf("lowerdir+ by fd: %w", err)
+		}
+		// Inode numbers do not matter here; without this, mixed file systems log a warning.
+		_ = unix.FsconfigSetString(ctx, "xino", "off")
+		return nil
+	}, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(ovl)
+	fd, err := unix.Openat(ovl, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s through the sealing overlay: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), "shed-sandbox-init")
+	// The same file, not whatever was renamed over the path since this process started.
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Stat("/proc/self/exe", &b) != nil || a.Size != b.Size || a.Mtim != b.Mtim {
+		f.Close()
+		return nil, errors.New("the executable changed on disk since shed started")
+	}
+	return f, nil
+}
+
+// detachedMount creates a file system and returns a mount of it that is attached nowhere.
+func detachedMount(fstype string, config func(ctx int) error, attrs int) (int, error) {
+	ctx, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen %s: %w", fstype, err)
+	}
+	defer unix.Close(ctx)
+	if config != nil {
+		if err := config(ctx); err != nil {
+			return -1, fmt.Errorf("%s: %w", fstype, err)
+		}
+	}
+	if err := unix.FsconfigCreate(ctx); err != nil {
+		return -1, fmt.Errorf("create %s: %w", fstype, err)
+	}
+	m, err := unix.Fsmount(ctx, unix.FSMOUNT_CLOEXEC, attrs)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount %s: %w", fstype, err)
+	}
+	return m, nil
+}
+
+func sealedCopy() (*os.File, error) {
 	src, err := os.Open("/proc/self/exe")
 	if err != nil {
 		return nil, fmt.Errorf("open own executable: %w", err)
@@ -46,7 +128,7 @@ func copySelf() (*os.File, error) {
 }
 
 // copyAll copies src into the empty memfd dst. Sizing dst first and copying in the kernel (sendfile)
-// measured about twice as fast as io.Copy here: this copy is on the first Start of every process.
+// measured about twice as fast as io.Copy here.
 func copyAll(dst, src *os.File) error {
 	st, err := src.Stat()
 	if err != nil {

@@ -118,7 +118,23 @@ type Limits struct {
 type Stdio struct {
 	Stdin          io.Reader // nil = /dev/null
 	Stdout, Stderr io.Writer // nil = discard
+	// Terminal, if set, gives the command a pseudo-terminal of the sandbox's own /dev/pts as its
+	// stdin, stdout, stderr and controlling terminal, so that tty(1) names it and job control works
+	// inside. Stdin is copied to the terminal and everything the command prints to Stdout; Stderr is
+	// then only for init's own last-resort messages (an *os.File, or unused).
+	Terminal *Terminal
 }
+
+// Terminal is the window size of a Stdio's pseudo-terminal.
+type Terminal struct {
+	Size Winsize // 0 rows and columns: unset
+	// Resize delivers later sizes (the caller forwards its SIGWINCH); nil if the size never changes.
+	// The executor stops reading it when the command ends.
+	Resize <-chan Winsize
+}
+
+// Winsize is a terminal's size in characters.
+type Winsize struct{ Rows, Cols uint16 }
 
 // SpecError is an invalid Spec: Field names the field as in "binds[1].target".
 type SpecError struct {

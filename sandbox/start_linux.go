@@ -24,11 +24,12 @@ type Process struct {
 	// and served by the caller from the host side. Wait closes them.
 	Listeners []net.Listener
 
-	cmd     *exec.Cmd
-	sync    *os.File
-	dec     *json.Decoder
-	cg      *cgroup
-	control *controlSocket
+	cmd      *exec.Cmd
+	sync     *os.File
+	dec      *json.Decoder
+	cg       *cgroup
+	control  *controlSocket
+	terminal func() error // waits for the terminal's output to be copied (Stdio.Terminal)
 
 	once sync.Once
 	code int
@@ -101,6 +102,21 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 		cfg.Control, cfg.ControlUID = fdMore+len(extra)-2, uint32(os.Geteuid())
 		extra = append(extra, ctl.f)
 	}
+	var console *os.File
+	if stdio.Terminal != nil {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			parentEnd.Close()
+			cleanup()
+			return nil, fmt.Errorf("start sandbox: socketpair: %w", err)
+		}
+		console = os.NewFile(uintptr(pair[0]), "sandbox-console")
+		child := os.NewFile(uintptr(pair[1]), "sandbox-console")
+		handed = append(handed, child)
+		size := stdio.Terminal.Size
+		cfg.Console, cfg.Terminal = fdMore+len(extra)-2, &size
+		extra = append(extra, child)
+	}
 
 	// The child's fd 3 is the sealed copy (ExtraFiles[0]), so this path is resolved in the child,
 	// between dup2 and execve.
@@ -110,6 +126,13 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 	// beside its mounts.
 	cmd.Env = []string{initEnv + "=1", "GOMAXPROCS=2", "GODEBUG=containermaxprocs=0,updatemaxprocs=0"}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
+	if console != nil {
+		// The command's stdio is the terminal; init's own is only for its last-resort messages.
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
+		if f, ok := stdio.Stderr.(*os.File); ok {
+			cmd.Stderr = f
+		}
+	}
 	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET,
@@ -125,6 +148,9 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		parentEnd.Close()
+		if console != nil {
+			console.Close()
+		}
 		cleanup()
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
@@ -137,7 +163,20 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 	handed = nil
 
 	p := &Process{Pid: cmd.Process.Pid, cmd: cmd, sync: parentEnd, dec: json.NewDecoder(parentEnd), cg: cg, control: ctl}
-	if err := p.handshake(ctx, cfg); err != nil {
+	err = p.handshake(ctx, cfg)
+	if err == nil && console != nil {
+		// init sent the terminal's master side before it said "started".
+		_, master, rerr := recvFD(console)
+		if master == nil {
+			err = &SetupError{Op: "open terminal", Detail: "receive the master side from init", Err: errors.Join(rerr, unix.EPROTO)}
+		} else {
+			p.terminal = attachTerminal(master, stdio)
+		}
+	}
+	if console != nil {
+		console.Close()
+	}
+	if err != nil {
 		p.abort()
 		return nil, err
 	}
@@ -202,6 +241,11 @@ func (p *Process) release() error {
 func (p *Process) Wait() (exitCode int, err error) {
 	p.once.Do(func() {
 		werr := p.cmd.Wait()
+		if p.terminal != nil {
+			if err := p.terminal(); err != nil && werr == nil {
+				werr = err
+			}
+		}
 		st := p.cmd.ProcessState
 		if st == nil {
 			p.code, p.err = -1, &SetupError{Op: "wait", Err: werr}

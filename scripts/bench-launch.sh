@@ -14,7 +14,7 @@ done
 	$(printf '%s\n' "${need[@]}" | sed 's/^bwrap$/bubblewrap/'); }
 work=${1:-$(mktemp -d /var/tmp/shed-launch-XXXX)}
 mkdir -p "$work/w"
-CGO_ENABLED=0 go build -o bin/shed ./cmd/shed
+make -s build
 shed="$PWD/bin/shed"
 export SHED_ROOT="$work/root"
 $shed init >/dev/null

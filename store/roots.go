@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -156,11 +157,11 @@ type Root struct {
 	Path Path   `json:"path"`
 }
 
-var rootNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var rootNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
 
 // CheckRootName validates a root name.
 func CheckRootName(name string) error {
-	if !rootNameRE.MatchString(name) {
+	if !rootNameRE().MatchString(name) {
 		return fmt.Errorf("bad root name %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", name)
 	}
 	return nil

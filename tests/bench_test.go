@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -381,5 +382,30 @@ func TestBenchExecAndLimits(t *testing.T) {
 	mustShed(t, root, "bench", "run", "-f", file, "--memory", "512M", "--", "perl", "-e", `$x = "a" x 200_000_000; print length($x)`)
 	if r := shed(t, root, nil, "bench", "run", "-f", file, "--pids", "8", "--", "sh", "-c", "for i in $(seq 20); do sleep 2 & done; wait"); r.code == 0 {
 		t.Errorf("20 processes under --pids 8 succeeded")
+	}
+}
+
+// TestBenchShell: `shed bench shell` under a terminal (script(1) provides
+// one) is an interactive shell on a terminal of the Bench's own /dev/pts,
+// with our window size, and its exit code is shed's.
+func TestBenchShell(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Fatalf("script(1) (bsdutils) is needed to give shed a terminal: %v", err)
+	}
+	cmd := exec.Command("script", "-qec", fmt.Sprintf("stty rows 33 cols 99; %s --root %s bench shell --offline -f %s", shedBin, root, file), "/dev/null")
+	cmd.Stdin = strings.NewReader("tty\necho $((6*7))\nstty size\nexit 5\n")
+	out, err := cmd.Output()
+	// bash's prompt and bracketed-paste switches surround the output lines.
+	text := regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]|\r`).ReplaceAllString(string(out), "")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 {
+		t.Errorf("exit: %v, want 5\n%s", err, text)
+	}
+	for _, want := range []string{"\n/dev/pts/0\n", "\n42\n", "\n33 99\n"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("shell output lacks %q:\n%s", want, text)
+		}
 	}
 }

@@ -23,7 +23,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shedBin = filepath.Join(dir, "shed")
-	build := exec.Command("go", "build", "-o", shedBin, "../cmd/shed")
+	// As `make build` builds it (see BUILDFLAGS there).
+	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", shedBin, "../cmd/shed")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build shed:", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -12,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/creack/pty"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"toolshed.dev/shed/bench"
@@ -230,42 +229,45 @@ func benchRun(c *cli.Context, argv []string) error {
 	return exitCode(code)
 }
 
-// withStdio runs fn with the process's stdio, or with a pseudo-terminal
-// whose other side is copied to and from ours (raw mode, window size kept).
+// withStdio runs fn with the process's stdio, or with a pseudo-terminal that
+// the Bench allocates from its own /dev/pts: ours is put in raw mode and its
+// window size followed, so that the terminal inside behaves as ours would.
 func withStdio(c *cli.Context, tty bool, fn func(sandbox.Stdio, []string) (int, error)) (int, error) {
+	stdio := sandbox.Stdio{Stdin: os.Stdin, Stdout: c.App.Writer, Stderr: c.App.ErrWriter}
 	if !tty {
-		return fn(sandbox.Stdio{Stdin: os.Stdin, Stdout: c.App.Writer, Stderr: c.App.ErrWriter}, nil)
+		return fn(stdio, nil)
 	}
-	ptmx, pts, err := pty.Open()
-	if err != nil {
-		return 0, fmt.Errorf("open a pseudo-terminal: %w", err)
-	}
-	defer ptmx.Close()
+	t := &sandbox.Terminal{}
+	stdio.Terminal = t
 	env := []string{"TERM=" + envOr("TERM", "xterm")}
-	if term.IsTerminal(int(os.Stdin.Fd())) {
-		if old, err := term.MakeRaw(int(os.Stdin.Fd())); err == nil {
-			defer term.Restore(int(os.Stdin.Fd()), old)
+	in := int(os.Stdin.Fd())
+	if term.IsTerminal(in) {
+		if old, err := term.MakeRaw(in); err == nil {
+			defer term.Restore(in, old)
 		}
-		pty.InheritSize(os.Stdin, ptmx)
+		size := func() sandbox.Winsize {
+			ws, err := unix.IoctlGetWinsize(in, unix.TIOCGWINSZ)
+			if err != nil {
+				return sandbox.Winsize{}
+			}
+			return sandbox.Winsize{Rows: ws.Row, Cols: ws.Col}
+		}
+		t.Size = size()
 		winch := make(chan os.Signal, 1)
 		signal.Notify(winch, syscall.SIGWINCH)
 		defer signal.Stop(winch)
+		resize := make(chan sandbox.Winsize, 1)
+		t.Resize = resize
 		go func() {
 			for range winch {
-				pty.InheritSize(os.Stdin, ptmx)
+				select {
+				case resize <- size():
+				default: // one pending is enough: the next SIGWINCH brings the latest size
+				}
 			}
 		}()
 	}
-	go io.Copy(ptmx, os.Stdin)
-	copied := make(chan struct{})
-	go func() { io.Copy(c.App.Writer, ptmx); close(copied) }()
-	code, err := fn(sandbox.Stdio{Stdin: pts, Stdout: pts, Stderr: pts}, env)
-	pts.Close()
-	select {
-	case <-copied:
-	case <-time.After(200 * time.Millisecond):
-	}
-	return code, err
+	return fn(stdio, env)
 }
 
 func envOr(k, def string) string {

@@ -66,19 +66,11 @@ func cmdMan() *cli.Command {
 		},
 		Description: "Install with: shed man > /usr/local/share/man/man1/shed.1",
 		Action: func(c *cli.Context) error {
-			var (
-				s   string
-				err error
-			)
+			s := manPage(c.App)
 			if c.Bool("markdown") {
 				s = markdownReference(c.App)
-			} else {
-				s, err = c.App.ToMan()
 			}
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprint(c.App.Writer, s)
+			_, err := fmt.Fprint(c.App.Writer, s)
 			return err
 		},
 	}

@@ -7,6 +7,17 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
+var exitCodes = []struct {
+	code int
+	what string
+}{
+	{exitOK, "success"},
+	{exitFailure, "the operation failed (I/O, store, build)"},
+	{exitUsage, "usage error: unknown command or flag, wrong arguments"},
+	{exitInvalid, "invalid input: a recipe or a .drv that breaks the rules"},
+	{exitProblems, "`shed store verify` or `shed realize --check` found problems"},
+}
+
 // markdownReference renders the command reference (docs/cli.md) from the
 // command definitions themselves, with each command's arguments and
 // description, which urfave/cli's own Markdown output leaves out.
@@ -18,16 +29,7 @@ func markdownReference(app *cli.App) string {
 	b.WriteString("## Global options\n\n")
 	writeFlags(&b, app.VisibleFlags())
 	b.WriteString("## Exit codes\n\n| code | meaning |\n| --- | --- |\n")
-	for _, e := range []struct {
-		code int
-		what string
-	}{
-		{exitOK, "success"},
-		{exitFailure, "the operation failed (I/O, store, build)"},
-		{exitUsage, "usage error: unknown command or flag, wrong arguments"},
-		{exitInvalid, "invalid input: a recipe or a .drv that breaks the rules"},
-		{exitProblems, "`shed store verify` found problems"},
-	} {
+	for _, e := range exitCodes {
 		fmt.Fprintf(&b, "| %d | %s |\n", e.code, e.what)
 	}
 	b.WriteString("\nErrors are printed as `shed: error: ...`, followed by `shed: hint: ...` when there is advice.\n\n")
@@ -75,21 +77,91 @@ func writeFlags(b *strings.Builder, flags []cli.Flag) {
 		return
 	}
 	for _, f := range flags {
-		names := make([]string, 0, len(f.Names()))
-		for _, n := range f.Names() {
-			if len(n) == 1 {
-				names = append(names, "-"+n)
-			} else {
-				names = append(names, "--"+n)
-			}
-		}
-		// The flag's own help line, with its default and env var, as
-		// `shed --help` prints it.
-		help := f.String()
-		if i := strings.Index(help, "\t"); i >= 0 {
-			help = strings.TrimSpace(help[i+1:])
-		}
-		fmt.Fprintf(b, "- `%s`: %s\n", strings.Join(names, ", "), help)
+		names, help := flagDoc(f)
+		fmt.Fprintf(b, "- `%s`: %s\n", names, help)
 	}
 	b.WriteString("\n")
+}
+
+// flagDoc returns a flag's spellings ("-t, --tty") and its help line, with its default and env var,
+// as `shed --help` prints it.
+func flagDoc(f cli.Flag) (names, help string) {
+	var ns []string
+	for _, n := range f.Names() {
+		if len(n) == 1 {
+			ns = append(ns, "-"+n)
+		} else {
+			ns = append(ns, "--"+n)
+		}
+	}
+	help = f.String()
+	if i := strings.Index(help, "\t"); i >= 0 {
+		help = strings.TrimSpace(help[i+1:])
+	}
+	return strings.Join(ns, ", "), help
+}
+
+// manPage renders the same reference as a man page (roff, man macros). It is written here rather than
+// converted from Markdown by urfave/cli (go-md2man): that converter's package initialization costs every
+// shed process, and every sandbox init, about half a millisecond; the build leaves it out
+// (-tags urfave_cli_no_docs).
+func manPage(app *cli.App) string {
+	var b strings.Builder
+	esc := strings.NewReplacer(`\`, `\e`, "-", `\-`, "\n.", "\n\\&.", "\n'", "\n\\&'").Replace
+	para := func(s string) {
+		for _, p := range strings.Split(strings.TrimSpace(s), "\n\n") {
+			fmt.Fprintf(&b, ".PP\n%s\n", esc(strings.TrimSpace(p)))
+		}
+	}
+	flags := func(fs []cli.Flag) {
+		for _, f := range fs {
+			if f.Names()[0] == "help" {
+				continue
+			}
+			names, help := flagDoc(f)
+			fmt.Fprintf(&b, ".TP\n\\fB%s\\fR\n%s\n", esc(names), esc(help))
+		}
+	}
+	fmt.Fprintf(&b, ".TH SHED 1 \"\" \"shed %s\" \"Toolshed manual\"\n", esc(app.Version))
+	fmt.Fprintf(&b, ".SH NAME\nshed \\- %s\n", esc(app.Usage))
+	b.WriteString(".SH SYNOPSIS\n\\fBshed\\fR [\\fIGLOBAL OPTIONS\\fR] \\fICOMMAND\\fR [\\fIOPTIONS\\fR] [\\fIARGS\\fR]\n")
+	b.WriteString(".SH DESCRIPTION\n")
+	para(app.Description)
+	b.WriteString(".SH GLOBAL OPTIONS\n")
+	flags(app.VisibleFlags())
+	b.WriteString(".SH COMMANDS\n")
+	var walk func(prefix string, cmds []*cli.Command)
+	walk = func(prefix string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Hidden || c.Name == "help" {
+				continue
+			}
+			full := strings.TrimSpace(prefix + " " + c.Name)
+			if len(c.Subcommands) > 0 {
+				walk(full, c.Subcommands)
+				continue
+			}
+			fmt.Fprintf(&b, ".SS %s\n", esc(full))
+			usage := full
+			if len(c.VisibleFlags()) > 0 {
+				usage += " [OPTIONS]"
+			}
+			if a := strings.TrimSpace(c.ArgsUsage); a != "" {
+				usage += " " + a
+			}
+			fmt.Fprintf(&b, ".nf\n\\fB%s\\fR\n.fi\n", esc(usage))
+			para(c.Usage)
+			if c.Description != "" {
+				para(c.Description)
+			}
+			flags(c.VisibleFlags())
+		}
+	}
+	walk("shed", app.Commands)
+	b.WriteString(".SH EXIT STATUS\n")
+	for _, e := range exitCodes {
+		fmt.Fprintf(&b, ".TP\n%d\n%s\n", e.code, esc(e.what))
+	}
+	b.WriteString(".SH SEE ALSO\ndocs/cli.md and docs/ in the Toolshed source tree.\n")
+	return b.String()
 }

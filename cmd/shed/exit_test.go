@@ -60,18 +60,47 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-// TestDocsUpToDate: docs/cli.md is generated from the command definitions
-// (`make docs`), so the reference never drifts from the code.
+// TestDocsUpToDate: docs/cli.md and docs/man/shed.1 are generated from the
+// command definitions (`make docs`), so the reference never drifts from the code.
 func TestDocsUpToDate(t *testing.T) {
+	for _, c := range []struct{ file, flag string }{{"cli.md", "--markdown"}, {"man/shed.1", ""}} {
+		var out bytes.Buffer
+		args := []string{"shed", "man"}
+		if c.flag != "" {
+			args = append(args, c.flag)
+		}
+		if code := run(args, &out, os.Stderr); code != 0 {
+			t.Fatalf("%s: exit %d", strings.Join(args, " "), code)
+		}
+		want, err := os.ReadFile(filepath.Join("..", "..", "docs", c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != string(want) {
+			t.Errorf("docs/%s is stale: run `make docs` and commit the result", c.file)
+		}
+	}
+}
+
+// TestManPage: the man page is well-formed roff that names every command.
+func TestManPage(t *testing.T) {
 	var out bytes.Buffer
-	if code := run([]string{"shed", "man", "--markdown"}, &out, os.Stderr); code != 0 {
-		t.Fatalf("shed man --markdown: exit %d", code)
+	if code := run([]string{"shed", "man"}, &out, os.Stderr); code != 0 {
+		t.Fatalf("shed man: exit %d", code)
 	}
-	want, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
-	if err != nil {
-		t.Fatal(err)
+	page := out.String()
+	if !strings.HasPrefix(page, ".TH SHED 1 ") {
+		t.Errorf("no .TH header: %.40q", page)
 	}
-	if out.String() != string(want) {
-		t.Errorf("docs/cli.md is stale: run `make docs` and commit the result")
+	for _, want := range []string{".SS shed bench run\n", ".SS shed realize\n", "\\fB\\-\\-offline\\fR", ".SH EXIT STATUS"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the man page lacks %q", want)
+		}
+	}
+	for i, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, "'") || (strings.HasPrefix(line, ".") && !strings.HasPrefix(line, ".TH") && !strings.HasPrefix(line, ".S") &&
+			!strings.HasPrefix(line, ".PP") && !strings.HasPrefix(line, ".TP") && !strings.HasPrefix(line, ".nf") && !strings.HasPrefix(line, ".fi")) {
+			t.Errorf("line %d would be read as a roff request: %q", i+1, line)
+		}
 	}
 }
