@@ -113,10 +113,10 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		for _, in := range d.Inputs {
 			if f := byOut[in.Out]; f != nil && f.Kind == derivation.KindFetch && !s.IsValid(in.Out) && !need[in.Out] {
 				need[in.Out] = true
-				deb := plan.Debs[in.Out]
+				info := plan.Fetches[in.Out]
 				needFetch = append(needFetch, FetchItem{
-					Path: in.Out, URLs: []string{f.Args[0]}, SHA256: f.Fixed.Hash, Size: deb.Size,
-					Name: fmt.Sprintf("%s (%s %s)", in.Out.Name(), deb.Name, deb.Version),
+					Path: in.Out, URLs: []string{f.Args[0]}, SHA256: f.Fixed.Hash, Size: info.Size,
+					Name: fmt.Sprintf("%s (%s %s)", in.Out.Name(), info.Name, info.Version),
 				})
 			}
 		}
@@ -221,6 +221,14 @@ func (b *Builder) build(ctx context.Context, d *derivation.Derivation, lowers []
 			}
 		}
 		err = b.buildAptLayer(ctx, d, lowers, debs, stage, out, w)
+	case recipe.BuilderPipLayer:
+		var wheels []wheelInput
+		for _, in := range d.Inputs {
+			if f := byOut[in.Out]; f != nil && f.Kind == derivation.KindFetch {
+				wheels = append(wheels, wheelInput{path: in.Out, sha256: f.Fixed.Hash})
+			}
+		}
+		err = b.buildPipLayer(ctx, d, lowers, wheels, stage, out, w)
 	default:
 		err = fmt.Errorf("%s: builder %s is not available in this version of shed", d.Name, d.Builder)
 	}

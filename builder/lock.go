@@ -89,21 +89,23 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 	if lock.Seed.Epoch == 0 {
 		lock.Seed.Epoch = store.DefaultEpoch
 	}
-	if len(r.Apt.Packages) == 0 {
-		return lock, nil
+	if len(r.Apt.Packages) > 0 {
+		seedPlan, err := recipe.Compile(r, &recipe.Lock{Seed: lock.Seed}, b.Store.StoreDir())
+		if err != nil {
+			return nil, err
+		}
+		if err := b.realizeSeed(ctx, seedPlan); err != nil {
+			return nil, err
+		}
+		if lock.Apt, err = b.resolveApt(ctx, r, seedPlan.Derivations[0], suite, opts); err != nil {
+			return nil, err
+		}
 	}
-	seedPlan, err := recipe.Compile(r, &recipe.Lock{Seed: lock.Seed}, b.Store.StoreDir())
-	if err != nil {
-		return nil, err
+	if len(r.Pip.Packages) > 0 {
+		if lock.Pip, err = b.resolvePip(ctx, r, lock, opts); err != nil {
+			return nil, err
+		}
 	}
-	if err := b.realizeSeed(ctx, seedPlan); err != nil {
-		return nil, err
-	}
-	debs, err := b.resolveApt(ctx, r, seedPlan.Derivations[0], suite, opts)
-	if err != nil {
-		return nil, err
-	}
-	lock.Apt = debs
 	return lock, nil
 }
 
@@ -118,7 +120,7 @@ func seedMirror(r *recipe.Recipe) string {
 
 // realizeSeed builds just the seed of a plan.
 func (b *Builder) realizeSeed(ctx context.Context, plan *recipe.Plan) error {
-	seedOnly := &recipe.Plan{Derivations: plan.Derivations[:1], Layers: plan.Layers[:1], Debs: map[store.Path]recipe.LockedDeb{}}
+	seedOnly := &recipe.Plan{Derivations: plan.Derivations[:1], Layers: plan.Layers[:1], Fetches: map[store.Path]recipe.FetchInfo{}}
 	_, err := b.Realize(ctx, seedOnly)
 	return err
 }

@@ -17,11 +17,18 @@ type Plan struct {
 	Derivations []*derivation.Derivation
 	// Layers are the outputs a Bench stacks, bottom (seed) first.
 	Layers []store.Path
-	// Debs maps each fetch output to the locked package it holds.
-	Debs map[store.Path]LockedDeb
+	// Fetches says which locked file each fetch output holds.
+	Fetches map[store.Path]FetchInfo
 	// Locked says whether the plan was compiled from a lock (exact versions
 	// and hashes) or from the names as written.
 	Locked bool
+}
+
+// FetchInfo names the package a fetched file belongs to, for progress and
+// errors.
+type FetchInfo struct {
+	Name, Version string
+	Size          int64 // 0 if the lock does not record it (wheels)
 }
 
 // Builders named in derivations. They are part of the store format: a
@@ -47,7 +54,7 @@ const (
 // and every build gets SOURCE_DATE_EPOCH from the lock. Without one, versions
 // are compiled as written (`shed instantiate` of an unlocked recipe).
 func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
-	plan := &Plan{Debs: map[store.Path]LockedDeb{}, Locked: lock != nil}
+	plan := &Plan{Fetches: map[store.Path]FetchInfo{}, Locked: lock != nil}
 	add := func(d *derivation.Derivation, layer bool) (derivation.Input, error) {
 		d.SortInputs()
 		if err := d.Finish(storeDir); err != nil {
@@ -62,6 +69,18 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 			plan.Layers = append(plan.Layers, d.Output)
 		}
 		return derivation.Input{Drv: drv, Out: d.Output}, nil
+	}
+	fetch := func(rawURL, sha256 string, info FetchInfo) (derivation.Input, error) {
+		f, err := fetchDerivation(rawURL, sha256)
+		if err != nil {
+			return derivation.Input{}, err
+		}
+		in, err := add(f, false)
+		if err != nil {
+			return derivation.Input{}, err
+		}
+		plan.Fetches[in.Out] = info
+		return in, nil
 	}
 	var env map[string]string
 	if lock != nil && lock.Seed.Epoch > 0 {
@@ -94,15 +113,10 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 			}
 		} else {
 			for _, deb := range lock.Apt {
-				f, err := fetchDerivation(deb)
+				in, err := fetch(deb.URL, deb.SHA256, FetchInfo{deb.Name, deb.Version, deb.Size})
 				if err != nil {
 					return nil, fmt.Errorf("compile %s: fetch %s: %w", r.File, deb, err)
 				}
-				in, err := add(f, false)
-				if err != nil {
-					return nil, fmt.Errorf("compile %s: fetch %s: %w", r.File, deb, err)
-				}
-				plan.Debs[in.Out] = deb
 				inputs = append(inputs, in)
 				args = append(args, deb.String())
 			}
@@ -124,8 +138,24 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 	if len(r.Pip.Packages) > 0 {
 		var args, names []string
 		for _, p := range r.Pip.Packages {
-			args = append(args, NormalizePipName(p.Name)+versionSuffix("==", p.Version))
 			names = append(names, NormalizePipName(p.Name))
+		}
+		inputs := []derivation.Input{parent}
+		if lock == nil {
+			for _, p := range r.Pip.Packages {
+				args = append(args, NormalizePipName(p.Name)+versionSuffix("==", p.Version))
+			}
+		} else {
+			// Every wheel of the closure is a fixed-output fetch; the layer
+			// installs exactly these, by hash, with no index.
+			for _, w := range lock.Pip {
+				in, err := fetch(w.URL, w.SHA256, FetchInfo{Name: w.Name, Version: w.Version})
+				if err != nil {
+					return nil, fmt.Errorf("compile %s: fetch %s: %w", r.File, w, err)
+				}
+				inputs = append(inputs, in)
+				args = append(args, w.String())
+			}
 		}
 		slices.Sort(args)
 		d := &derivation.Derivation{
@@ -133,7 +163,7 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 			Kind:    derivation.KindLayer,
 			Builder: BuilderPipLayer,
 			Network: "none",
-			Inputs:  []derivation.Input{parent},
+			Inputs:  inputs,
 			Args:    args,
 			Env:     env,
 		}
@@ -144,11 +174,11 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 	return plan, nil
 }
 
-// fetchDerivation is the fixed-output derivation of one locked .deb: its
-// output path depends only on the SHA-256 and the name, so the same file is
-// fetched once whichever recipe or mirror asks for it.
-func fetchDerivation(deb LockedDeb) (*derivation.Derivation, error) {
-	u, err := url.Parse(deb.URL)
+// fetchDerivation is the fixed-output derivation of one locked file (a .deb, a
+// wheel): its output path depends only on the SHA-256 and the file's name, so
+// the same file is fetched once whichever recipe, mirror or index asks for it.
+func fetchDerivation(rawURL, sha256 string) (*derivation.Derivation, error) {
+	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +191,8 @@ func fetchDerivation(deb LockedDeb) (*derivation.Derivation, error) {
 		Kind:    derivation.KindFetch,
 		Builder: BuilderFetch,
 		Network: "allow " + u.Host,
-		Fixed:   &derivation.Fixed{Algo: "sha256", Hash: deb.SHA256},
-		Args:    []string{deb.URL},
+		Fixed:   &derivation.Fixed{Algo: "sha256", Hash: sha256},
+		Args:    []string{rawURL},
 	}, nil
 }
 

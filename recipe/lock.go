@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,9 +28,10 @@ type Lock struct {
 	// Inputs fingerprints what the recipe declares that resolution depends on
 	// (seed, mirror, sources and their keys, packages): a lock whose Inputs
 	// differ from the recipe's no longer matches it and is re-resolved.
-	Inputs string      `toml:"inputs"`
-	Seed   LockedSeed  `toml:"seed"`
-	Apt    []LockedDeb `toml:"apt,omitempty"`
+	Inputs string        `toml:"inputs"`
+	Seed   LockedSeed    `toml:"seed"`
+	Apt    []LockedDeb   `toml:"apt,omitempty"`
+	Pip    []LockedWheel `toml:"pip,omitempty"`
 }
 
 // LockedSeed pins the seed.
@@ -60,6 +63,30 @@ type LockedDeb struct {
 
 // String returns "name=version".
 func (d LockedDeb) String() string { return d.Name + "=" + d.Version }
+
+// LockedWheel is one Python distribution of the resolved closure: a wheel
+// (shed installs wheels only, docs/recipe.md says why).
+type LockedWheel struct {
+	Name    string `toml:"name"` // PEP 503 normalized
+	Version string `toml:"version"`
+	URL     string `toml:"url"`
+	SHA256  string `toml:"sha256"`
+	// Declared is true for packages the recipe names; false for the
+	// dependencies pip's resolver pulled in for them.
+	Declared bool `toml:"declared"`
+}
+
+// String returns "name==version".
+func (w LockedWheel) String() string { return w.Name + "==" + w.Version }
+
+// File returns the wheel's file name, the last element of its URL's path.
+func (w LockedWheel) File() string {
+	u, err := url.Parse(w.URL)
+	if err != nil {
+		return ""
+	}
+	return path.Base(u.Path)
+}
 
 // LockFile returns the lock's file name for a recipe file: workshop.lock
 // beside workshop.toml (x.toml → x.lock).
@@ -125,16 +152,16 @@ func LoadLock(file string) (*Lock, error) {
 		return nil, &Error{File: file, Field: "version", Msg: fmt.Sprintf("lock version %d, want %d", l.Version, LockVersion),
 			Hint: "run `shed lock --update` to rewrite it"}
 	}
-	if err := l.validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		return nil, &Error{File: file, Msg: err.Error(),
 			Hint: "a lock is written by `shed lock`: do not edit it; run `shed lock --update` to re-resolve"}
 	}
 	return &l, nil
 }
 
-// validate holds a lock to the grammars of the recipe: a lock is reviewed like
+// Validate holds a lock to the grammars of the recipe: a lock is reviewed like
 // a recipe and must not smuggle in what a recipe cannot say.
-func (l *Lock) validate() error {
+func (l *Lock) Validate() error {
 	seen := map[string]bool{}
 	for i, d := range l.Apt {
 		if _, err := ParseAptPackage(d.Name + "=" + d.Version); err != nil {
@@ -157,7 +184,36 @@ func (l *Lock) validate() error {
 			return fmt.Errorf("apt[%d].arch: bad architecture %q", i, d.Arch)
 		}
 	}
+	seen = map[string]bool{}
+	for i, w := range l.Pip {
+		p, err := ParsePipPackage(w.Name + "==" + w.Version)
+		if err != nil {
+			return fmt.Errorf("pip[%d]: %v", i, err)
+		}
+		if p.Version == "" || NormalizePipName(w.Name) != w.Name {
+			return fmt.Errorf("pip[%d]: want a normalized name and a version", i)
+		}
+		if seen[w.Name] {
+			return fmt.Errorf("pip[%d]: %s is listed twice", i, w.Name)
+		}
+		seen[w.Name] = true
+		if e := checkURL(w.URL); e != nil {
+			return fmt.Errorf("pip[%d].url: %s", i, e.Msg)
+		}
+		if f := w.File(); !strings.HasSuffix(f, ".whl") || !safeFileName(f) {
+			return fmt.Errorf("pip[%d].url: %q is not a wheel file", i, f)
+		}
+		if len(w.SHA256) != 64 || strings.Trim(w.SHA256, "0123456789abcdef") != "" {
+			return fmt.Errorf("pip[%d].sha256: want 64 lowercase hex digits", i)
+		}
+	}
 	return nil
+}
+
+// safeFileName: a wheel's file name becomes a store name and a file name in
+// the build sandbox, so it keeps to the characters wheel names use.
+func safeFileName(f string) bool {
+	return f != "" && f[0] != '.' && strings.Trim(f, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-") == ""
 }
 
 // Encode returns the lock as TOML, in a stable, diff-friendly order:
@@ -166,6 +222,8 @@ func (l *Lock) Encode() ([]byte, error) {
 	c := *l
 	c.Apt = slices.Clone(l.Apt)
 	slices.SortFunc(c.Apt, func(a, b LockedDeb) int { return strings.Compare(a.Name, b.Name) })
+	c.Pip = slices.Clone(l.Pip)
+	slices.SortFunc(c.Pip, func(a, b LockedWheel) int { return strings.Compare(a.Name, b.Name) })
 	var b bytes.Buffer
 	b.WriteString("# workshop.lock: written by `shed lock` from the recipe beside it. Commit it; do not edit it.\n")
 	b.WriteString("# `shed lock --update [PKG...]` re-resolves.\n")
@@ -185,16 +243,21 @@ func (l *Lock) Matches(r *Recipe) (bool, error) {
 	return l.Inputs == fp, nil
 }
 
-// Diff describes how two locks differ at the level of packages, one line per
-// change: "+ name version", "- name version", "~ name old → new".
+// DiffLocks describes how two locks differ at the level of packages, one line
+// per change: "+ name version", "- name version", "~ name old → new"; pip
+// packages are named "pip:name".
 func DiffLocks(a, b *Lock) []string {
-	am, bm := map[string]LockedDeb{}, map[string]LockedDeb{}
-	for _, d := range a.Apt {
-		am[d.Name] = d
+	versions := func(l *Lock) map[string]string {
+		m := map[string]string{}
+		for _, d := range l.Apt {
+			m[d.Name] = d.Version
+		}
+		for _, w := range l.Pip {
+			m["pip:"+w.Name] = w.Version
+		}
+		return m
 	}
-	for _, d := range b.Apt {
-		bm[d.Name] = d
-	}
+	am, bm := versions(a), versions(b)
 	var names []string
 	for n := range am {
 		names = append(names, n)
@@ -211,11 +274,11 @@ func DiffLocks(a, b *Lock) []string {
 		y, inB := bm[n]
 		switch {
 		case !inB:
-			out = append(out, fmt.Sprintf("- %s %s", n, x.Version))
+			out = append(out, fmt.Sprintf("- %s %s", n, x))
 		case !inA:
-			out = append(out, fmt.Sprintf("+ %s %s", n, y.Version))
-		case x.Version != y.Version:
-			out = append(out, fmt.Sprintf("~ %s %s → %s", n, x.Version, y.Version))
+			out = append(out, fmt.Sprintf("+ %s %s", n, y))
+		case x != y:
+			out = append(out, fmt.Sprintf("~ %s %s → %s", n, x, y))
 		}
 	}
 	return out

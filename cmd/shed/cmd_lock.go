@@ -58,9 +58,9 @@ func cmdLock() *cli.Command {
 			if err == nil && !c.Bool("update") {
 				if ok, err := old.Matches(r); err == nil && ok {
 					if c.Bool("json") {
-						return printJSON(c, map[string]any{"lock": lockFile, "changed": false, "packages": len(old.Apt)})
+						return printJSON(c, map[string]any{"lock": lockFile, "changed": false, "packages": len(old.Apt), "pip_packages": len(old.Pip)})
 					}
-					fmt.Fprintf(c.App.Writer, "%s is up to date (%d packages)\n", lockFile, len(old.Apt))
+					fmt.Fprintf(c.App.Writer, "%s is up to date (%s)\n", lockFile, lockCounts(old))
 					return nil
 				}
 			}
@@ -80,13 +80,28 @@ func cmdLock() *cli.Command {
 				changes = recipe.DiffLocks(opts.Old, lock)
 			}
 			if c.Bool("json") {
-				return printJSON(c, map[string]any{"lock": lockFile, "changed": true, "packages": len(lock.Apt), "changes": changes})
+				return printJSON(c, map[string]any{"lock": lockFile, "changed": true, "packages": len(lock.Apt), "pip_packages": len(lock.Pip), "changes": changes})
 			}
 			for _, ch := range changes {
 				fmt.Fprintln(c.App.Writer, ch)
 			}
-			fmt.Fprintf(c.App.Writer, "wrote %s: %d packages, seed dated %s\n", lockFile, len(lock.Apt), lock.Seed.ReleaseDate)
+			fmt.Fprintf(c.App.Writer, "wrote %s: %s, seed dated %s\n", lockFile, lockCounts(lock), lock.Seed.ReleaseDate)
 			return nil
 		},
 	}
+}
+
+// lockCounts says what a lock holds: "30 packages" or "30 packages, 3 pip packages".
+func lockCounts(l *recipe.Lock) string {
+	plural := func(n int, what string) string {
+		if n == 1 {
+			return fmt.Sprintf("1 %s", what)
+		}
+		return fmt.Sprintf("%d %ss", n, what)
+	}
+	s := plural(len(l.Apt), "package")
+	if len(l.Pip) > 0 {
+		s += ", " + plural(len(l.Pip), "pip package")
+	}
+	return s
 }

@@ -127,12 +127,17 @@ func hintFor(err error) string {
 	}
 	switch {
 	case errors.Is(err, builder.ErrGone):
-		return "the mirror no longer serves that pinned version: a store that has it still realizes; " +
-			"otherwise pin a version the mirror serves (`shed lock --update PKG`) or use a snapshot seed"
+		return "the mirror (or index) no longer serves that pinned version: a store that has it still realizes; " +
+			"otherwise pin a version it serves (`shed lock --update PKG`), or for Debian packages use a snapshot seed"
 	case errors.Is(err, builder.ErrHashMismatch):
 		return "the bytes served are not the ones the lock pinned: nothing was stored; check the mirror (or a proxy in between) and run again"
 	case errors.Is(err, builder.ErrMissing), errors.Is(err, builder.ErrOffline):
 		return "run once with network (without --offline), or import the paths from a cache"
+	case errors.Is(err, builder.ErrNoPip):
+		return "add python3 and python3-pip to [apt] packages: pip packages are installed by the Workshop's own pip"
+	case errors.Is(err, builder.ErrPipResolve):
+		return "check the names and pins against the index (its /simple/NAME/ page lists every file); shed installs wheels only: " +
+			"a package that ships only an sdist must be built into a wheel (pip wheel NAME) and served from your index, or taken from Debian as python3-NAME"
 	case errors.Is(err, builder.ErrResolve):
 		return "check the package names and pins against the mirror (apt-cache policy NAME on a Debian machine)"
 	case errors.Is(err, store.ErrNotInitialized):

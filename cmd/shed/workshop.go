@@ -100,7 +100,7 @@ func lockedPlan(c *cli.Context, s *store.Store, r *recipe.Recipe, offline bool) 
 		if err := writeLock(lockFile, lock); err != nil {
 			return nil, nil, err
 		}
-		fmt.Fprintf(c.App.ErrWriter, "shed: wrote %s (%d packages)\n", lockFile, len(lock.Apt))
+		fmt.Fprintf(c.App.ErrWriter, "shed: wrote %s (%s)\n", lockFile, lockCounts(lock))
 	}
 	plan, err := recipe.Compile(r, lock, s.StoreDir())
 	if err != nil {
