@@ -3,8 +3,8 @@ package builder
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
