@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"toolshed.dev/shed/derivation"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/trust"
 )
 
 // Builder realizes plans in one store.
@@ -178,7 +180,13 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 				return res, fmt.Errorf("%s: bad SOURCE_DATE_EPOCH %q", d.Name, v)
 			}
 		}
-		opts := store.AddOptions{Deriver: drvs[d.Output], References: refs, Epoch: epoch}
+		facts := &trust.Facts{Derivation: string(d.Encode())}
+		for _, in := range d.Inputs {
+			if info, err := s.Info(in.Out); err == nil {
+				facts.Inputs = append(facts.Inputs, trust.Input{Path: path.Join(s.StoreDir(), in.Out.String()), ContentHash: info.ContentHash})
+			}
+		}
+		opts := store.AddOptions{Deriver: drvs[d.Output], References: refs, Epoch: epoch, Facts: facts}
 		start := time.Now()
 		_, built, err := s.Realize(ctx, d.Output, opts, func(ctx context.Context, out string) error {
 			return b.build(ctx, d, stack, byOut, out, b.Store.LogFile(d.Output))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/trust"
 )
 
 // FetchItem is one file to fetch: a fixed-output derivation's output path, its
@@ -330,11 +331,16 @@ feed:
 // one makes a single path valid.
 func (f *fetcher) one(ctx context.Context, j *fetchJob) error {
 	it := j.item
-	opts := store.AddOptions{CA: "fixed:sha256:" + it.SHA256, Epoch: 1}
+	// The provenance's fetch log: where the bytes came from and what every byte hashed to.
+	facts := &trust.Facts{}
+	opts := store.AddOptions{CA: "fixed:sha256:" + it.SHA256, Epoch: 1, Facts: facts}
 	var n int64
 	_, built, err := f.s.Realize(ctx, it.Path, opts, func(ctx context.Context, out string) error {
 		var err error
 		n, err = f.download(ctx, it, out)
+		if err == nil && len(it.URLs) > 0 {
+			facts.Fetches = []trust.Fetch{{URL: it.URLs[0], SHA256: it.SHA256, Size: n}}
+		}
 		return err
 	})
 	if err != nil {

@@ -31,6 +31,13 @@ type AddOptions struct {
 	// 1970 (SOURCE_DATE_EPOCH of the build). Zero means DefaultEpoch.
 	Epoch int64
 	CA    string
+	// Facts are what the builder knows of how the path was made (its derivation, inputs, fetches),
+	// handed to the store's attestor (SetAttestor), which puts them in the path's provenance.
+	Facts any
+	// Attestation, if set, replaces the store's attestor for this path: a path that arrives from
+	// elsewhere brings its own signed provenance, and the caller checks it against info here. It
+	// returns the provenance to keep; an error aborts the registration and nothing is registered.
+	Attestation func(info *PathInfo) ([]byte, error)
 }
 
 // Realize makes p valid, calling build to produce it if it is not. If another
@@ -192,6 +199,21 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 	if info.References == nil {
 		info.References = []Path{}
 	}
+	// The provenance is written before the record: a valid path always has it.
+	attest := opts.Attestation
+	if attest == nil && s.attestor != nil {
+		attest = func(info *PathInfo) ([]byte, error) { return s.attestor(info, opts.Facts) }
+	}
+	if attest != nil {
+		prov, err := attest(info)
+		if err != nil {
+			return nil, fmt.Errorf("register %s: %w", p, err)
+		}
+		if err := writeFileAtomic(s.provenanceFile(p), prov, 0o600); err != nil {
+			return nil, err
+		}
+		failpointFor("add-provenance-written", p.Name())
+	}
 	b, err := encodeInfo(info)
 	if err != nil {
 		return nil, err
@@ -212,8 +234,10 @@ func (s *Store) removeDebris(p Path) error {
 	if err := s.trash(s.Location(p)); err != nil {
 		return err
 	}
-	if err := os.Remove(s.manifestFile(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove stale manifest of %s: %w", p, err)
+	for _, f := range []string{s.manifestFile(p), s.provenanceFile(p)} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove stale record of %s: %w", p, err)
+		}
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ const FailpointEnv = "SHED_FAILPOINT"
 // Failpoints lists the steps of adding a path and of gc, in order.
 var Failpoints = []string{
 	"add-staged", "add-clamped", "add-scanned", "add-synced", "add-renamed",
-	"add-manifest-written", "add-registered",
+	"add-manifest-written", "add-provenance-written", "add-registered",
 	"gc-unregistered", "gc-trashed",
 }
 

@@ -105,6 +105,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 			return res, fmt.Errorf("unregister %s: %w", p, err)
 		}
 		os.Remove(s.manifestFile(p))
+		os.Remove(s.provenanceFile(p))
 		os.Remove(s.LogFile(p))
 		pl.unlockAndRemove()
 		batch = append(batch, p)
@@ -246,8 +247,8 @@ func (s *Store) sweep(infos map[Path]*PathInfo, live map[Path]bool) (int, error)
 				os.Remove(filepath.Join(metaDir, name))
 				n++
 			}
-		case strings.HasSuffix(name, ".manifest"):
-			hp := strings.TrimSuffix(name, ".manifest")
+		case strings.HasSuffix(name, ".manifest"), strings.HasSuffix(name, ".provenance"):
+			hp := strings.TrimSuffix(strings.TrimSuffix(name, ".manifest"), ".provenance")
 			if _, err := os.Lstat(filepath.Join(metaDir, hp+".json")); err == nil {
 				continue
 			}

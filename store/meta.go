@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // PathInfo is the registration record of a valid store path: what the store
@@ -180,4 +183,36 @@ func SortedPaths(infos map[Path]*PathInfo) []Path {
 		return strings.Compare(a.String(), b.String())
 	})
 	return ps
+}
+
+// Provenance returns the signed provenance kept beside p, or ErrNoProvenance.
+func (s *Store) Provenance(p Path) ([]byte, error) {
+	b, err := os.ReadFile(s.provenanceFile(p))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", p, ErrNoProvenance)
+	}
+	return b, err
+}
+
+// ErrNoProvenance marks a path without provenance: registered before the store signed its paths, or
+// by a Store with no attestor.
+var ErrNoProvenance = errors.New("no provenance")
+
+// SetProvenance replaces the provenance of the valid path p (say, signed again after a key rotation).
+// check receives p's record and returns the bytes to keep; it runs under p's lock.
+func (s *Store) SetProvenance(ctx context.Context, p Path, check func(info *PathInfo) ([]byte, error)) error {
+	pl, err := lock(ctx, s.pathLockFile(p), unix.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer pl.unlock()
+	info, err := s.Info(p)
+	if err != nil {
+		return err
+	}
+	b, err := check(info)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(s.provenanceFile(p), b, 0o600)
 }

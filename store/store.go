@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/pelletier/go-toml/v2"
@@ -46,6 +47,35 @@ var layoutDirs = []string{dirStore, dirMeta, dirRoots, dirTempRoots, dirLocks, d
 type Config struct {
 	// StoreDir is the logical store directory that path hashes are bound to.
 	StoreDir string `toml:"store_dir"`
+	// TrustedPublicKeys are the keys (NAME:BASE64) whose signed provenance makes a path that arrives
+	// from elsewhere usable here; the store's own keys are trusted without being listed.
+	TrustedPublicKeys []string `toml:"trusted_public_keys,omitempty"`
+	// Substituters are caches (oci://HOST[:PORT]/REPO) that realize asks for missing paths before
+	// building them.
+	Substituters []string `toml:"substituters,omitempty"`
+}
+
+// Config returns the store's configuration as it was when the store was opened.
+func (s *Store) Config() Config { return s.config }
+
+// UpdateConfig rewrites config.toml with what edit makes of it. Comments in the file are not kept.
+func (s *Store) UpdateConfig(edit func(*Config) error) error {
+	c := s.config
+	c.TrustedPublicKeys = slices.Clone(c.TrustedPublicKeys)
+	c.Substituters = slices.Clone(c.Substituters)
+	if err := edit(&c); err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	b.WriteString("# Toolshed store configuration (docs/architecture.md, docs/trust.md).\n")
+	if err := toml.NewEncoder(&b).Encode(c); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(s.root, fileConfig), b.Bytes(), 0o600); err != nil {
+		return err
+	}
+	s.config = c
+	return nil
 }
 
 // Store is an open store root. It is safe for concurrent use by goroutines,
@@ -56,6 +86,14 @@ type Store struct {
 
 	tempMu    sync.Mutex
 	tempRoots *os.File // this process's temproots file, created on first use
+
+	attestor func(info *PathInfo, facts any) ([]byte, error)
+}
+
+// SetAttestor makes every path this Store registers carry the provenance attest returns (signed by
+// the caller's key), written beside its record before the path becomes valid. Set it before use.
+func (s *Store) SetAttestor(attest func(info *PathInfo, facts any) ([]byte, error)) {
+	s.attestor = attest
 }
 
 // Init creates a store root (idempotently) with root-only permissions.
@@ -162,6 +200,10 @@ func (s *Store) TmpDir() string { return filepath.Join(s.root, dirTmp) }
 
 func (s *Store) metaFile(p Path) string {
 	return filepath.Join(s.root, dirMeta, p.HashPart()+".json")
+}
+
+func (s *Store) provenanceFile(p Path) string {
+	return filepath.Join(s.root, dirMeta, p.HashPart()+".provenance")
 }
 
 func (s *Store) manifestFile(p Path) string {

@@ -34,6 +34,8 @@ func runHelper(name string) int {
 		return 1
 	}
 	defer s.Close()
+	// A stand-in for the signer: the provenance of every path is its content hash.
+	s.SetAttestor(func(info *store.PathInfo, _ any) ([]byte, error) { return []byte(info.ContentHash.String()), nil })
 	switch name {
 	case "add":
 		info, err := s.AddDir(ctx, os.Getenv("STORE_TEST_SRC"), "src", nil)
@@ -378,6 +380,10 @@ func TestCrashAtEveryStep(t *testing.T) {
 			if !s.IsValid(p) {
 				t.Fatalf("rerun did not leave %s valid", p)
 			}
+			info, _ := s.Info(p)
+			if prov, err := s.Provenance(p); err != nil || string(prov) != info.ContentHash.String() {
+				t.Errorf("provenance after the rerun: %q, %v", prov, err)
+			}
 			assertVerifies(t, s)
 			res, err := s.GC(context.Background(), store.GCOptions{})
 			if err != nil {
@@ -385,6 +391,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 			}
 			if ents, _ := os.ReadDir(filepath.Join(s.Root(), "store")); len(ents) != 0 {
 				t.Errorf("after gc, store/ still holds %d entries (gc result %+v)", len(ents), res)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(s.Root(), "meta")); len(ents) != 0 {
+				t.Errorf("after gc, meta/ still holds %d entries (%v)", len(ents), ents)
 			}
 		})
 	}

@@ -34,6 +34,9 @@ type VerifyOptions struct {
 	CheckContents bool
 	// Paths limits the check to these paths; empty means every path.
 	Paths []Path
+	// CheckProvenance, if set, checks each path's provenance (nil if it has none) against its record:
+	// the trust policy's signature check. An error is reported as a problem of the path.
+	CheckProvenance func(info *PathInfo, provenance []byte) error
 }
 
 // VerifyResult lists what was checked and what is wrong.
@@ -91,6 +94,14 @@ func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (*VerifyResult, 
 			defer wg.Done()
 			for p := range work {
 				n := s.verifyOne(ctx, infos, infos[p], opts.CheckContents, report)
+				if opts.CheckProvenance != nil {
+					prov, err := s.Provenance(p)
+					if err != nil && !errors.Is(err, ErrNoProvenance) {
+						report(Problem{Path: p, What: err.Error()})
+					} else if err := opts.CheckProvenance(infos[p], prov); err != nil {
+						report(Problem{Path: p, What: "provenance: " + err.Error()})
+					}
+				}
 				mu.Lock()
 				res.Checked++
 				res.Bytes += n

@@ -105,8 +105,10 @@ func cmdStore() *cli.Command {
 					&cli.BoolFlag{Name: "check-contents", Usage: "re-hash every file and name the ones that changed"},
 				},
 				Description: "Without --check-contents, checks that every registered path is on disk, that its\n" +
-					"references are valid and that its records parse. With it, re-hashes every file and\n" +
-					"names each file that differs from what was registered. Exits 4 if anything is wrong.\n" +
+					"references are valid, that its records parse, and that its provenance is signed by a\n" +
+					"trusted key and names exactly its content hash, size and references (docs/trust.md).\n" +
+					"With it, re-hashes every file and names each file that differs from what was\n" +
+					"registered. Exits 4 if anything is wrong.\n" +
 					"Unregistered bytes left by an interrupted command are listed as debris (not an\n" +
 					"error: no reader sees them); `shed gc` removes them.",
 				Action: func(c *cli.Context) error {
@@ -115,7 +117,11 @@ func cmdStore() *cli.Command {
 						return err
 					}
 					defer s.Close()
-					opts := store.VerifyOptions{CheckContents: c.Bool("check-contents")}
+					t, err := openTrust(s)
+					if err != nil {
+						return err
+					}
+					opts := store.VerifyOptions{CheckContents: c.Bool("check-contents"), CheckProvenance: t.Verify}
 					for _, a := range c.Args().Slice() {
 						p, err := parsePathArg(s, a)
 						if err != nil {
@@ -150,6 +156,56 @@ func cmdStore() *cli.Command {
 						return withHint(exitProblems, fmt.Errorf("store verification found %d problems", len(res.Problems)),
 							"a corrupt path is never trusted: delete it with `shed gc` after removing its roots, then realize again to rebuild it")
 					}
+					return nil
+				},
+			},
+			{
+				Name:      "sign",
+				Usage:     "sign paths with the store's key (all unsigned paths, or the named ones)",
+				ArgsUsage: "[PATH...]",
+				Description: "Signs the provenance of paths this store holds with its current key: the named\n" +
+					"paths, or every path whose provenance does not verify (paths registered before shed\n" +
+					"signed what it builds). What a verifying provenance says is kept. Sign only paths\n" +
+					"you vouch for: a signature says this store stands behind the bytes.",
+				Action: func(c *cli.Context) error {
+					s, err := openStore(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					t, err := openTrust(s)
+					if err != nil {
+						return err
+					}
+					var paths []store.Path
+					for _, a := range c.Args().Slice() {
+						p, err := parsePathArg(s, a)
+						if err != nil {
+							return err
+						}
+						paths = append(paths, p)
+					}
+					if len(paths) == 0 {
+						infos, _, err := s.All()
+						if err != nil {
+							return err
+						}
+						for _, p := range store.SortedPaths(infos) {
+							prov, _ := s.Provenance(p)
+							if t.Verify(infos[p], prov) != nil {
+								paths = append(paths, p)
+							}
+						}
+					}
+					for _, p := range paths {
+						if err := t.Resign(c.Context, p); err != nil {
+							return err
+						}
+					}
+					if c.Bool("json") {
+						return printJSON(c, map[string]any{"signed": paths, "key": t.Key.Public().String()})
+					}
+					fmt.Fprintf(c.App.Writer, "signed %d paths with %s\n", len(paths), t.Key.Name)
 					return nil
 				},
 			},

@@ -20,6 +20,7 @@ import (
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/trust"
 )
 
 // Exit codes, documented in README.md and docs/cli.md.
@@ -140,6 +141,12 @@ func hintFor(err error) string {
 			"a package that ships only an sdist must be built into a wheel (pip wheel NAME) and served from your index, or taken from Debian as python3-NAME"
 	case errors.Is(err, builder.ErrResolve):
 		return "check the package names and pins against the mirror (apt-cache policy NAME on a Debian machine)"
+	case errors.Is(err, trust.ErrNoKey):
+		return "run `shed init`: it makes the store's signing key (the store was made before shed signed what it builds)"
+	case errors.Is(err, trust.ErrUntrusted):
+		return "trust the signer's public key if you mean to (`shed key trust NAME:BASE64`); without it the path is built here, or refused offline"
+	case errors.Is(err, trust.ErrUnsigned), errors.Is(err, trust.ErrBadSignature), errors.Is(err, trust.ErrMismatch), errors.Is(err, trust.ErrReplay):
+		return "nothing was registered; the cache served something the policy refuses (docs/trust.md): build locally, or check the cache"
 	case errors.Is(err, store.ErrNotInitialized):
 		return "run `shed init` first (as root), or point --root / SHED_ROOT at an initialized store"
 	case errors.Is(err, store.ErrUnsafe):
@@ -190,6 +197,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdBench(),
 			cmdDiff(),
 			cmdStore(),
+			cmdKey(),
 			cmdRoot(),
 			cmdGC(),
 			cmdCompletion(),
@@ -232,8 +240,20 @@ func openStore(c *cli.Context) (*store.Store, error) {
 		return nil, err
 	}
 	logger(c).Debug("opened store", "root", s.Root())
+	// Every path this process registers is signed with the store's key. A store made before shed
+	// signed its paths still opens, for reading; registering then fails with what to do.
+	if t, err := trust.Open(s, version); err == nil {
+		s.SetAttestor(t.Attest)
+	} else {
+		s.SetAttestor(func(*store.PathInfo, any) ([]byte, error) { return nil, err })
+	}
 	sweepBenches(c.Context, s)
 	return s, nil
+}
+
+// openTrust returns the trust of an open store: its key and its policy.
+func openTrust(s *store.Store) (*trust.Store, error) {
+	return trust.Open(s, version)
 }
 
 // printJSON writes v as indented JSON.
