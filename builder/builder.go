@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,17 +32,32 @@ type Builder struct {
 	// (it always goes to the path's log file).
 	BuildOutput io.Writer
 	// Offline forbids the network: whatever needs it and is missing is an
-	// error that lists it.
+	// error that lists it. Substituter is still asked: it was named on purpose.
 	Offline bool
+	// Substituter, if set, is asked for every missing seed and layer before
+	// it is built (with its references: the .debs, the layers below).
+	Substituter Substituter
+	// Warn hears about substitutes refused when the path can be built instead.
+	Warn func(format string, args ...any)
+}
+
+// Substituter makes store paths valid from caches, checking each before it
+// is registered (cache.Puller).
+type Substituter interface {
+	// Pull makes p valid if a cache has it, and reports whether it did. A
+	// cache that has p but fails a check is an error saying which.
+	Pull(ctx context.Context, p store.Path) (bool, error)
 }
 
 // Result says what a realization did.
 type Result struct {
 	// Layers are the Bench's lower layers, bottom first.
 	Layers []store.Path
-	// Built lists the paths built now; Fetched those downloaded now.
-	Built   []store.Path
-	Fetched []store.Path
+	// Built lists the paths built now; Fetched those downloaded now;
+	// Substituted those pulled from a cache (with their references).
+	Built       []store.Path
+	Fetched     []store.Path
+	Substituted []store.Path
 	// FetchedBytes counts the bytes downloaded.
 	FetchedBytes int64
 }
@@ -101,6 +117,37 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		}
 		if _, err := derivation.Write(ctx, s, d); err != nil {
 			return nil, err
+		}
+	}
+
+	// Caches first, top layer first: pulling a layer pulls what it references.
+	if b.Substituter != nil {
+		var missing []store.Path
+		for _, d := range plan.Derivations {
+			if !s.IsValid(d.Output) {
+				missing = append(missing, d.Output)
+			}
+		}
+		defer func() {
+			for _, p := range missing {
+				if s.IsValid(p) && !slices.Contains(res.Built, p) && !slices.Contains(res.Fetched, p) {
+					res.Substituted = append(res.Substituted, p)
+				}
+			}
+		}()
+		for i := len(plan.Derivations) - 1; i >= 0; i-- {
+			d := plan.Derivations[i]
+			if d.Kind == derivation.KindFetch || s.IsValid(d.Output) {
+				continue
+			}
+			if _, err := b.Substituter.Pull(ctx, d.Output); err != nil {
+				if b.Offline {
+					return res, err
+				}
+				if b.Warn != nil {
+					b.Warn("%v; building it here", err)
+				}
+			}
 		}
 	}
 

@@ -31,6 +31,7 @@ func cmdBench() *cli.Command {
 		&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: defaultRecipe, Usage: "the Workshop's recipe `FILE`"},
 		&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512M"},
 		&cli.Int64Flag{Name: "pids", Usage: "limit on the number of processes"},
+		substituterFlag,
 	}
 	return &cli.Command{
 		Name:  "bench",

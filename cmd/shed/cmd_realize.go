@@ -9,6 +9,9 @@ import (
 	"toolshed.dev/shed/store"
 )
 
+// substituterFlag names caches to take missing paths from (realize, bench run).
+var substituterFlag = &cli.StringSliceFlag{Name: "substituter", Usage: "take missing paths from `CACHE` (oci://HOST[:PORT]/REPO or oci-layout:DIR) when a trusted key signed them (repeatable)"}
+
 func cmdRealize() *cli.Command {
 	return &cli.Command{
 		Name:      "realize",
@@ -19,10 +22,15 @@ func cmdRealize() *cli.Command {
 			"seed and the layers in order in a sandbox with no network, registers a gc root named after\n" +
 			"the Workshop and prints the layers, bottom first. When everything is in the store it touches\n" +
 			"no network. --offline never touches the network and lists what is missing.\n" +
+			"Before building a missing seed or layer, asks the caches (--substituter, and the store's\n" +
+			"substituters setting) and takes it from one only if a trusted key signed it and its bytes\n" +
+			"re-hash to what was signed; a refused one is built here instead (with --offline: an error\n" +
+			"that says which check failed). See docs/trust.md.\n" +
 			"--check rebuilds every layer and compares content hashes, listing differing files.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never touch the network; fail listing what is missing"},
 			&cli.BoolFlag{Name: "check", Usage: "rebuild the layers and compare with the store (reproducibility)"},
+			substituterFlag,
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
@@ -58,6 +66,7 @@ func cmdRealize() *cli.Command {
 				out := map[string]any{
 					"workshop": r.Name, "layers": layers, "built": locations(s, res.Built),
 					"fetched": locations(s, res.Fetched), "fetched_bytes": res.FetchedBytes,
+					"substituted": locations(s, res.Substituted),
 				}
 				if c.Bool("check") {
 					out["check"] = checks

@@ -233,6 +233,14 @@ func cmdStore() *cli.Command {
 						return err
 					}
 					defer s.Close()
+					// The store's own state (a Bench's upper above all) never becomes a path: a
+					// path can be pushed to a cache, an upper must never leave the machine.
+					if abs, err := filepath.Abs(src); err == nil {
+						if rel, err := filepath.Rel(s.Root(), abs); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+							return withHint(exitUsage, fmt.Errorf("%s is inside the store root %s", src, s.Root()),
+								"store paths come from builds; a Bench's upper layer is never added to the store or exported")
+						}
+					}
 					info, err := s.AddDir(c.Context, src, name, nil)
 					if err != nil {
 						if errors.Is(err, store.ErrBadName) {

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/cache"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
@@ -141,6 +142,8 @@ func hintFor(err error) string {
 			"a package that ships only an sdist must be built into a wheel (pip wheel NAME) and served from your index, or taken from Debian as python3-NAME"
 	case errors.Is(err, builder.ErrResolve):
 		return "check the package names and pins against the mirror (apt-cache policy NAME on a Debian machine)"
+	case errors.Is(err, cache.ErrUnauthorized):
+		return "set SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD (or log in with a Docker credentials file: $DOCKER_CONFIG/config.json)"
 	case errors.Is(err, trust.ErrNoKey):
 		return "run `shed init`: it makes the store's signing key (the store was made before shed signed what it builds)"
 	case errors.Is(err, trust.ErrUntrusted):
@@ -198,6 +201,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdDiff(),
 			cmdStore(),
 			cmdKey(),
+			cmdCopy(),
+			cmdExport(),
+			cmdImport(),
 			cmdRoot(),
 			cmdGC(),
 			cmdCompletion(),

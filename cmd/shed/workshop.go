@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/cache"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/store"
 )
@@ -61,6 +62,12 @@ func (w *workshop) realize(c *cli.Context, offline bool) error {
 		return err
 	}
 	w.plan, w.b = plan, newBuilder(c, w.s, offline)
+	if w.b.Substituter, err = substituter(c, w.s); err != nil {
+		return err
+	}
+	w.b.Warn = func(format string, args ...any) {
+		fmt.Fprintf(c.App.ErrWriter, "shed: warning: "+format+"\n", args...)
+	}
 	if w.res, err = w.b.Realize(c.Context, plan); err != nil {
 		return err
 	}
@@ -122,4 +129,28 @@ func writeLock(file string, lock *recipe.Lock) error {
 		return fmt.Errorf("write lock: %w", err)
 	}
 	return nil
+}
+
+// substituter returns the caches realize asks before building: --substituter
+// flags, then the store's substituters setting. nil if there are none.
+func substituter(c *cli.Context, s *store.Store) (builder.Substituter, error) {
+	names := append(c.StringSlice("substituter"), s.Config().Substituters...)
+	if len(names) == 0 {
+		return nil, nil
+	}
+	t, err := openTrust(s)
+	if err != nil {
+		return nil, err
+	}
+	pl := &cache.Puller{Store: s, Trust: t, Log: func(format string, args ...any) {
+		logger(c).Info(fmt.Sprintf(format, args...))
+	}}
+	for _, n := range names {
+		cc, err := cache.Open(n)
+		if err != nil {
+			return nil, withHint(exitUsage, err, "a substituter is oci://HOST[:PORT]/REPO or oci-layout:DIR")
+		}
+		pl.Caches = append(pl.Caches, cc)
+	}
+	return pl, nil
 }

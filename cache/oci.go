@@ -1,0 +1,550 @@
+package cache
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/klauspost/pgzip"
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/content/oci"
+	"oras.land/oras-go/v2/errdef"
+	"oras.land/oras-go/v2/registry/remote"
+	"oras.land/oras-go/v2/registry/remote/auth"
+	"oras.land/oras-go/v2/registry/remote/credentials"
+	"oras.land/oras-go/v2/registry/remote/errcode"
+	"oras.land/oras-go/v2/registry/remote/retry"
+
+	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/trust"
+)
+
+// One store path is one OCI artifact (an image manifest, OCI 1.1), tagged with the path's hash part:
+//
+//	config   the path's record: its full path, references, deriver (MediaRecord)
+//	layer 0  the path's manifest, the canonical listing whose BLAKE3 is the content hash (MediaManifest)
+//	layer 1  the signed provenance, a DSSE envelope (MediaProvenance)
+//	layer 2  the path's tree as a gzip-compressed tar (MediaLayer, see WriteLayer)
+//
+// A pull reads the small parts first and checks the signature against the trust policy before it
+// downloads the tree; the tree is then checked entry by entry against the manifest and re-hashed.
+const (
+	ArtifactType    = "application/vnd.toolshed.path.v1"
+	MediaRecord     = "application/vnd.toolshed.path.v1+json"
+	MediaManifest   = "application/vnd.toolshed.manifest.v1"
+	MediaProvenance = "application/vnd.toolshed.provenance.v1+dsse"
+	MediaLayer      = "application/vnd.toolshed.layer.v1.tar+gzip"
+)
+
+// Limits on what a pull reads before anything is verified.
+const (
+	maxOCIManifest = 1 << 20
+	maxRecord      = 1 << 20
+	maxProvenance  = 1 << 20
+	maxManifest    = 256 << 20
+)
+
+// ErrNotFound is returned when a cache does not have a path.
+var ErrNotFound = errors.New("not in the cache")
+
+// ErrUnauthorized marks a registry that refused our credentials, or wanted some and got none.
+var ErrUnauthorized = errors.New("the registry refused access")
+
+// classify marks authorization failures with ErrUnauthorized, whatever step met them.
+func classify(err error) error {
+	var resp *errcode.ErrorResponse
+	if errors.Is(err, auth.ErrBasicCredentialNotFound) || errors.As(err, &resp) && (resp.StatusCode == 401 || resp.StatusCode == 403) {
+		return fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	}
+	return err
+}
+
+// ErrBadArtifact marks an artifact that is not a well-formed store path: wrong media types, a record
+// for another path, sizes out of bounds.
+var ErrBadArtifact = errors.New("bad artifact")
+
+// record is an artifact's config.
+type record struct {
+	Path       string   `json:"path"` // full: store directory and base name
+	References []string `json:"references"`
+	Deriver    string   `json:"deriver,omitempty"`
+	CA         string   `json:"ca,omitempty"`
+}
+
+// Cache is a place that holds store paths as artifacts: a registry repository or an OCI image layout
+// directory.
+type Cache struct {
+	Name   string // as the user wrote it
+	target oras.Target
+	layout *oci.Store // for an OCI layout directory: its index is saved after a push
+}
+
+// Credentials for a registry come from the environment (SHED_REGISTRY_USERNAME and
+// SHED_REGISTRY_PASSWORD) or from the Docker credentials file ($DOCKER_CONFIG/config.json,
+// ~/.docker/config.json, and its credential helpers), at run time only: they never reach a derivation,
+// a store path, a log or a provenance.
+func credentialFunc(host string) (auth.CredentialFunc, error) {
+	if u, p := os.Getenv("SHED_REGISTRY_USERNAME"), os.Getenv("SHED_REGISTRY_PASSWORD"); u != "" || p != "" {
+		return auth.StaticCredential(host, auth.Credential{Username: u, Password: p}), nil
+	}
+	cs, err := credentials.NewStoreFromDocker(credentials.StoreOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read the Docker credentials file: %w", err)
+	}
+	return credentials.Credential(cs), nil
+}
+
+// Open opens a cache named oci://HOST[:PORT]/REPO (a registry; plain HTTP only for a loopback host, as
+// Docker treats localhost) or oci-layout:DIR (an OCI image layout directory, created if missing).
+func Open(name string) (*Cache, error) {
+	switch {
+	case strings.HasPrefix(name, "oci://"):
+		ref := strings.TrimPrefix(name, "oci://")
+		repo, err := remote.NewRepository(ref)
+		if err != nil {
+			return nil, fmt.Errorf("cache %s: %w", name, err)
+		}
+		host := repo.Reference.Registry
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		repo.PlainHTTP = isLoopback(host)
+		cred, err := credentialFunc(repo.Reference.Registry)
+		if err != nil {
+			return nil, fmt.Errorf("cache %s: %w", name, err)
+		}
+		repo.Client = &auth.Client{Client: retry.DefaultClient, Cache: auth.NewCache(), Credential: cred}
+		return &Cache{Name: name, target: repo}, nil
+	case strings.HasPrefix(name, "oci-layout:"):
+		dir := strings.TrimPrefix(name, "oci-layout:")
+		st, err := oci.New(dir)
+		if err != nil {
+			return nil, fmt.Errorf("cache %s: %w", name, err)
+		}
+		st.AutoSaveIndex = false
+		return &Cache{Name: name, target: st, layout: st}, nil
+	}
+	return nil, fmt.Errorf("cache %q: want oci://HOST[:PORT]/REPO or oci-layout:DIR", name)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Tag returns the tag of a store path: its hash part, which is a valid tag and names the path
+// without its (free-form) name.
+func Tag(p store.Path) string { return p.HashPart() }
+
+// Has reports whether the cache has an artifact for p.
+func (c *Cache) Has(ctx context.Context, p store.Path) (ocispec.Descriptor, bool, error) {
+	desc, err := c.target.Resolve(ctx, Tag(p))
+	if errors.Is(err, errdef.ErrNotFound) {
+		return ocispec.Descriptor{}, false, nil
+	}
+	if err != nil {
+		return ocispec.Descriptor{}, false, fmt.Errorf("cache %s: %w", c.Name, classify(err))
+	}
+	return desc, true, nil
+}
+
+// Closure returns paths and everything they reference, references first.
+func Closure(s *store.Store, paths []store.Path) ([]store.Path, error) {
+	var out []store.Path
+	seen := map[store.Path]bool{}
+	var visit func(p store.Path) error
+	visit = func(p store.Path) error {
+		if seen[p] {
+			return nil
+		}
+		seen[p] = true
+		info, err := s.Info(p)
+		if err != nil {
+			return err
+		}
+		for _, r := range info.References {
+			if r != p {
+				if err := visit(r); err != nil {
+					return err
+				}
+			}
+		}
+		out = append(out, p)
+		return nil
+	}
+	for _, p := range paths {
+		if err := visit(p); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// PushResult says what a push did.
+type PushResult struct {
+	Pushed  []store.Path `json:"pushed"`
+	Present []store.Path `json:"present"` // already in the cache with the same provenance
+	Bytes   int64        `json:"bytes"`   // compressed bytes of the trees pushed
+}
+
+// Push copies paths and their reference closures into the cache. Every path must carry a provenance
+// that t's policy verifies: a cache never receives an unsigned path. A path already there with the
+// same provenance is skipped; with another one (signed again after a key rotation) it is replaced.
+// Only store paths can be pushed: a Bench's upper layer is not a store path and has no way in.
+func Push(ctx context.Context, s *store.Store, t *trust.Store, c *Cache, paths []store.Path) (*PushResult, error) {
+	all, err := Closure(s, paths)
+	if err != nil {
+		return nil, err
+	}
+	res := &PushResult{Pushed: []store.Path{}, Present: []store.Path{}}
+	for _, p := range all {
+		n, pushed, err := pushOne(ctx, s, t, c, p)
+		if err != nil {
+			return res, fmt.Errorf("push %s to %s: %w", p, c.Name, classify(err))
+		}
+		if pushed {
+			res.Pushed = append(res.Pushed, p)
+			res.Bytes += n
+		} else {
+			res.Present = append(res.Present, p)
+		}
+	}
+	if c.layout != nil {
+		if err := c.layout.SaveIndex(); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func pushOne(ctx context.Context, s *store.Store, t *trust.Store, c *Cache, p store.Path) (int64, bool, error) {
+	info, err := s.Info(p)
+	if err != nil {
+		return 0, false, err
+	}
+	prov, err := s.Provenance(p)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w (`shed store sign` signs it)", err)
+	}
+	if err := t.Verify(info, prov); err != nil {
+		return 0, false, fmt.Errorf("its provenance does not verify here: %w", err)
+	}
+	provDesc := blobDesc(MediaProvenance, prov)
+	if desc, ok, err := c.Has(ctx, p); err != nil {
+		return 0, false, err
+	} else if ok {
+		if m, err := fetchManifest(ctx, c, desc); err == nil && len(m.Layers) == 3 && m.Layers[1].Digest == provDesc.Digest {
+			return 0, false, nil
+		}
+	}
+	m, err := s.Manifest(p)
+	if err != nil {
+		return 0, false, err
+	}
+	rec := record{Path: path.Join(s.StoreDir(), p.String()), References: []string{}, CA: info.CA}
+	for _, r := range info.References {
+		rec.References = append(rec.References, path.Join(s.StoreDir(), r.String()))
+	}
+	if !info.Deriver.IsZero() {
+		rec.Deriver = path.Join(s.StoreDir(), info.Deriver.String())
+	}
+	recJSON, err := json.Marshal(rec)
+	if err != nil {
+		return 0, false, err
+	}
+	// The tree is compressed into a temporary file first: a push names its digest and size up front.
+	tmp, err := os.CreateTemp(s.TmpDir(), "push-*.tar.gz")
+	if err != nil {
+		return 0, false, err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	h := sha256.New()
+	zw := pgzip.NewWriter(io.MultiWriter(tmp, h))
+	if err := WriteLayer(ctx, zw, s.Location(p)); err != nil {
+		return 0, false, err
+	}
+	if err := zw.Close(); err != nil {
+		return 0, false, err
+	}
+	size, err := tmp.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, false, err
+	}
+	layerDesc := ocispec.Descriptor{MediaType: MediaLayer, Digest: digest.NewDigestFromEncoded(digest.SHA256, hex.EncodeToString(h.Sum(nil))), Size: size}
+	manDesc := blobDesc(MediaManifest, m.Encode())
+	recDesc := blobDesc(MediaRecord, recJSON)
+	for _, b := range []struct {
+		desc ocispec.Descriptor
+		data []byte
+	}{{recDesc, recJSON}, {manDesc, m.Encode()}, {provDesc, prov}} {
+		if err := pushBlob(ctx, c, b.desc, bytes.NewReader(b.data)); err != nil {
+			return 0, false, err
+		}
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return 0, false, err
+	}
+	if err := pushBlob(ctx, c, layerDesc, tmp); err != nil {
+		return 0, false, err
+	}
+	desc, err := oras.PackManifest(ctx, c.target, oras.PackManifestVersion1_1, ArtifactType, oras.PackManifestOptions{
+		ConfigDescriptor: &recDesc,
+		Layers:           []ocispec.Descriptor{manDesc, provDesc, layerDesc},
+		// A fixed creation time keeps the manifest reproducible: the provenance says when it was built.
+		ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "1970-01-01T00:00:00Z", "dev.toolshed.path": rec.Path},
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	if err := c.target.Tag(ctx, desc, Tag(p)); err != nil {
+		return 0, false, err
+	}
+	return size, true, nil
+}
+
+func blobDesc(mediaType string, b []byte) ocispec.Descriptor {
+	return ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(b), Size: int64(len(b))}
+}
+
+func pushBlob(ctx context.Context, c *Cache, desc ocispec.Descriptor, r io.Reader) error {
+	if ok, err := c.target.Exists(ctx, desc); err == nil && ok {
+		return nil
+	}
+	err := c.target.Push(ctx, desc, r)
+	if errors.Is(err, errdef.ErrAlreadyExists) {
+		return nil
+	}
+	return err
+}
+
+func fetchManifest(ctx context.Context, c *Cache, desc ocispec.Descriptor) (*ocispec.Manifest, error) {
+	if desc.MediaType != ocispec.MediaTypeImageManifest || desc.Size > maxOCIManifest {
+		return nil, fmt.Errorf("%w: manifest of type %q, %d bytes", ErrBadArtifact, desc.MediaType, desc.Size)
+	}
+	b, err := content.FetchAll(ctx, c.target, desc) // checks size and digest
+	if err != nil {
+		return nil, err
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%w: manifest: %v", ErrBadArtifact, err)
+	}
+	return &m, nil
+}
+
+// fetchSmall fetches a blob of at most limit bytes, checking its media type, size and digest.
+func fetchSmall(ctx context.Context, c *Cache, desc ocispec.Descriptor, mediaType string, limit int64) ([]byte, error) {
+	if desc.MediaType != mediaType || desc.Size < 0 || desc.Size > limit {
+		return nil, fmt.Errorf("%w: blob of type %q, %d bytes, want %s of at most %d", ErrBadArtifact, desc.MediaType, desc.Size, mediaType, limit)
+	}
+	return content.FetchAll(ctx, c.target, desc)
+}
+
+// Puller brings store paths from caches into a store, verifying each before it is registered.
+type Puller struct {
+	Store  *store.Store
+	Trust  *trust.Store
+	Caches []*Cache
+	// Log, if set, hears about each path pulled and each refusal.
+	Log func(format string, args ...any)
+}
+
+func (pl *Puller) logf(format string, args ...any) {
+	if pl.Log != nil {
+		pl.Log(format, args...)
+	}
+}
+
+// Pull makes p valid from the first cache that has it (with its reference closure), and reports
+// whether it did. A cache that has p but fails a check is an error that says which check failed;
+// nothing of p is registered then.
+func (pl *Puller) Pull(ctx context.Context, p store.Path) (bool, error) {
+	if pl.Store.IsValid(p) {
+		return true, nil
+	}
+	for _, c := range pl.Caches {
+		desc, ok, err := c.Has(ctx, p)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			continue
+		}
+		if err := pl.pullFrom(ctx, c, p, desc); err != nil {
+			return false, fmt.Errorf("substitute %s from %s: %w", p, c.Name, classify(err))
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc ocispec.Descriptor) error {
+	s := pl.Store
+	m, err := fetchManifest(ctx, c, desc)
+	if err != nil {
+		return err
+	}
+	if m.ArtifactType != ArtifactType || len(m.Layers) != 3 {
+		return fmt.Errorf("%w: artifact type %q with %d layers", ErrBadArtifact, m.ArtifactType, len(m.Layers))
+	}
+	recJSON, err := fetchSmall(ctx, c, m.Config, MediaRecord, maxRecord)
+	if err != nil {
+		return err
+	}
+	var rec record
+	if err := json.Unmarshal(recJSON, &rec); err != nil {
+		return fmt.Errorf("%w: record: %v", ErrBadArtifact, err)
+	}
+	if want := path.Join(s.StoreDir(), p.String()); rec.Path != want {
+		return fmt.Errorf("%w: the artifact tagged %s is %s", ErrBadArtifact, Tag(p), rec.Path)
+	}
+	info := &store.PathInfo{Path: p, References: []store.Path{}, CA: rec.CA}
+	for _, r := range rec.References {
+		rp, err := parseFull(s, r)
+		if err != nil {
+			return fmt.Errorf("%w: reference %q: %v", ErrBadArtifact, r, err)
+		}
+		info.References = append(info.References, rp)
+	}
+	if rec.Deriver != "" {
+		if info.Deriver, err = parseFull(s, rec.Deriver); err != nil {
+			return fmt.Errorf("%w: deriver %q: %v", ErrBadArtifact, rec.Deriver, err)
+		}
+	}
+	manBytes, err := fetchSmall(ctx, c, m.Layers[0], MediaManifest, maxManifest)
+	if err != nil {
+		return err
+	}
+	man, err := store.ParseManifest(manBytes)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadArtifact, err)
+	}
+	info.ContentHash, info.Size = man.Hash(), man.Size()
+	prov, err := fetchSmall(ctx, c, m.Layers[1], MediaProvenance, maxProvenance)
+	if err != nil {
+		return err
+	}
+	// The policy decides before a byte of the tree is downloaded.
+	if err := pl.Trust.Accept(info, prov); err != nil {
+		return err
+	}
+	// References first: a path is registered only over valid references.
+	for _, r := range info.References {
+		if r == p || s.IsValid(r) {
+			continue
+		}
+		ok, err := pl.Pull(ctx, r)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("reference %s is in no cache", r)
+		}
+	}
+	layer := m.Layers[2]
+	if layer.MediaType != MediaLayer || layer.Size < 0 {
+		return fmt.Errorf("%w: tree of type %q", ErrBadArtifact, layer.MediaType)
+	}
+	opts := store.AddOptions{
+		Deriver: info.Deriver, References: info.References, CA: info.CA,
+		Epoch: 1<<63 - 1, // the bytes are the signed bytes: no clamping
+		Attestation: func(got *store.PathInfo) ([]byte, error) {
+			// Registered only if what is on disk is what was signed.
+			return prov, pl.Trust.Verify(got, prov)
+		},
+	}
+	_, _, err = s.Realize(ctx, p, opts, func(ctx context.Context, out string) error {
+		rc, err := c.target.Fetch(ctx, layer)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		vr := content.NewVerifyReader(rc, layer) // digest and size of the compressed bytes
+		zr, err := gzip.NewReader(vr)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrBadLayer, err)
+		}
+		defer zr.Close()
+		if err := ReadLayer(ctx, zr, out, man); err != nil {
+			return err
+		}
+		if _, err := io.Copy(io.Discard, zr); err != nil {
+			return fmt.Errorf("%w: %v", ErrBadLayer, err)
+		}
+		return vr.Verify()
+	})
+	if err != nil {
+		return err
+	}
+	pl.logf("substituted %s from %s", p, c.Name)
+	return nil
+}
+
+// parseFull parses a full store path of this store's directory.
+func parseFull(s *store.Store, full string) (store.Path, error) {
+	dir, base := path.Split(full)
+	if path.Clean(dir) != path.Clean(s.StoreDir()) {
+		return store.Path{}, fmt.Errorf("not in store directory %s", s.StoreDir())
+	}
+	return store.ParsePath(base)
+}
+
+// Tags lists the store paths a cache holds (its tags that are hash parts).
+func (c *Cache) Tags(ctx context.Context) ([]string, error) {
+	lister, ok := c.target.(interface {
+		Tags(ctx context.Context, last string, fn func(tags []string) error) error
+	})
+	if !ok {
+		return nil, fmt.Errorf("cache %s cannot list its tags", c.Name)
+	}
+	var out []string
+	err := lister.Tags(ctx, "", func(tags []string) error {
+		out = append(out, tags...)
+		return nil
+	})
+	slices.Sort(out)
+	return out, err
+}
+
+// PathOf resolves a tag (a hash part) to the store path its artifact names.
+func (c *Cache) PathOf(ctx context.Context, s *store.Store, tag string) (store.Path, error) {
+	desc, err := c.target.Resolve(ctx, tag)
+	if err != nil {
+		return store.Path{}, err
+	}
+	m, err := fetchManifest(ctx, c, desc)
+	if err != nil {
+		return store.Path{}, err
+	}
+	recJSON, err := fetchSmall(ctx, c, m.Config, MediaRecord, maxRecord)
+	if err != nil {
+		return store.Path{}, err
+	}
+	var rec record
+	if err := json.Unmarshal(recJSON, &rec); err != nil {
+		return store.Path{}, fmt.Errorf("%w: record: %v", ErrBadArtifact, err)
+	}
+	p, err := parseFull(s, rec.Path)
+	if err != nil || p.HashPart() != tag {
+		return store.Path{}, fmt.Errorf("%w: tag %s names %s", ErrBadArtifact, tag, rec.Path)
+	}
+	return p, nil
+}
