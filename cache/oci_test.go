@@ -1,7 +1,9 @@
 package cache_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -246,6 +248,25 @@ func TestHostileArtifacts(t *testing.T) {
 				m.Config = putBlob(t, st, cache.MediaRecord, b)
 			})
 		}, true, "bad artifact"},
+		{"tree with an entry that escapes", func(t *testing.T, dir string) {
+			mutate(t, dir, dep, func(st *oci.Store, m *ocispec.Manifest) {
+				var buf bytes.Buffer
+				zw := gzip.NewWriter(&buf)
+				tw := tar.NewWriter(zw)
+				// The root as the signed manifest has it, so that the escape is what is refused.
+				man, err := store.ParseManifest(blob(t, st, m.Layers[0]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				root := man.Entries[0]
+				tw.WriteHeader(&tar.Header{Name: "content/", Typeflag: tar.TypeDir, Mode: int64(root.Mode), Uid: int(root.UID), Gid: int(root.GID), ModTime: time.Unix(root.Mtime, 0)})
+				tw.WriteHeader(&tar.Header{Name: "content/../../escape", Typeflag: tar.TypeReg, Mode: 0o644, Size: 4})
+				tw.Write([]byte("evil"))
+				tw.Close()
+				zw.Close()
+				m.Layers[2] = putBlob(t, st, cache.MediaLayer, buf.Bytes())
+			})
+		}, true, "escape"},
 		{"manifest of other content", func(t *testing.T, dir string) {
 			mutate(t, dir, dep, func(st *oci.Store, m *ocispec.Manifest) {
 				b := blob(t, st, m.Layers[0])
