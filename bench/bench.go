@@ -35,7 +35,15 @@ type Options struct {
 	Env    []string // extra environment (e.g. TERM)
 	Limits sandbox.Limits
 	Stdio  sandbox.Stdio
+	// Propose, if set, is served inside the Bench at ProposeSocket: an agent there can ask for a
+	// proposal made from this Bench (POST /propose), and nothing else. It returns the text to answer.
+	Propose func(ctx context.Context, bench string) (string, error)
 }
+
+// ProposeSocket is where a Bench's agent finds the propose endpoint (HTTP over a unix socket):
+//
+//	curl --unix-socket /run/shed/propose.sock -X POST http://bench/propose
+const ProposeSocket = "/run/shed/propose.sock"
 
 // Record is what `shed bench ls` shows of a Bench; it is written to
 // <root>/benches/<id>/bench.json when the Bench starts.
@@ -178,6 +186,15 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if opts.Propose != nil {
+		ln, err := listenPropose(filepath.Join(dir, "propose.sock"))
+		if err != nil {
+			return 0, err
+		}
+		defer ln.Close()
+		spec.Binds = append(spec.Binds, sandbox.Bind{Source: ln.Addr().String(), Target: ProposeSocket})
+		go serveProposals(ctx, ln, func(ctx context.Context) (string, error) { return opts.Propose(ctx, id) })
+	}
 	p, err := sandbox.Start(ctx, spec, opts.Stdio)
 	if err != nil {
 		return 0, err

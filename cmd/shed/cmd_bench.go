@@ -16,8 +16,10 @@ import (
 	"golang.org/x/term"
 
 	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/supervisor"
 )
 
 func cmdBench() *cli.Command {
@@ -97,6 +99,7 @@ func cmdBench() *cli.Command {
 					return tw.Flush()
 				},
 			},
+			proposeCommand(),
 			{
 				Name:      "exec",
 				Usage:     "run a command in a running Bench",
@@ -219,6 +222,15 @@ func benchRun(c *cli.Context, argv []string) error {
 		return bench.Run(c.Context, w.s, w.r, w.plan.Layers, bench.Options{
 			Name: c.String("name"), Grants: grants, Net: c.String("net"), Keep: c.Bool("keep"),
 			Argv: argv, Env: env, Limits: limits, Stdio: stdio,
+			// The agent's one way to shed: a proposal, which a human then reads and confirms.
+			Propose: func(ctx context.Context, id string) (string, error) {
+				sv := supervisor.New(w.s, &builder.Builder{Store: w.s, Log: logger(c)})
+				p, diff, err := sv.Propose(ctx, id)
+				if err != nil {
+					return "", err
+				}
+				return supervisor.Visible(diff) + fmt.Sprintf("shed: proposal %s: an operator promotes it with `shed workshop promote %s`\n", p.ID, p.ID), nil
+			},
 		})
 	})
 	if err != nil {

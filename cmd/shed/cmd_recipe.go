@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/urfave/cli/v2"
 
 	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/supervisor"
 )
 
 // defaultRecipe is the file commands read when none is named, as
@@ -44,7 +46,20 @@ func cmdRecipe() *cli.Command {
 
 // loadRecipeFile reads a recipe; grants of the store root in use are refused.
 func loadRecipeFile(c *cli.Context, file string) (*recipe.Recipe, error) {
-	return recipe.Load(file, recipe.Options{ForbiddenPaths: []string{c.String("root")}})
+	return recipe.Load(resolveRecord(c, file), recipe.Options{ForbiddenPaths: []string{c.String("root")}})
+}
+
+// resolveRecord turns the name of a Workshop record into its current recipe file, wherever a recipe
+// file is accepted; anything that exists as a file, or is not a record, is left alone.
+func resolveRecord(c *cli.Context, file string) string {
+	if _, err := os.Stat(file); err == nil || !supervisor.IsName(file) {
+		return file
+	}
+	rs := supervisor.OpenRecords(c.String("root"))
+	if v, err := rs.Current(file); err == nil {
+		return rs.File(v.Name, v.N)
+	}
+	return file
 }
 
 // loadRecipe reads the recipe named by the first argument (or ./workshop.toml).

@@ -201,6 +201,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdDiff(),
 			cmdStore(),
 			cmdKey(),
+			cmdWorkshop(),
 			cmdCopy(),
 			cmdExport(),
 			cmdImport(),

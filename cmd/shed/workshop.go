@@ -11,6 +11,7 @@ import (
 	"toolshed.dev/shed/cache"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/supervisor"
 )
 
 // newBuilder makes a builder for the store, with progress on stderr and, with
@@ -71,7 +72,15 @@ func (w *workshop) realize(c *cli.Context, offline bool) error {
 	if w.res, err = w.b.Realize(c.Context, plan); err != nil {
 		return err
 	}
-	return ensureRoot(c, w.s, w.r.Name, plan.Layers[len(plan.Layers)-1])
+	top := plan.Layers[len(plan.Layers)-1]
+	// Each version of a record is a root of its own, so a promotion never makes the previous one
+	// collectable while someone may still launch it.
+	if name, n, ok := supervisor.OpenRecords(w.s.Root()).VersionOf(w.r.File); ok {
+		if err := ensureRoot(c, w.s, fmt.Sprintf("workshop-%s-v%d", name, n), top); err != nil {
+			return err
+		}
+	}
+	return ensureRoot(c, w.s, w.r.Name, top)
 }
 
 // lockedPlan loads the recipe's lock, re-resolving it when it is missing or no

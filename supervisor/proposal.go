@@ -1,0 +1,368 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/pmezard/go-difflib/difflib"
+
+	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/store"
+)
+
+// A proposal is a new version of a Workshop's recipe and lock, derived from what a Bench did, with the
+// plain diff a human reads before confirming it:
+//
+//	<root>/proposals/<id>/workshop.toml, workshop.lock, proposal.json, diff (and the recipe's key files)
+//	<root>/proposals/<id>/used          created when it is promoted: a confirmation is single-use
+type Proposal struct {
+	ID       string    `json:"id"`
+	Workshop string    `json:"workshop"`
+	Base     int       `json:"base"` // the record version it applies to (0: a new record)
+	Bench    string    `json:"bench"`
+	Created  time.Time `json:"created"`
+	// Widens lists what the proposal opens that the base did not: network destinations, grants.
+	Widens []string `json:"widens,omitempty"`
+	// Added lists the packages it adds, as pinned.
+	Added []string `json:"added,omitempty"`
+	// Grants are the grants the Bench used (within the recipe's bounds; shown, not changed).
+	Grants     []string `json:"grants,omitempty"`
+	DiffSHA256 string   `json:"diff_sha256"`
+}
+
+// Errors of proposals.
+var (
+	ErrNoProposal = errors.New("no such proposal")
+	ErrUsed       = errors.New("the proposal was already promoted: a confirmation is single-use")
+	ErrChanged    = errors.New("the proposal is not what was shown")
+	ErrNothing    = errors.New("the Bench installed nothing the recipe lacks")
+)
+
+// Supervisor holds what the privileged side owns: the store, the records, the proposals.
+type Supervisor struct {
+	Store   *store.Store
+	Records *Records
+	Builder *builder.Builder // locks proposals (network to the mirror and the index)
+}
+
+// New returns the supervisor of s.
+func New(s *store.Store, b *builder.Builder) *Supervisor {
+	return &Supervisor{Store: s, Records: OpenRecords(s.Root()), Builder: b}
+}
+
+func (sv *Supervisor) proposalDir(id string) string {
+	return filepath.Join(sv.Store.Root(), "proposals", id)
+}
+
+// VersionOf says which record version a recipe file is, if it is one.
+func (rs *Records) VersionOf(file string) (string, int, bool) {
+	rel, err := filepath.Rel(rs.dir, file)
+	if err != nil {
+		return "", 0, false
+	}
+	parts := strings.Split(rel, string(filepath.Separator))
+	if len(parts) != 3 || parts[2] != "workshop.toml" {
+		return "", 0, false
+	}
+	var n int
+	if _, err := fmt.Sscan(parts[1], &n); err != nil {
+		return "", 0, false
+	}
+	return parts[0], n, true
+}
+
+// Propose derives a proposal from the Bench named nameOrID: its recipe, plus the packages it installed
+// (pinned to the versions installed), plus the destinations its proxy refused; locked; diffed against
+// the current record of its Workshop. Nothing of the Bench's files but dpkg's, apt's and pip's own
+// records is read, and nothing of them is kept.
+func (sv *Supervisor) Propose(ctx context.Context, nameOrID string) (*Proposal, string, error) {
+	rec, err := bench.Find(sv.Store, nameOrID)
+	if err != nil {
+		return nil, "", err
+	}
+	launched, err := recipe.Load(rec.Workshop, recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
+	if err != nil {
+		return nil, "", fmt.Errorf("the Bench's recipe: %w", err)
+	}
+	// The base is the record's current version, or the Bench's recipe for a Workshop not recorded yet.
+	baseFile, baseN := rec.Workshop, 0
+	if cur, err := sv.Records.Current(launched.Name); err == nil {
+		baseFile, baseN = sv.Records.File(cur.Name, cur.N), cur.N
+	} else if !errors.Is(err, ErrNoRecord) {
+		return nil, "", err
+	}
+	base, err := recipe.Load(baseFile, recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
+	if err != nil {
+		return nil, "", err
+	}
+	files, err := ReadFiles(base)
+	if err != nil {
+		return nil, "", err
+	}
+	obs, err := Observe(sv.Store, rec)
+	if err != nil {
+		return nil, "", err
+	}
+	p := &Proposal{ID: randomID(), Workshop: base.Name, Base: baseN, Bench: rec.Name, Created: time.Now().UTC().Truncate(time.Second)}
+	for _, g := range obs.Grants {
+		p.Grants = append(p.Grants, fmt.Sprintf("%s:%s:%s", g.Host, g.Bench, g.Mode))
+	}
+	text := files.Recipe
+	var update []string
+
+	apt := make([]string, 0, len(base.Apt.Packages))
+	for _, a := range base.Apt.Packages {
+		apt = append(apt, a.String())
+	}
+	for _, pkg := range obs.Apt {
+		if slices.ContainsFunc(base.Apt.Packages, func(a recipe.AptPackage) bool { return a.Name == pkg.Package }) {
+			continue
+		}
+		pin := pkg.Package + "=" + pkg.Version
+		if _, err := recipe.ParseAptPackage(pin); err != nil {
+			return nil, "", fmt.Errorf("the Bench installed %q, which a recipe cannot name: %v", pin, err)
+		}
+		apt, update, p.Added = append(apt, pin), append(update, pkg.Package), append(p.Added, "apt "+pin)
+	}
+	if len(apt) > len(base.Apt.Packages) {
+		if text, err = recipe.SetArray(text, "apt", "packages", apt); err != nil {
+			return nil, "", err
+		}
+	}
+	pip := make([]string, 0, len(base.Pip.Packages))
+	for _, q := range base.Pip.Packages {
+		pip = append(pip, q.String())
+	}
+	for _, d := range obs.Pip {
+		if slices.ContainsFunc(base.Pip.Packages, func(q recipe.PipPackage) bool { return recipe.NormalizePipName(q.Name) == d.Name }) {
+			continue
+		}
+		pin := d.Name + "==" + d.Version
+		if _, err := recipe.ParsePipPackage(pin); err != nil {
+			return nil, "", fmt.Errorf("the Bench installed %q, which a recipe cannot name: %v", pin, err)
+		}
+		pip, update, p.Added = append(pip, pin), append(update, d.Name), append(p.Added, "pip "+pin)
+	}
+	if len(pip) > len(base.Pip.Packages) {
+		if text, err = recipe.SetArray(text, "pip", "packages", pip); err != nil {
+			return nil, "", err
+		}
+	}
+	allow := make([]string, 0, len(base.Network.Allow))
+	for _, h := range base.Network.Allow {
+		allow = append(allow, h.String())
+	}
+	for _, dest := range obs.Refused {
+		if slices.Contains(allow, dest) {
+			continue
+		}
+		if _, err := recipe.ParseHost(dest); err != nil {
+			continue // an address no recipe may allow (private, loopback, a literal): not proposed
+		}
+		allow, p.Widens = append(allow, dest), append(p.Widens, "network: "+dest)
+	}
+	if len(allow) > len(base.Network.Allow) {
+		if text, err = recipe.SetArray(text, "network", "allow", allow); err != nil {
+			return nil, "", err
+		}
+	}
+	if len(p.Added) == 0 && len(p.Widens) == 0 {
+		return nil, "", fmt.Errorf("%w (bench %s)", ErrNothing, rec.Name)
+	}
+
+	// Write it, lock it (the new packages at the versions the Bench installed, the others kept).
+	dir := sv.proposalDir(p.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(dir)
+		}
+	}()
+	for rel, b := range files.Extra {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o700); err != nil {
+			return nil, "", err
+		}
+		if err := os.WriteFile(filepath.Join(dir, rel), b, 0o644); err != nil {
+			return nil, "", err
+		}
+	}
+	file := filepath.Join(dir, "workshop.toml")
+	if err := os.WriteFile(file, text, 0o644); err != nil {
+		return nil, "", err
+	}
+	next, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
+	if err != nil {
+		return nil, "", fmt.Errorf("the proposed recipe: %w", err)
+	}
+	old, err := recipe.LoadLock(recipe.LockFile(baseFile))
+	if err != nil {
+		return nil, "", err
+	}
+	lock, err := sv.Builder.Lock(ctx, next, builder.LockOptions{Old: old, Update: update})
+	if err != nil {
+		return nil, "", fmt.Errorf("lock the proposal: %w", err)
+	}
+	lockBytes, err := lock.Encode()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.WriteFile(recipe.LockFile(file), lockBytes, 0o644); err != nil {
+		return nil, "", err
+	}
+	diff := sv.diff(p, files.Recipe, text, files.Lock, lockBytes)
+	p.DiffSHA256 = sha(diff)
+	if err := os.WriteFile(filepath.Join(dir, "diff"), []byte(diff), 0o644); err != nil {
+		return nil, "", err
+	}
+	meta, _ := json.MarshalIndent(p, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "proposal.json"), append(meta, '\n'), 0o644); err != nil {
+		return nil, "", err
+	}
+	ok = true
+	return p, diff, nil
+}
+
+// diff is what the human reads: a header (what the proposal adds, what it widens), then the unified
+// diffs of the recipe and the lock.
+func (sv *Supervisor) diff(p *Proposal, oldRecipe, newRecipe, oldLock, newLock []byte) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "proposal %s for Workshop %s, version %d, from Bench %s\n", p.ID, p.Workshop, p.Base, p.Bench)
+	if len(p.Widens) > 0 {
+		fmt.Fprintf(&b, "WIDENS ACCESS: %s\n", strings.Join(p.Widens, "; "))
+	}
+	for _, a := range p.Added {
+		fmt.Fprintf(&b, "adds: %s\n", a)
+	}
+	for _, g := range p.Grants {
+		fmt.Fprintf(&b, "grant used: %s\n", g)
+	}
+	for _, f := range []struct {
+		name     string
+		old, new []byte
+	}{{"workshop.toml", oldRecipe, newRecipe}, {"workshop.lock", oldLock, newLock}} {
+		ud, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+			A: difflib.SplitLines(string(f.old)), B: difflib.SplitLines(string(f.new)),
+			FromFile: fmt.Sprintf("a/%s (version %d)", f.name, p.Base), ToFile: "b/" + f.name + " (proposed)", Context: 3,
+		})
+		b.WriteString(ud)
+	}
+	return b.String()
+}
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// Get returns a proposal and its diff.
+func (sv *Supervisor) Get(id string) (*Proposal, string, error) {
+	if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
+		return nil, "", fmt.Errorf("%w: %q", ErrNoProposal, id)
+	}
+	dir := sv.proposalDir(id)
+	b, err := os.ReadFile(filepath.Join(dir, "proposal.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, "", fmt.Errorf("%w: %s", ErrNoProposal, id)
+	} else if err != nil {
+		return nil, "", err
+	}
+	var p Proposal
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, "", err
+	}
+	diff, err := os.ReadFile(filepath.Join(dir, "diff"))
+	if err != nil {
+		return nil, "", err
+	}
+	return &p, string(diff), nil
+}
+
+// Promote makes proposal id the next version of its Workshop. confirmed is the SHA-256 of the diff the
+// human saw and confirmed: the proposal's files must still give exactly that diff against the record
+// version it was made for, that version must still be current, and the proposal must not have been
+// promoted before. Racing promotions of one base: exactly one wins.
+func (sv *Supervisor) Promote(ctx context.Context, id, confirmed, by string) (*Version, error) {
+	p, diff, err := sv.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	dir := sv.proposalDir(id)
+	base := p.Base
+	var oldRecipe, oldLock []byte
+	if base > 0 {
+		if oldRecipe, err = os.ReadFile(sv.Records.File(p.Workshop, base)); err != nil {
+			return nil, err
+		}
+		if oldLock, err = os.ReadFile(recipe.LockFile(sv.Records.File(p.Workshop, base))); err != nil {
+			return nil, err
+		}
+	} else {
+		// A new record: the diff was made against the Bench's own recipe, recorded in the diff.
+		oldRecipe, oldLock = nil, nil
+	}
+	r, err := recipe.Load(filepath.Join(dir, "workshop.toml"), recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
+	if err != nil {
+		return nil, err
+	}
+	files, err := ReadFiles(r)
+	if err != nil {
+		return nil, err
+	}
+	if confirmed != p.DiffSHA256 || sha(diff) != confirmed {
+		return nil, fmt.Errorf("%w: the confirmed diff is not the proposal's", ErrChanged)
+	}
+	if base > 0 {
+		if again := sv.diff(p, oldRecipe, files.Recipe, oldLock, files.Lock); sha(again) != confirmed {
+			return nil, fmt.Errorf("%w: its files were changed after it was made", ErrChanged)
+		}
+	}
+	used := filepath.Join(dir, "used")
+	return sv.Records.Add(ctx, Version{Name: p.Workshop, Base: base, By: by, Proposal: id}, files, func() error {
+		f, err := os.OpenFile(used, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			return ErrUsed
+		} else if err != nil {
+			return err
+		}
+		return f.Close()
+	})
+}
+
+// Visible shows what a terminal would hide: every character outside printable ASCII (but newline and
+// tab) as «U+XXXX», so that a look-alike letter or an invisible one cannot pass for what it is not.
+func Visible(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r > unicode.MaxASCII || !unicode.IsPrint(r):
+			fmt.Fprintf(&b, "«U+%04X»", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func randomID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

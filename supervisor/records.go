@@ -1,0 +1,238 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/recipe"
+)
+
+// Records are the canonical Workshop records, written only here (by the supervisor, or by root's CLI
+// when there is no supervisor): for each Workshop, every promoted version of its recipe and lock.
+//
+//	<root>/workshops/<name>/<N>/workshop.toml, workshop.lock, version.json (and the recipe's key files)
+//	<root>/workshops/<name>/current     the current version's number
+//	<root>/workshops/<name>.lock        flock-held while a version is added: versions are compare-and-swap
+type Records struct {
+	dir string
+}
+
+// OpenRecords returns the records of the store at root.
+func OpenRecords(root string) *Records { return &Records{dir: filepath.Join(root, "workshops")} }
+
+// Version is one version of a Workshop record.
+type Version struct {
+	Name string    `json:"name"`
+	N    int       `json:"version"`
+	Time time.Time `json:"time"`
+	By   string    `json:"by"` // who added or promoted it (a user name, from the peer's credentials)
+	Base int       `json:"base,omitempty"`
+	// Proposal is the proposal this version promoted, if any.
+	Proposal string `json:"proposal,omitempty"`
+	// Users may realize and launch Benches of this Workshop (names, or @group); operators always may.
+	Users []string `json:"users,omitempty"`
+}
+
+// Errors of records.
+var (
+	ErrNoRecord = errors.New("no such Workshop record")
+	ErrConflict = errors.New("the record changed")
+)
+
+var recordNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
+
+// IsName reports whether s could name a record (a recipe's name).
+func IsName(s string) bool { return recordNameRE().MatchString(s) }
+
+func (rs *Records) nameDir(name string) string { return filepath.Join(rs.dir, name) }
+
+// Dir returns the directory of version n of name, which holds workshop.toml and workshop.lock.
+func (rs *Records) Dir(name string, n int) string {
+	return filepath.Join(rs.nameDir(name), strconv.Itoa(n))
+}
+
+// File returns the recipe file of version n.
+func (rs *Records) File(name string, n int) string {
+	return filepath.Join(rs.Dir(name, n), "workshop.toml")
+}
+
+// Current returns the current version of name.
+func (rs *Records) Current(name string) (*Version, error) {
+	if !IsName(name) {
+		return nil, fmt.Errorf("%w: %q", ErrNoRecord, name)
+	}
+	b, err := os.ReadFile(filepath.Join(rs.nameDir(name), "current"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNoRecord, name)
+	} else if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("record %s: bad current version: %v", name, err)
+	}
+	return rs.Get(name, n)
+}
+
+// Get returns version n of name.
+func (rs *Records) Get(name string, n int) (*Version, error) {
+	b, err := os.ReadFile(filepath.Join(rs.Dir(name, n), "version.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s version %d", ErrNoRecord, name, n)
+	} else if err != nil {
+		return nil, err
+	}
+	var v Version
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, fmt.Errorf("record %s version %d: %v", name, n, err)
+	}
+	return &v, nil
+}
+
+// Names lists the records.
+func (rs *Records) Names() ([]string, error) {
+	ents, err := os.ReadDir(rs.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && IsName(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// Log returns every version of name, oldest first.
+func (rs *Records) Log(name string) ([]*Version, error) {
+	cur, err := rs.Current(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Version
+	for n := 1; n <= cur.N; n++ {
+		v, err := rs.Get(name, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Files are a version's content: the recipe, its lock, and the files the recipe refers to (keys of
+// [[apt.source]]), by path relative to the recipe.
+type Files struct {
+	Recipe, Lock []byte
+	Extra        map[string][]byte
+}
+
+// ReadFiles reads a recipe, its lock and its key files for a record.
+func ReadFiles(r *recipe.Recipe) (*Files, error) {
+	f := &Files{Extra: map[string][]byte{}}
+	var err error
+	if f.Recipe, err = os.ReadFile(r.File); err != nil {
+		return nil, err
+	}
+	if f.Lock, err = os.ReadFile(recipe.LockFile(r.File)); err != nil {
+		return nil, fmt.Errorf("%w (run `shed lock %s` first: a record holds a lock)", err, r.File)
+	}
+	for _, s := range r.Apt.Sources {
+		b, err := os.ReadFile(filepath.Join(r.Dir, s.Key))
+		if err != nil {
+			return nil, err
+		}
+		f.Extra[s.Key] = b
+	}
+	return f, nil
+}
+
+// Add adds a version of name with files, if the current version is still base (0: the record must
+// not exist yet), and makes it current. Two racing adds on one base: exactly one wins, the other gets
+// ErrConflict. check, if set, runs under the record's lock before anything is written (it is how a
+// promotion makes its confirmation single-use).
+func (rs *Records) Add(ctx context.Context, v Version, f *Files, check func() error) (*Version, error) {
+	if !IsName(v.Name) {
+		return nil, fmt.Errorf("record name %q: lowercase letters, digits, '.', '_' and '-'", v.Name)
+	}
+	if err := os.MkdirAll(rs.nameDir(v.Name), 0o700); err != nil {
+		return nil, err
+	}
+	lk, err := os.OpenFile(rs.nameDir(v.Name)+".lock", os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Close()
+	if err := unix.Flock(int(lk.Fd()), unix.LOCK_EX); err != nil {
+		return nil, err
+	}
+	cur := 0
+	if c, err := rs.Current(v.Name); err == nil {
+		cur = c.N
+	} else if !errors.Is(err, ErrNoRecord) {
+		return nil, err
+	}
+	if cur != v.Base {
+		if v.Base == 0 {
+			return nil, fmt.Errorf("%w: %s exists (version %d); changes to it are promoted from proposals", ErrConflict, v.Name, cur)
+		}
+		return nil, fmt.Errorf("%w: %s is at version %d, not %d", ErrConflict, v.Name, cur, v.Base)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, err
+		}
+	}
+	v.N, v.Time = cur+1, time.Now().UTC().Truncate(time.Second)
+	tmp, err := os.MkdirTemp(rs.nameDir(v.Name), ".new-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	meta, _ := json.MarshalIndent(v, "", "  ")
+	files := map[string][]byte{"workshop.toml": f.Recipe, "workshop.lock": f.Lock, "version.json": append(meta, '\n')}
+	for rel, b := range f.Extra {
+		if !filepath.IsLocal(rel) || slices.Contains([]string{"workshop.toml", "workshop.lock", "version.json"}, rel) {
+			return nil, fmt.Errorf("record %s: file %q is not a plain relative path", v.Name, rel)
+		}
+		files[rel] = b
+	}
+	for rel, b := range files {
+		p := filepath.Join(tmp, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, rs.Dir(v.Name, v.N)); err != nil {
+		return nil, err
+	}
+	curTmp := filepath.Join(rs.nameDir(v.Name), ".current")
+	if err := os.WriteFile(curTmp, []byte(strconv.Itoa(v.N)+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(curTmp, filepath.Join(rs.nameDir(v.Name), "current")); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
