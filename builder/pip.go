@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -131,8 +132,14 @@ func (b *Builder) resolvePip(ctx context.Context, r *recipe.Recipe, lock *recipe
 	for _, l := range plan.Layers {
 		lowers = append(lowers, b.Store.Location(l))
 	}
-	argv := pipScript(append([]string{"install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
-		"--report", pipDir + "/report.json", "--index-url", r.Pip.Index, "--proxy", "http://" + proxyAddr, "-q", "--"}, reqs...)...)
+	args := []string{"install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
+		"--report", pipDir + "/report.json", "--index-url", r.Pip.Index, "--proxy", "http://" + proxyAddr, "-q"}
+	// pip refuses plain HTTP to anything but localhost; an http:// index is the recipe author's
+	// choice (a mirror on the local network), and the lock pins every file it serves by hash.
+	if u, err := url.Parse(r.Pip.Index); err == nil && u.Scheme == "http" {
+		args = append(args, "--trusted-host", u.Hostname())
+	}
+	argv := pipScript(append(append(args, "--"), reqs...)...)
 	spec := &sandbox.Spec{
 		Root:    sandbox.Root{Lowers: lowers, Upper: upper, Work: work},
 		Binds:   []sandbox.Bind{{Source: dir, Target: pipDir, Writable: true}},

@@ -332,8 +332,14 @@ func (sv *Supervisor) Promote(ctx context.Context, id, confirmed, by string) (*V
 			return nil, fmt.Errorf("%w: its files were changed after it was made", ErrChanged)
 		}
 	}
+	var users []string
+	if base > 0 {
+		if bv, err := sv.Records.Get(p.Workshop, base); err == nil {
+			users = bv.Users
+		}
+	}
 	used := filepath.Join(dir, "used")
-	return sv.Records.Add(ctx, Version{Name: p.Workshop, Base: base, By: by, Proposal: id}, files, func() error {
+	return sv.Records.Add(ctx, Version{Name: p.Workshop, Base: base, By: by, Proposal: id, Users: users}, files, func() error {
 		f, err := os.OpenFile(used, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if errors.Is(err, os.ErrExist) {
 			return ErrUsed

@@ -42,6 +42,7 @@ type Version struct {
 	// Proposal is the proposal this version promoted, if any.
 	Proposal string `json:"proposal,omitempty"`
 	// Users may realize and launch Benches of this Workshop (names, or @group); operators always may.
+	// A promotion keeps the base version's.
 	Users []string `json:"users,omitempty"`
 }
 
@@ -235,4 +236,28 @@ func (rs *Records) Add(ctx context.Context, v Version, f *Files, check func() er
 		return nil, err
 	}
 	return &v, nil
+}
+
+// Allow sets who (besides operators) may realize and launch name: users by name, groups as @group.
+// It changes the current version's record, under the record's lock.
+func (rs *Records) Allow(name string, users []string) (*Version, error) {
+	lk, err := os.OpenFile(rs.nameDir(name)+".lock", os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoRecord, name)
+	}
+	defer lk.Close()
+	if err := unix.Flock(int(lk.Fd()), unix.LOCK_EX); err != nil {
+		return nil, err
+	}
+	v, err := rs.Current(name)
+	if err != nil {
+		return nil, err
+	}
+	v.Users = users
+	meta, _ := json.MarshalIndent(v, "", "  ")
+	f := filepath.Join(rs.Dir(name, v.N), "version.json")
+	if err := os.WriteFile(f+".tmp", append(meta, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	return v, os.Rename(f+".tmp", f)
 }

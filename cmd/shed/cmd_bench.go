@@ -246,20 +246,24 @@ func benchRun(c *cli.Context, argv []string) error {
 // the Bench allocates from its own /dev/pts: ours is put in raw mode and its
 // window size followed, so that the terminal inside behaves as ours would.
 func withStdio(c *cli.Context, tty bool, fn func(sandbox.Stdio, []string) (int, error)) (int, error) {
-	stdio := sandbox.Stdio{Stdin: os.Stdin, Stdout: c.App.Writer, Stderr: c.App.ErrWriter}
+	in, _ := c.App.Reader.(*os.File)
+	if in == nil {
+		in = os.Stdin
+	}
+	stdio := sandbox.Stdio{Stdin: in, Stdout: c.App.Writer, Stderr: c.App.ErrWriter}
 	if !tty {
 		return fn(stdio, nil)
 	}
 	t := &sandbox.Terminal{}
 	stdio.Terminal = t
 	env := []string{"TERM=" + envOr("TERM", "xterm")}
-	in := int(os.Stdin.Fd())
-	if term.IsTerminal(in) {
-		if old, err := term.MakeRaw(in); err == nil {
-			defer term.Restore(in, old)
+	fd := int(in.Fd())
+	if term.IsTerminal(fd) {
+		if old, err := term.MakeRaw(fd); err == nil {
+			defer term.Restore(fd, old)
 		}
 		size := func() sandbox.Winsize {
-			ws, err := unix.IoctlGetWinsize(in, unix.TIOCGWINSZ)
+			ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
 			if err != nil {
 				return sandbox.Winsize{}
 			}

@@ -67,6 +67,32 @@ func cmdWorkshop() *cli.Command {
 				},
 			},
 			{
+				Name:      "allow",
+				Usage:     "set who (besides operators) may realize a record and launch its Benches (operators)",
+				ArgsUsage: "NAME [USER|@GROUP...]",
+				Description: "Replaces the list: with no USER, only operators may. Users never get grants, and reach\n" +
+					"the store only through the supervisor.",
+				Action: func(c *cli.Context) error {
+					if c.NArg() < 1 {
+						return usageError("workshop allow wants a record NAME and the users")
+					}
+					s, err := openStore(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					v, err := supervisor.OpenRecords(s.Root()).Allow(c.Args().First(), c.Args().Slice()[1:])
+					if err != nil {
+						return recordErr(err)
+					}
+					if c.Bool("json") {
+						return printJSON(c, v)
+					}
+					fmt.Fprintf(c.App.Writer, "%s: allowed %s\n", v.Name, strings.Join(v.Users, ", "))
+					return nil
+				},
+			},
+			{
 				Name:  "ls",
 				Usage: "list the Workshop records",
 				Action: func(c *cli.Context) error {

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -21,6 +23,7 @@ import (
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/supervisor"
 	"toolshed.dev/shed/trust"
 )
 
@@ -45,12 +48,90 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	args = hoistGlobalFlags(args)
+	// With a supervisor, it runs the command (and decides whether this user may); without one, or
+	// with an explicit --root, shed works on the store itself.
+	if sock := supervisorSocket(args); sock != "" {
+		code, err := supervisor.Call(ctx, sock, absoluteArgs(args[1:]))
+		if err != nil {
+			return report(stderr, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err),
+				"is `shed daemon` running? (`systemctl status shed`); set SHED_SOCKET=none to work on the store directly as root"))
+		}
+		return code
+	}
+	return runApp(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// runApp runs a command line (args[0] is the program name) with the given stdio.
+func runApp(ctx context.Context, args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	err := app.RunContext(ctx, hoistGlobalFlags(args))
+	app.Reader = stdin
+	err := app.RunContext(ctx, args)
 	if err == nil {
 		return exitOK
 	}
 	return report(stderr, err)
+}
+
+// supervisorSocket returns the supervisor's socket if commands go through it: it exists, and neither
+// --root nor SHED_SOCKET=none says to work on a store directly. `shed daemon` itself never does.
+func supervisorSocket(args []string) string {
+	sock := os.Getenv(supervisor.SocketEnv)
+	if sock == "none" {
+		return ""
+	}
+	if sock == "" {
+		sock = supervisor.DefaultSocket
+	}
+	for _, a := range args[1:] {
+		if a == "--root" || a == "-root" || strings.HasPrefix(a, "--root=") || strings.HasPrefix(a, "-root=") {
+			return ""
+		}
+		if a == "daemon" || a == "--" {
+			break
+		}
+	}
+	if len(args) > 1 && args[1] == "daemon" {
+		return ""
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return ""
+	}
+	return sock
+}
+
+// absoluteArgs makes arguments that name files here absolute (the supervisor does not share our
+// working directory): -f, --oci values, and arguments spelled as paths (with a slash, or *.toml).
+func absoluteArgs(args []string) []string {
+	out := slices.Clone(args)
+	abs := func(a string) string {
+		if filepath.IsAbs(a) || strings.HasPrefix(a, "-") {
+			return a
+		}
+		if _, err := os.Stat(a); err != nil {
+			return a
+		}
+		if p, err := filepath.Abs(a); err == nil {
+			return p
+		}
+		return a
+	}
+	for i := 0; i < len(out); i++ {
+		switch a := out[i]; {
+		case a == "--":
+			return out
+		case (a == "-f" || a == "--file" || a == "--oci") && i+1 < len(out):
+			out[i+1] = abs(out[i+1])
+			i++
+		case strings.HasPrefix(a, "-f=") || strings.HasPrefix(a, "--file=") || strings.HasPrefix(a, "--oci="):
+			k := strings.IndexByte(a, '=')
+			out[i] = a[:k+1] + abs(a[k+1:])
+		case strings.Contains(a, "/") || strings.HasSuffix(a, ".toml"):
+			// A command name never has a slash: only what is spelled as a path is one.
+			out[i] = abs(a)
+		}
+	}
+	return out
 }
 
 // hoistGlobalFlags moves the global flags (--json, --verbose, --root) given
@@ -202,6 +283,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdStore(),
 			cmdKey(),
 			cmdWorkshop(),
+			cmdDaemon(),
 			cmdCopy(),
 			cmdExport(),
 			cmdImport(),

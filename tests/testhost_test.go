@@ -1,0 +1,54 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var hosts atomic.Int32
+
+// startTestHost makes a host outside this machine's network as far as a Bench
+// can tell: a network namespace behind a veth pair, at 198.51.100.2
+// (TEST-NET-2, on this machine only), serving www over HTTP on port 80, and
+// returns its address. Tests that use it do not run in parallel.
+func startTestHost(t *testing.T, www string) string {
+	t.Helper()
+	n := int(hosts.Add(1))
+	ns := fmt.Sprintf("shedtest-%d-%d", os.Getpid(), n)
+	veth := fmt.Sprintf("shv%d", (os.Getpid()*10+n)%100000)
+	peer := fmt.Sprintf("shp%d", (os.Getpid()*10+n)%100000)
+	script := fmt.Sprintf(`ip netns add %[1]s
+ip link add %[2]s type veth peer name %[3]s
+ip link set %[3]s netns %[1]s
+ip addr add 198.51.100.1/30 dev %[2]s
+ip link set %[2]s up
+ip -n %[1]s addr add 198.51.100.2/30 dev %[3]s
+ip -n %[1]s link set %[3]s up
+ip -n %[1]s link set lo up`, ns, veth, peer)
+	if out, err := exec.Command("sh", "-ec", script).CombinedOutput(); err != nil {
+		t.Fatalf("make the test host: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", ns).Run()
+		exec.Command("ip", "link", "del", veth).Run()
+	})
+	server := exec.Command("ip", "netns", "exec", ns, "python3", "-m", "http.server", "80", "--bind", "198.51.100.2", "-d", www)
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
+	for i := 0; i < 100; i++ {
+		if resp, err := http.Get("http://198.51.100.2/"); err == nil {
+			resp.Body.Close()
+			return "198.51.100.2"
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the test host does not answer")
+	return ""
+}
