@@ -40,6 +40,9 @@ type Options struct {
 	Propose func(ctx context.Context, bench string) (string, error)
 }
 
+// aptConfTarget is apt's configuration in a Bench (APT_CONFIG).
+const aptConfTarget = "/run/shed/apt.conf"
+
 // ProposeSocket is where a Bench's agent finds the propose endpoint (HTTP over a unix socket):
 //
 //	curl --unix-socket /run/shed/propose.sock -X POST http://bench/propose
@@ -150,6 +153,13 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	for _, l := range layers {
 		spec.Root.Lowers = append(spec.Root.Lowers, s.Location(l))
 	}
+	// apt drops to its _apt user to download, which root without capabilities cannot: tell it not to,
+	// so that `apt-get install` just works in a Bench.
+	aptConf := filepath.Join(dir, "apt.conf")
+	if err := os.WriteFile(aptConf, []byte("APT::Sandbox::User \"root\";\n"), 0o644); err != nil {
+		return 0, err
+	}
+	spec.Binds = append(spec.Binds, sandbox.Bind{Source: aptConf, Target: aptConfTarget})
 	if opts.Keep {
 		spec.Root.Upper, spec.Root.Work = filepath.Join(dir, "upper"), filepath.Join(dir, "work")
 		for _, d := range []string{spec.Root.Upper, spec.Root.Work} {
@@ -252,6 +262,7 @@ func benchEnv(opts Options) []string {
 		"HOME=/root", "LANG=C.UTF-8", "TZ=UTC",
 		// Python would write .pyc files into the upper; they are debris.
 		"PYTHONDONTWRITEBYTECODE=1",
+		"APT_CONFIG=" + aptConfTarget,
 	}
 	return append(env, opts.Env...)
 }

@@ -128,8 +128,8 @@ allow = ["%s"]
 	}
 	canary := "secret-canary-" + strconv.Itoa(os.Getpid())
 	agent := fmt.Sprintf(`set -e
-apt-get -qq -o APT::Sandbox::User=root update >/dev/null
-apt-get -qq -o APT::Sandbox::User=root install -y --no-install-recommends jq >/dev/null
+apt-get -qq update >/dev/null
+apt-get -qq install -y --no-install-recommends jq >/dev/null
 PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore --index-url http://%s/simple/ --trusted-host %s shedtest-gamma
 echo %s > /root/secret.txt
 mkdir -p /root/.cache/junk /var/log/agent && echo debris > /var/log/agent/debris.log
