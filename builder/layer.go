@@ -121,9 +121,15 @@ func checkInstalled(d *derivation.Derivation, upper string, parent map[string]In
 			got[name] = p.Version
 		}
 	}
+	return compareInstalled("packages", d.Args, "=", got)
+}
+
+// compareInstalled checks that what a build installed (got: name → version) is exactly what the
+// layer's NAME<sep>VERSION arguments say, and names every difference.
+func compareInstalled(what string, args []string, sep string, got map[string]string) error {
 	want := map[string]string{}
-	for _, a := range d.Args {
-		name, version, _ := strings.Cut(a, "=")
+	for _, a := range args {
+		name, version, _ := strings.Cut(a, sep)
 		want[name] = version
 	}
 	var diffs []string
@@ -139,7 +145,7 @@ func checkInstalled(d *derivation.Derivation, upper string, parent map[string]In
 	}
 	if len(diffs) > 0 {
 		slices.Sort(diffs)
-		return fmt.Errorf("%w: installed packages differ from the lock:\n  %s", ErrBuildFailed, strings.Join(diffs, "\n  "))
+		return fmt.Errorf("%w: installed %s differ from the lock:\n  %s", ErrBuildFailed, what, strings.Join(diffs, "\n  "))
 	}
 	return nil
 }

@@ -351,25 +351,5 @@ func checkPipInstalled(d *derivation.Derivation, upper string) error {
 	if err != nil {
 		return err
 	}
-	want := map[string]string{}
-	for _, a := range d.Args {
-		name, version, _ := strings.Cut(a, "==")
-		want[name] = version
-	}
-	var diffs []string
-	for name, v := range want {
-		if got[name] != v {
-			diffs = append(diffs, fmt.Sprintf("%s: locked %s, installed %q", name, v, got[name]))
-		}
-	}
-	for name, v := range got {
-		if _, ok := want[name]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s %s: installed but not in the lock", name, v))
-		}
-	}
-	if len(diffs) > 0 {
-		slices.Sort(diffs)
-		return fmt.Errorf("%w: installed distributions differ from the lock:\n  %s", ErrBuildFailed, strings.Join(diffs, "\n  "))
-	}
-	return nil
+	return compareInstalled("distributions", d.Args, "==", got)
 }

@@ -44,15 +44,11 @@ func cmdExport() *cli.Command {
 }
 
 func copyTo(c *cli.Context, to string) error {
-	s, err := openStore(c)
+	s, t, err := openStoreTrust(c)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	t, err := openTrust(s)
-	if err != nil {
-		return err
-	}
 	paths, err := pathsFromArgs(c, s, c.Args().Slice())
 	if err != nil {
 		return err
@@ -88,15 +84,11 @@ func cmdImport() *cli.Command {
 			if _, err := os.Stat(dir); err != nil {
 				return withHint(exitUsage, err, "DIR is a directory written by `shed export --oci DIR`")
 			}
-			s, err := openStore(c)
+			s, t, err := openStoreTrust(c)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			t, err := openTrust(s)
-			if err != nil {
-				return err
-			}
 			cc, err := cache.Open("oci-layout:" + dir)
 			if err != nil {
 				return err

@@ -21,7 +21,7 @@ func cmdKey() *cli.Command {
 				Name:  "show",
 				Usage: "print the signing key's public half, the retired keys and the trusted keys",
 				Action: func(c *cli.Context) error {
-					s, t, err := openKeys(c)
+					s, t, err := openStoreTrust(c)
 					if err != nil {
 						return err
 					}
@@ -53,7 +53,7 @@ func cmdKey() *cli.Command {
 				Usage:       "print the signing key's public half (NAME:BASE64), for other stores to trust",
 				Description: "On another machine: shed key trust \"$(shed key export)\" (or add it to trusted_public_keys).",
 				Action: func(c *cli.Context) error {
-					s, t, err := openKeys(c)
+					s, t, err := openStoreTrust(c)
 					if err != nil {
 						return err
 					}
@@ -72,7 +72,7 @@ func cmdKey() *cli.Command {
 				Description: "The old secret key is destroyed; its public half moves to trust/retired and still\n" +
 					"verifies what it signed here. Other stores must trust the new key (shed key export).",
 				Action: func(c *cli.Context) error {
-					s, t, err := openKeys(c)
+					s, t, err := openStoreTrust(c)
 					if err != nil {
 						return err
 					}
@@ -171,7 +171,7 @@ func cmdKey() *cli.Command {
 	}
 }
 
-func openKeys(c *cli.Context) (*store.Store, *trust.Store, error) {
+func openStoreTrust(c *cli.Context) (*store.Store, *trust.Store, error) {
 	s, err := openStore(c)
 	if err != nil {
 		return nil, nil, err

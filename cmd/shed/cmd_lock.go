@@ -93,12 +93,6 @@ func cmdLock() *cli.Command {
 
 // lockCounts says what a lock holds: "30 packages" or "30 packages, 3 pip packages".
 func lockCounts(l *recipe.Lock) string {
-	plural := func(n int, what string) string {
-		if n == 1 {
-			return fmt.Sprintf("1 %s", what)
-		}
-		return fmt.Sprintf("%d %ss", n, what)
-	}
 	s := plural(len(l.Apt), "package")
 	if len(l.Pip) > 0 {
 		s += ", " + plural(len(l.Pip), "pip package")

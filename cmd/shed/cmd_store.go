@@ -112,15 +112,11 @@ func cmdStore() *cli.Command {
 					"Unregistered bytes left by an interrupted command are listed as debris (not an\n" +
 					"error: no reader sees them); `shed gc` removes them.",
 				Action: func(c *cli.Context) error {
-					s, err := openStore(c)
+					s, t, err := openStoreTrust(c)
 					if err != nil {
 						return err
 					}
 					defer s.Close()
-					t, err := openTrust(s)
-					if err != nil {
-						return err
-					}
 					opts := store.VerifyOptions{CheckContents: c.Bool("check-contents"), CheckProvenance: t.Verify}
 					for _, a := range c.Args().Slice() {
 						p, err := parsePathArg(s, a)
@@ -168,15 +164,11 @@ func cmdStore() *cli.Command {
 					"signed what it builds). What a verifying provenance says is kept. Sign only paths\n" +
 					"you vouch for: a signature says this store stands behind the bytes.",
 				Action: func(c *cli.Context) error {
-					s, err := openStore(c)
+					s, t, err := openStoreTrust(c)
 					if err != nil {
 						return err
 					}
 					defer s.Close()
-					t, err := openTrust(s)
-					if err != nil {
-						return err
-					}
 					var paths []store.Path
 					for _, a := range c.Args().Slice() {
 						p, err := parsePathArg(s, a)

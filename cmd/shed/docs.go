@@ -33,42 +33,26 @@ func markdownReference(app *cli.App) string {
 		fmt.Fprintf(&b, "| %d | %s |\n", e.code, e.what)
 	}
 	b.WriteString("\nErrors are printed as `shed: error: ...`, followed by `shed: hint: ...` when there is advice.\n\n")
-	var walk func(prefix string, cmds []*cli.Command)
-	walk = func(prefix string, cmds []*cli.Command) {
-		for _, c := range cmds {
-			if c.Hidden || c.Name == "help" {
-				continue
-			}
-			full := strings.TrimSpace(prefix + " " + c.Name)
-			if len(c.Subcommands) > 0 {
-				fmt.Fprintf(&b, "## %s\n\n%s\n\n", full, c.Usage)
-				if c.Description != "" {
-					fmt.Fprintf(&b, "%s\n\n", c.Description)
-				}
-				walk(full, c.Subcommands)
-				continue
-			}
-			fmt.Fprintf(&b, "## %s\n\n```\n%s", full, full)
-			if len(c.VisibleFlags()) > 0 {
-				b.WriteString(" [OPTIONS]")
-			}
-			if a := strings.TrimSpace(c.ArgsUsage); a != "" {
-				b.WriteString(" " + a)
-			}
-			fmt.Fprintf(&b, "\n```\n\n%s\n\n", c.Usage)
+	eachCommand(app, func(full string, c *cli.Command, group bool) {
+		if group {
+			fmt.Fprintf(&b, "## %s\n\n%s\n\n", full, c.Usage)
 			if c.Description != "" {
 				fmt.Fprintf(&b, "%s\n\n", c.Description)
 			}
-			var flags []cli.Flag
-			for _, f := range c.VisibleFlags() {
-				if f.Names()[0] != "help" {
-					flags = append(flags, f)
-				}
-			}
-			writeFlags(&b, flags)
+			return
 		}
-	}
-	walk("shed", app.Commands)
+		fmt.Fprintf(&b, "## %s\n\n```\n%s\n```\n\n%s\n\n", full, synopsis(full, c), c.Usage)
+		if c.Description != "" {
+			fmt.Fprintf(&b, "%s\n\n", c.Description)
+		}
+		var flags []cli.Flag
+		for _, f := range c.VisibleFlags() {
+			if f.Names()[0] != "help" {
+				flags = append(flags, f)
+			}
+		}
+		writeFlags(&b, flags)
+	})
 	return strings.TrimRight(b.String(), "\n") + "\n"
 }
 
@@ -130,38 +114,53 @@ func manPage(app *cli.App) string {
 	b.WriteString(".SH GLOBAL OPTIONS\n")
 	flags(app.VisibleFlags())
 	b.WriteString(".SH COMMANDS\n")
-	var walk func(prefix string, cmds []*cli.Command)
-	walk = func(prefix string, cmds []*cli.Command) {
-		for _, c := range cmds {
-			if c.Hidden || c.Name == "help" {
-				continue
-			}
-			full := strings.TrimSpace(prefix + " " + c.Name)
-			if len(c.Subcommands) > 0 {
-				walk(full, c.Subcommands)
-				continue
-			}
-			fmt.Fprintf(&b, ".SS %s\n", esc(full))
-			usage := full
-			if len(c.VisibleFlags()) > 0 {
-				usage += " [OPTIONS]"
-			}
-			if a := strings.TrimSpace(c.ArgsUsage); a != "" {
-				usage += " " + a
-			}
-			fmt.Fprintf(&b, ".nf\n\\fB%s\\fR\n.fi\n", esc(usage))
-			para(c.Usage)
-			if c.Description != "" {
-				para(c.Description)
-			}
-			flags(c.VisibleFlags())
+	eachCommand(app, func(full string, c *cli.Command, group bool) {
+		if group {
+			return
 		}
-	}
-	walk("shed", app.Commands)
+		fmt.Fprintf(&b, ".SS %s\n.nf\n\\fB%s\\fR\n.fi\n", esc(full), esc(synopsis(full, c)))
+		para(c.Usage)
+		if c.Description != "" {
+			para(c.Description)
+		}
+		flags(c.VisibleFlags())
+	})
 	b.WriteString(".SH EXIT STATUS\n")
 	for _, e := range exitCodes {
 		fmt.Fprintf(&b, ".TP\n%d\n%s\n", e.code, esc(e.what))
 	}
 	b.WriteString(".SH SEE ALSO\ndocs/cli.md and docs/ in the Toolshed source tree.\n")
 	return b.String()
+}
+
+// eachCommand calls fn for every visible command, depth first, with its full name ("shed bench run");
+// group is true for a command that only holds subcommands (called before them).
+func eachCommand(app *cli.App, fn func(full string, c *cli.Command, group bool)) {
+	var walk func(prefix string, cmds []*cli.Command)
+	walk = func(prefix string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Hidden || c.Name == "help" {
+				continue
+			}
+			full := prefix + " " + c.Name
+			if len(c.Subcommands) > 0 {
+				fn(full, c, true)
+				walk(full, c.Subcommands)
+				continue
+			}
+			fn(full, c, false)
+		}
+	}
+	walk("shed", app.Commands)
+}
+
+// synopsis is a command's usage line: "shed realize [OPTIONS] [FILE]".
+func synopsis(full string, c *cli.Command) string {
+	if len(c.VisibleFlags()) > 0 {
+		full += " [OPTIONS]"
+	}
+	if a := strings.TrimSpace(c.ArgsUsage); a != "" {
+		full += " " + a
+	}
+	return full
 }
