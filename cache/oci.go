@@ -18,8 +18,8 @@ import (
 
 	"github.com/klauspost/pgzip"
 	digest "github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/oci"
 	"oras.land/oras-go/v2/errdef"
@@ -85,11 +85,18 @@ type record struct {
 	CA         string   `json:"ca,omitempty"`
 }
 
+// target is what a registry repository and an OCI layout have in common for us.
+type target interface {
+	content.Storage
+	Resolve(ctx context.Context, reference string) (ocispec.Descriptor, error)
+	Tag(ctx context.Context, desc ocispec.Descriptor, reference string) error
+}
+
 // Cache is a place that holds store paths as artifacts: a registry repository or an OCI image layout
 // directory.
 type Cache struct {
 	Name   string // as the user wrote it
-	target oras.Target
+	target target
 	layout *oci.Store // for an OCI layout directory: its index is saved after a push
 }
 
@@ -305,13 +312,20 @@ func pushOne(ctx context.Context, s *store.Store, t *trust.Store, c *Cache, p st
 	if err := pushBlob(ctx, c, layerDesc, tmp); err != nil {
 		return 0, false, err
 	}
-	desc, err := oras.PackManifest(ctx, c.target, oras.PackManifestVersion1_1, ArtifactType, oras.PackManifestOptions{
-		ConfigDescriptor: &recDesc,
-		Layers:           []ocispec.Descriptor{manDesc, provDesc, layerDesc},
-		// A fixed creation time keeps the manifest reproducible: the provenance says when it was built.
-		ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "1970-01-01T00:00:00Z", "dev.toolshed.path": rec.Path},
+	manifest, err := json.Marshal(ocispec.Manifest{
+		Versioned:    specs.Versioned{SchemaVersion: 2},
+		MediaType:    ocispec.MediaTypeImageManifest,
+		ArtifactType: ArtifactType,
+		Config:       recDesc,
+		Layers:       []ocispec.Descriptor{manDesc, provDesc, layerDesc},
+		// No creation time: the manifest stays reproducible, and the provenance says when it was built.
+		Annotations: map[string]string{"dev.toolshed.path": rec.Path},
 	})
 	if err != nil {
+		return 0, false, err
+	}
+	desc := blobDesc(ocispec.MediaTypeImageManifest, manifest)
+	if err := pushBlob(ctx, c, desc, bytes.NewReader(manifest)); err != nil {
 		return 0, false, err
 	}
 	if err := c.target.Tag(ctx, desc, Tag(p)); err != nil {

@@ -15,7 +15,6 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/oci"
 
@@ -170,7 +169,7 @@ func mutate(t *testing.T, dir string, p store.Path, f func(st *oci.Store, m *oci
 	}
 }
 
-func putBlob(t *testing.T, st oras.Target, mediaType string, b []byte) ocispec.Descriptor {
+func putBlob(t *testing.T, st *oci.Store, mediaType string, b []byte) ocispec.Descriptor {
 	t.Helper()
 	d := ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(b), Size: int64(len(b))}
 	if err := st.Push(context.Background(), d, bytes.NewReader(b)); err != nil && !strings.Contains(err.Error(), "already exists") {
@@ -179,7 +178,7 @@ func putBlob(t *testing.T, st oras.Target, mediaType string, b []byte) ocispec.D
 	return d
 }
 
-func blob(t *testing.T, st oras.Target, d ocispec.Descriptor) []byte {
+func blob(t *testing.T, st *oci.Store, d ocispec.Descriptor) []byte {
 	t.Helper()
 	b, err := content.FetchAll(context.Background(), st, d)
 	if err != nil {
