@@ -34,10 +34,11 @@ test: ## run every test (as root: the store and sandbox tests are real), then ea
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime 10s $$pkg || exit 1; \
 	done
 
-bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman (docs/benchmarks.md)
+bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 	scripts/bench-realize.sh
 	scripts/bench-launch.sh
+	scripts/bench-cache.sh
 
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -26,7 +26,7 @@ type registry struct {
 // dir, with htpasswd auth if htpasswd is not "".
 func registryConfig(t *testing.T, dir string, port int, htpasswd string) string {
 	t.Helper()
-	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%d\n  secret: shed-tests\n", filepath.Join(dir, "data"), port)
+	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%d\n  secret: shed-tests\n", filepath.Join(dir, "data"), port)
 	if htpasswd != "" {
 		cfg += fmt.Sprintf("auth:\n  htpasswd:\n    realm: shed-tests\n    path: %s\n", htpasswd)
 	}
