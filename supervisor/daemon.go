@@ -273,6 +273,9 @@ func (rs *Records) Authorize(p *Peer, args []string) error {
 				i = len(args)
 			case a == "--grant" || strings.HasPrefix(a, "--grant="):
 				return fmt.Errorf("%w: --grant is for operators: the supervisor would open the path as root", ErrDenied)
+			case a == "--substituter" || strings.HasPrefix(a, "--substituter="):
+				// The supervisor would contact any host a user names; the store's substituters apply.
+				return fmt.Errorf("%w: --substituter is for operators: the store's own substituters apply", ErrDenied)
 			case a == "-f" || a == "--file":
 				if i+1 < len(args) {
 					name = args[i+1]

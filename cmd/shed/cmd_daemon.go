@@ -22,7 +22,8 @@ func cmdDaemon() *cli.Command {
 			"names another; SHED_SOCKET=none, or --root, works on a store directly as root). Callers are\n" +
 			"identified by the kernel (SO_PEERCRED): root and members of --operators-group may do\n" +
 			"everything; other users may read the records and realize and launch the Workshops a record\n" +
-			"allows them (`shed workshop add --allow USER`), without grants. Agents in Benches reach only\n" +
+			"allows them (`shed workshop allow NAME USER`), without --grant or --substituter. Agents in\n" +
+			"Benches reach only\n" +
 			"their Bench's propose socket. See docs/supervisor.md for the systemd unit.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: supervisor.DefaultSocket, Usage: "the socket's `PATH`"},
