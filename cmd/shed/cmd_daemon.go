@@ -23,8 +23,7 @@ func cmdDaemon() *cli.Command {
 			"identified by the kernel (SO_PEERCRED): root and members of --operators-group may do\n" +
 			"everything; other users may read the records and realize and launch the Workshops a record\n" +
 			"allows them (`shed workshop allow NAME USER`), without --grant or --substituter. Agents in\n" +
-			"Benches reach only\n" +
-			"their Bench's propose socket. See docs/supervisor.md for the systemd unit.",
+			"Benches reach only their Bench's propose socket. See docs/supervisor.md for the systemd unit.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: supervisor.DefaultSocket, Usage: "the socket's `PATH`"},
 			&cli.StringFlag{Name: "operators-group", Value: "shed-ops", Usage: "`GROUP` whose members are operators"},
