@@ -24,8 +24,10 @@ type Explanation struct {
 	Resolved  string     `json:"resolved"`   // after symlinks in its parent directories
 	Layer     store.Path `json:"layer"`      // the topmost layer holding it
 	LayerKind string     `json:"layer_kind"` // "seed" or "layer"
-	Package   string     `json:"package,omitempty"`
-	Version   string     `json:"version,omitempty"`
+	// Manager is who installed Package: "apt" (dpkg), or "pip" for a file of a pip layer.
+	Manager string `json:"manager,omitempty"`
+	Package string `json:"package,omitempty"`
+	Version string `json:"version,omitempty"`
 	// Declared is the recipe entry that names Package, or that Package is a
 	// dependency of (Chain gives the way from one to the other).
 	Declared string   `json:"declared,omitempty"`
@@ -37,9 +39,9 @@ type Explanation struct {
 // ErrNoSuchFile is returned when no layer of the Workshop has the file.
 var ErrNoSuchFile = errors.New("no such file in the Workshop")
 
-// Explain answers `shed why`. The plan must be realized; aptLines are the
-// recipe lines of [apt] packages (recipe.PackageLines).
-func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines []int, file string) (*Explanation, error) {
+// Explain answers `shed why`. The plan must be realized; aptLines and pipLines are the
+// recipe lines of [apt] and [pip] packages (recipe.PackageLines).
+func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines, pipLines []int, file string) (*Explanation, error) {
 	var layers []*derivation.Derivation // bottom first
 	for _, d := range plan.Derivations {
 		if d.Kind == derivation.KindFetch {
@@ -91,6 +93,22 @@ func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines []int
 	}
 	ex := &Explanation{File: "/" + rel, Resolved: "/" + resolved, Layer: layers[idx].Output, LayerKind: string(layers[idx].Kind)}
 
+	// A file of a pip layer belongs to the distribution whose RECORD lists it.
+	if layers[idx].Builder == recipe.BuilderPipLayer {
+		if name, version, ok := pipOwner(s.Location(layers[idx].Output), resolved); ok {
+			ex.Manager, ex.Package, ex.Version = "pip", name, version
+			for i, p := range r.Pip.Packages {
+				if recipe.NormalizePipName(p.Name) == name {
+					ex.Declared, ex.Chain = p.String(), []string{name}
+					if i < len(pipLines) {
+						ex.Line = pipLines[i]
+					}
+				}
+			}
+		}
+		return ex, nil
+	}
+
 	// The owner: dpkg's file lists, in the merged view. A package lists
 	// the path it shipped (/bin/ls), which merged-usr may have moved
 	// (/usr/bin/ls): compare both forms.
@@ -110,7 +128,7 @@ func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines []int
 		return ex, nil // not a packaged file: made by a maintainer script, or by the seed's builder
 	}
 	pkgName, _, _ := strings.Cut(owner, ":") // libc6:amd64
-	ex.Package = pkgName
+	ex.Manager, ex.Package = "apt", pkgName
 	status, err := statusOf(stackLocations(s, layers))
 	if err != nil {
 		return nil, err
@@ -278,4 +296,31 @@ func shortestChain(g map[string][]string, from, to string) []string {
 		}
 	}
 	return nil
+}
+
+// pipOwner finds the distribution installed in a pip layer whose RECORD lists rel (a path in the
+// layer, as a Bench sees it): RECORD paths are relative to the site-packages directory.
+func pipOwner(layer, rel string) (name, version string, ok bool) {
+	records, _ := filepath.Glob(filepath.Join(layer, "usr/local/lib/python3*/*-packages/*.dist-info/RECORD"))
+	for _, rec := range records {
+		site := filepath.Dir(filepath.Dir(rec))
+		siteRel, err := filepath.Rel(layer, site)
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(rec)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			p, _, _ := strings.Cut(line, ",")
+			if p != "" && path.Clean(path.Join(siteRel, p)) == rel {
+				base := strings.TrimSuffix(filepath.Base(filepath.Dir(rec)), ".dist-info")
+				if i := strings.LastIndexByte(base, '-'); i > 0 {
+					return recipe.NormalizePipName(base[:i]), base[i+1:], true
+				}
+			}
+		}
+	}
+	return "", "", false
 }

@@ -83,6 +83,15 @@ func TestPipWorkshop(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "beta 2.0" {
 		t.Errorf("import in an offline Bench: %v\n%s", err, out)
 	}
+	// shed why names the distribution a file of the pip layer belongs to.
+	why := mustShed(t, root, "why", file, "/usr/local/lib/python3.11/dist-packages/shedtest_beta.py").stdout
+	if !strings.Contains(why, "package:  shedtest-beta 1.0") || !strings.Contains(why, `pip.packages: "shedtest-beta"`) || !strings.Contains(why, "pip layer") {
+		t.Errorf("shed why of a declared distribution's file:\n%s", why)
+	}
+	why = mustShed(t, root, "why", file, "/usr/local/lib/python3.11/dist-packages/shedtest_alpha.py").stdout
+	if !strings.Contains(why, "package:  shedtest-alpha 2.0") || !strings.Contains(why, "dependency pip's resolver added") {
+		t.Errorf("shed why of a dependency's file:\n%s", why)
+	}
 	// Reproducible: --check rebuilds the layers and compares.
 	if r := shed(t, root, nil, "realize", "--check", file); r.code != 0 {
 		t.Errorf("realize --check: exit %d\n%s", r.code, r.stderr)

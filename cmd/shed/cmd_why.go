@@ -46,11 +46,11 @@ func cmdWhy() *cli.Command {
 			if err != nil {
 				return err
 			}
-			aptLines, _, err := recipe.PackageLines(data)
+			aptLines, pipLines, err := recipe.PackageLines(data)
 			if err != nil {
 				return err
 			}
-			ex, err := builder.Explain(s, r, plan, aptLines, c.Args().Get(1))
+			ex, err := builder.Explain(s, r, plan, aptLines, pipLines, c.Args().Get(1))
 			if errors.Is(err, builder.ErrNoSuchFile) {
 				return withHint(exitFailure, err, "paths are as a Bench sees them, e.g. /usr/bin/jq")
 			} else if err != nil {
@@ -65,8 +65,11 @@ func cmdWhy() *cli.Command {
 				fmt.Fprintf(w, "  is:       %s (through a symlinked directory)\n", ex.Resolved)
 			}
 			kind := "apt layer"
-			if ex.LayerKind == "seed" {
+			switch {
+			case ex.LayerKind == "seed":
 				kind = "seed " + r.Seed.Raw
+			case ex.Manager == "pip" || strings.HasPrefix(ex.Layer.Name(), "pip-"):
+				kind = "pip layer"
 			}
 			fmt.Fprintf(w, "  layer:    %s (%s)\n", s.Location(ex.Layer), kind)
 			if ex.Package == "" {
@@ -74,6 +77,14 @@ func cmdWhy() *cli.Command {
 				return nil
 			}
 			fmt.Fprintf(w, "  package:  %s %s\n", ex.Package, ex.Version)
+			if ex.Manager == "pip" {
+				if ex.Declared != "" {
+					fmt.Fprintf(w, "  declared: %s:%d: pip.packages: %q\n", file, ex.Line, ex.Declared)
+				} else {
+					fmt.Fprintln(w, "  declared: a dependency pip's resolver added for [pip] packages (see the lock)")
+				}
+				return nil
+			}
 			switch {
 			case ex.Declared != "" && len(ex.Chain) == 1:
 				fmt.Fprintf(w, "  declared: %s:%d: apt.packages: %q\n", file, ex.Line, ex.Declared)
