@@ -101,73 +101,66 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile %s: seed: %w", r.File, err)
 	}
-	if len(r.Apt.Packages) > 0 {
-		var args, names []string
-		for _, p := range r.Apt.Packages {
-			names = append(names, p.Name)
-		}
-		inputs := []derivation.Input{parent}
-		if lock == nil {
-			for _, p := range r.Apt.Packages {
-				args = append(args, p.String())
-			}
-		} else {
-			for _, deb := range lock.Apt {
-				in, err := fetch(deb.URL, deb.SHA256, FetchInfo{deb.Name, deb.Version, deb.Size})
+	// layer adds a layer over the one below: without a lock it installs the packages as written; with
+	// one, exactly the lock's files, each a fixed-output fetch (a .deb, a wheel).
+	type lockedFile struct {
+		url, sha256, arg string
+		info             FetchInfo
+	}
+	layer := func(kind, builder string, names, written []string, files []lockedFile) error {
+		inputs, args := []derivation.Input{parent}, written
+		if lock != nil {
+			args = nil
+			for _, f := range files {
+				in, err := fetch(f.url, f.sha256, f.info)
 				if err != nil {
-					return nil, fmt.Errorf("compile %s: fetch %s: %w", r.File, deb, err)
+					return fmt.Errorf("fetch %s: %w", f.arg, err)
 				}
-				inputs = append(inputs, in)
-				args = append(args, deb.String())
+				inputs, args = append(inputs, in), append(args, f.arg)
 			}
 		}
 		slices.Sort(args)
 		d := &derivation.Derivation{
-			Name:    layerName("apt", names),
+			Name:    layerName(kind, names),
 			Kind:    derivation.KindLayer,
-			Builder: BuilderAptLayer,
+			Builder: builder,
 			Network: "none",
 			Inputs:  inputs,
 			Args:    args,
 			Env:     env,
 		}
-		if parent, err = add(d, true); err != nil {
+		var err error
+		parent, err = add(d, true)
+		return err
+	}
+	if len(r.Apt.Packages) > 0 {
+		var names, written []string
+		for _, p := range r.Apt.Packages {
+			names, written = append(names, p.Name), append(written, p.String())
+		}
+		var files []lockedFile
+		if lock != nil {
+			for _, deb := range lock.Apt {
+				files = append(files, lockedFile{deb.URL, deb.SHA256, deb.String(), FetchInfo{deb.Name, deb.Version, deb.Size}})
+			}
+		}
+		if err := layer("apt", BuilderAptLayer, names, written, files); err != nil {
 			return nil, fmt.Errorf("compile %s: apt layer: %w", r.File, err)
 		}
 	}
 	if len(r.Pip.Packages) > 0 {
-		var args, names []string
+		var names, written []string
 		for _, p := range r.Pip.Packages {
-			names = append(names, NormalizePipName(p.Name))
+			name := NormalizePipName(p.Name)
+			names, written = append(names, name), append(written, name+versionSuffix("==", p.Version))
 		}
-		inputs := []derivation.Input{parent}
-		if lock == nil {
-			for _, p := range r.Pip.Packages {
-				args = append(args, NormalizePipName(p.Name)+versionSuffix("==", p.Version))
-			}
-		} else {
-			// Every wheel of the closure is a fixed-output fetch; the layer
-			// installs exactly these, by hash, with no index.
+		var files []lockedFile
+		if lock != nil {
 			for _, w := range lock.Pip {
-				in, err := fetch(w.URL, w.SHA256, FetchInfo{Name: w.Name, Version: w.Version})
-				if err != nil {
-					return nil, fmt.Errorf("compile %s: fetch %s: %w", r.File, w, err)
-				}
-				inputs = append(inputs, in)
-				args = append(args, w.String())
+				files = append(files, lockedFile{w.URL, w.SHA256, w.String(), FetchInfo{Name: w.Name, Version: w.Version}})
 			}
 		}
-		slices.Sort(args)
-		d := &derivation.Derivation{
-			Name:    layerName("pip", names),
-			Kind:    derivation.KindLayer,
-			Builder: BuilderPipLayer,
-			Network: "none",
-			Inputs:  inputs,
-			Args:    args,
-			Env:     env,
-		}
-		if _, err = add(d, true); err != nil {
+		if err := layer("pip", BuilderPipLayer, names, written, files); err != nil {
 			return nil, fmt.Errorf("compile %s: pip layer: %w", r.File, err)
 		}
 	}
