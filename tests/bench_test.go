@@ -236,15 +236,18 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	// The kernel tears the pid namespace down asynchronously (SIGKILL to init by Pdeathsig, then to
 	// the rest), so a loaded machine may need a moment; a survivor is one still there after 10 s.
 	// Only shed's own processes and mounts count: other tests and the machine's own come and go.
-	survivors := func() int {
-		return countProcsMatching(t, "1007") + countProcsMatching(t, "shed-sandbox-init") + countProcsMatching(t, shedBin)
+	// A survivor is matched by its whole argv, not a substring: a CI runner's
+	// own processes may well carry "1007" or "shed" somewhere in theirs.
+	isShed := func(argv []string) bool {
+		return argv[0] == shedBin || filepath.Base(argv[0]) == "shed-sandbox-init" ||
+			(len(argv) == 2 && argv[0] == "sleep" && argv[1] == "1007")
 	}
 	deadline = time.Now().Add(10 * time.Second)
-	for survivors() != 0 && time.Now().Before(deadline) {
+	for len(procsWhere(isShed)) != 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if n := survivors(); n != 0 {
-		t.Errorf("%d processes of shed or its Benches survive the Benches", n)
+	if left := procsWhere(isShed); len(left) != 0 {
+		t.Errorf("processes of shed or its Benches survive the Benches:\n%s", strings.Join(left, "\n"))
 	}
 	if m := countMounts(t); m > mounts0 {
 		t.Errorf("mountinfo has %d lines, %d before the Benches", m, mounts0)
@@ -259,19 +262,21 @@ func countMounts(t *testing.T) int {
 	return bytes.Count(b, []byte("\n"))
 }
 
-func countProcsMatching(t *testing.T, s string) int {
+// procsWhere lists "PID: argv" of every process whose argv satisfies match.
+func procsWhere(match func(argv []string) bool) []string {
 	ents, _ := os.ReadDir("/proc")
-	n := 0
+	var found []string
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if strings.Contains(string(b), s) {
-			n++
+		argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if len(b) > 0 && match(argv) {
+			found = append(found, e.Name()+": "+strings.Join(argv, " "))
 		}
 	}
-	return n
+	return found
 }
 
 // TestBenchFDs walks /proc/PID/fd of a running Bench's processes from the
