@@ -35,11 +35,7 @@ func TestSweep(t *testing.T) {
 	var dirs []string
 	lines := bufio.NewScanner(out)
 	for lines.Scan() && lines.Text() != "ready" {
-		// v1 "7:memory:/toolshed/ID" or "7:pids:/toolshed/ID", v2 "0::/toolshed/ID"
-		f := strings.SplitN(lines.Text(), ":", 3)
-		if len(f) == 3 && strings.HasPrefix(f[2], "/toolshed/") {
-			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", f[1], f[2]))
-		}
+		dirs = append(dirs, cgroupsIn(lines.Text())...)
 	}
 	if len(dirs) == 0 {
 		t.Fatal("the helper's sandbox is in no toolshed cgroup")

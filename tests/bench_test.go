@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -189,7 +188,7 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
-	mounts0 := countMounts(t)
+	mounts0 := countMounts(t, root)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -221,10 +220,7 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(shed(t, root, nil, "bench", "ls").stdout, "doomed") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	initPid := waitBench(t, root, "doomed")
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	if ls := mustShed(t, root, "bench", "ls").stdout; strings.Contains(ls, "doomed") {
@@ -236,34 +232,61 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	// The kernel tears the pid namespace down asynchronously (SIGKILL to init by Pdeathsig, then to
 	// the rest), so a loaded machine may need a moment; a survivor is one still there after 10 s.
 	// Only shed's own processes and mounts count: other tests and the machine's own come and go.
-	// A survivor is matched by its whole argv, not a substring: a CI runner's
-	// own processes may well carry "1007" or "shed" somewhere in theirs.
-	isShed := func(argv []string) bool {
-		return argv[0] == shedBin || filepath.Base(argv[0]) == "shed-sandbox-init" ||
-			(len(argv) == 2 && argv[0] == "sleep" && argv[1] == "1007")
+	// A survivor is matched exactly: other packages' tests run at the same time
+	// (go test -p), and their sandboxes' inits are "shed-sandbox-init" too.
+	isShed := func(pid string, argv []string) bool {
+		return argv[0] == shedBin || (len(argv) == 2 && argv[0] == "sleep" && argv[1] == "1007") ||
+			(pid == strconv.Itoa(initPid) && argv[0] == "shed-sandbox-init")
 	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for len(procsWhere(isShed)) != 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if left := procsWhere(isShed); len(left) != 0 {
 		t.Errorf("processes of shed or its Benches survive the Benches:\n%s", strings.Join(left, "\n"))
 	}
-	if m := countMounts(t); m > mounts0 {
-		t.Errorf("mountinfo has %d lines, %d before the Benches", m, mounts0)
+	if m := countMounts(t, root); m > mounts0 {
+		t.Errorf("mountinfo has %d lines under %s, %d before the Benches", m, root, mounts0)
 	}
 }
 
-func countMounts(t *testing.T) int {
+// countMounts counts the host's mounts that involve dir: only those are shed's
+// (other packages' tests mount and unmount their own at the same time).
+func countMounts(t *testing.T, dir string) int {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bytes.Count(b, []byte("\n"))
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, dir) {
+			n++
+		}
+	}
+	return n
 }
 
-// procsWhere lists "PID: argv" of every process whose argv satisfies match.
-func procsWhere(match func(argv []string) bool) []string {
+// waitBench returns the host pid of the init of the Bench called name, once it is listed.
+func waitBench(t *testing.T, root, name string) int {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var recs []struct {
+			Name string `json:"name"`
+			Pid  int    `json:"pid"`
+		}
+		json.Unmarshal([]byte(shed(t, root, nil, "--json", "bench", "ls").stdout), &recs)
+		for _, r := range recs {
+			if r.Name == name && r.Pid != 0 {
+				return r.Pid
+			}
+		}
+	}
+	t.Fatalf("the Bench %s did not show up within 10s", name)
+	return 0
+}
+
+// procsWhere lists "PID: argv" of every process that satisfies match.
+func procsWhere(match func(pid string, argv []string) bool) []string {
 	ents, _ := os.ReadDir("/proc")
 	var found []string
 	for _, e := range ents {
@@ -272,7 +295,7 @@ func procsWhere(match func(argv []string) bool) []string {
 		}
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
-		if len(b) > 0 && match(argv) {
+		if len(b) > 0 && match(e.Name(), argv) {
 			found = append(found, e.Name()+": "+strings.Join(argv, " "))
 		}
 	}
@@ -290,24 +313,7 @@ func TestBenchFDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	var pid int
-	deadline := time.Now().Add(10 * time.Second)
-	for pid == 0 && time.Now().Before(deadline) {
-		var recs []struct {
-			Name string `json:"name"`
-			Pid  int    `json:"pid"`
-		}
-		json.Unmarshal([]byte(shed(t, root, nil, "--json", "bench", "ls").stdout), &recs)
-		for _, r := range recs {
-			if r.Name == "fdwalk" {
-				pid = r.Pid
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if pid == 0 {
-		t.Fatal("the Bench did not show up")
-	}
+	pid := waitBench(t, root, "fdwalk")
 	time.Sleep(200 * time.Millisecond)
 	for _, p := range descendants(pid) {
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p))
