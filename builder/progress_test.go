@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"toolshed.dev/shed/internal/ptytest"
 )
 
 // recorder is a ProgressReporter that writes down what it hears.
@@ -153,36 +152,8 @@ func TestFetchTerminalProgressPlain(t *testing.T) {
 	}
 }
 
-// openPTY returns both ends of a new pseudo-terminal.
-func openPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminal: %v", err)
-	}
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		m.Close()
-		t.Skipf("unlock pty: %v", err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		m.Close()
-		t.Skipf("pty number: %v", err)
-	}
-	sl, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		m.Close()
-		t.Skipf("open pty: %v", err)
-	}
-	// A new pty is 0x0, where nothing fits.
-	if err := unix.IoctlSetWinsize(int(sl.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 24, Col: 100}); err != nil {
-		t.Fatal(err)
-	}
-	return m, sl
-}
-
 func TestTerminalProgressBars(t *testing.T) {
-	master, slave := openPTY(t)
+	master, slave := ptytest.Open(t, 24, 100)
 	defer master.Close()
 	var out bytes.Buffer
 	read := make(chan struct{})

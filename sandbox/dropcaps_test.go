@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"toolshed.dev/shed/internal/ptytest"
 	"toolshed.dev/shed/sandbox"
 )
 
@@ -72,7 +70,7 @@ func TestDropCaps(t *testing.T) {
 func TestNoControllingTerminal(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
-	ptmx, pts := openPty(t)
+	ptmx, pts := ptytest.Open(t, 24, 80)
 	cmd := helperCmd(t, "tty")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
@@ -95,28 +93,4 @@ func TestNoControllingTerminal(t *testing.T) {
 	if !strings.Contains(got, "tiocsti: operation not permitted\n") || !strings.Contains(got, "tty_nr=0\n") {
 		t.Errorf("got %q, want TIOCSTI refused and no controlling terminal (tty_nr 0)", got)
 	}
-}
-
-// openPty returns a new pseudo-terminal pair.
-func openPty(t *testing.T) (ptmx, pts *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	var unlock int32
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, m.Fd(), unix.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
-		t.Fatal(e)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return m, s
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"os/user"
 	"path/filepath"
 	"runtime"
@@ -18,6 +19,7 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 )
 
 // The supervisor's socket. Its directory is root's (0755) and the socket is open to every local user
@@ -32,10 +34,13 @@ const (
 //
 //	client -> daemon  4 bytes big-endian length n, with SCM_RIGHTS the client's stdin, stdout, stderr
 //	client -> daemon  n bytes: request (JSON)
+//	client -> daemon  while the command runs, the byte 'W' each time the client's terminal is resized
 //	daemon -> client  response (JSON), once the command has ended
 //
 // The daemon runs the command with the client's descriptors, so output, prompts and terminals reach
-// the client directly. The client closing the connection cancels the command.
+// the client directly. Only the terminal's SIGWINCH does not: the kernel sends it to the terminal's
+// foreground process, the client, which passes it on. The client closing the connection cancels the
+// command.
 type request struct {
 	Args []string `json:"args"` // the command line, without the program name
 }
@@ -45,6 +50,18 @@ type response struct {
 }
 
 const maxRequest = 1 << 20
+
+// msgWinch is the client's "my terminal was resized".
+const msgWinch = 'W'
+
+type winchKey struct{}
+
+// WindowChanges returns, for the context of a command the daemon runs, a channel that receives when the
+// client's terminal is resized; elsewhere nil (a nil channel never receives).
+func WindowChanges(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(winchKey{}).(chan struct{})
+	return ch
+}
 
 // Peer is who is at the other end of the socket, as the kernel says.
 type Peer struct {
@@ -99,10 +116,24 @@ func serveConn(ctx context.Context, c *net.UnixConn, operators string, handle fu
 	defer closeAll(stdio)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	winch := make(chan struct{}, 1)
+	ctx = context.WithValue(ctx, winchKey{}, winch)
 	// The client going away cancels the command.
 	go func() {
-		_, _ = io.Copy(io.Discard, c)
-		cancel()
+		buf := make([]byte, 64)
+		for {
+			n, err := c.Read(buf)
+			if slices.Contains(buf[:n], msgWinch) {
+				select {
+				case winch <- struct{}{}:
+				default: // one pending is enough: the command reads the size when it takes it
+				}
+			}
+			if err != nil {
+				cancel()
+				return
+			}
+		}
 	}()
 	code := handle(ctx, peer, req.Args, stdio)
 	_ = json.NewEncoder(c).Encode(response{Code: code})
@@ -239,6 +270,23 @@ func Call(ctx context.Context, socket string, args []string) (int, error) {
 	runtime.KeepAlive(os.Stdin)
 	if _, err := c.Write(body); err != nil {
 		return 0, err
+	}
+	if term.IsTerminal(int(os.Stdin.Fd())) {
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-winch:
+					_, _ = c.Write([]byte{msgWinch})
+				case <-done:
+					return
+				}
+			}
+		}()
 	}
 	var resp response
 	if err := json.NewDecoder(c).Decode(&resp); err != nil {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"toolshed.dev/shed/internal/ptytest"
 )
 
 // benchWorkshop realizes a jq Workshop with one grant bound, in the shared
@@ -418,5 +420,62 @@ func TestBenchShell(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("shell output lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// TestBenchResize: the window size of the terminal shed runs at follows into
+// a Bench run with -t, when the window changes during the run; directly, and
+// through the daemon (which gets no SIGWINCH: the client passes it on).
+func TestBenchResize(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+	sock := daemon(t, root)
+	for _, mode := range []string{"direct", "daemon"} {
+		t.Run(mode, func(t *testing.T) {
+			master, slave := ptytest.Open(t, 20, 60)
+			// bash prints the size it starts with and each one a SIGWINCH brings.
+			cmd := exec.Command(shedBin, "bench", "run", "-t", "--offline", "-f", file, "--",
+				"bash", "-c", `trap 'echo "size $(stty size)"' WINCH; echo "size $(stty size)"; while :; do sleep 0.05; done`)
+			cmd.Env = append(os.Environ(), "SHED_ROOT="+root, "SHED_SOCKET=none")
+			if mode == "daemon" {
+				cmd.Env = append(os.Environ(), "SHED_ROOT=/nonexistent", "SHED_SOCKET="+sock)
+			}
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+			// shed is the terminal's foreground process, as at a shell: the kernel sends it SIGWINCH.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			out := make(chan string, 16)
+			go func() {
+				lines := bufio.NewScanner(master)
+				for lines.Scan() {
+					out <- strings.TrimSpace(lines.Text())
+				}
+				close(out)
+			}()
+			expect := func(want string) {
+				t.Helper()
+				timeout := time.After(20 * time.Second)
+				for {
+					select {
+					case line, ok := <-out:
+						if !ok {
+							t.Fatalf("the terminal closed before %q", want)
+						}
+						if line == want {
+							return
+						}
+					case <-timeout:
+						t.Fatalf("no %q within 20s", want)
+					}
+				}
+			}
+			expect("size 20 60")
+			ptytest.Resize(t, master, 33, 99)
+			expect("size 33 99")
+		})
 	}
 }

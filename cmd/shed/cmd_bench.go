@@ -270,17 +270,29 @@ func withStdio(c *cli.Context, tty bool, fn func(sandbox.Stdio, []string) (int, 
 			return sandbox.Winsize{Rows: ws.Row, Cols: ws.Col}
 		}
 		t.Size = size()
+		// Resizes come as SIGWINCH, or, when the daemon runs this for a client, from the client.
 		winch := make(chan os.Signal, 1)
 		signal.Notify(winch, syscall.SIGWINCH)
 		defer signal.Stop(winch)
+		remote := supervisor.WindowChanges(c.Context)
 		resize := make(chan sandbox.Winsize, 1)
 		t.Resize = resize
+		done := make(chan struct{})
+		defer close(done)
 		go func() {
-			for range winch {
+			for {
 				select {
-				case resize <- size():
-				default: // one pending is enough: the next SIGWINCH brings the latest size
+				case <-winch:
+				case <-remote:
+				case <-done:
+					return
 				}
+				// Only the latest size matters: replace one still pending.
+				select {
+				case <-resize:
+				default:
+				}
+				resize <- size()
 			}
 		}()
 	}
