@@ -28,6 +28,7 @@ import (
 // Options describe one launch.
 type Options struct {
 	Name   string   // "" = the Workshop's name and a random suffix
+	Owner  string   // the user who launches it: through the supervisor, users act on their own Benches only
 	Grants []Grant  // requested grants (none by default: grants are bounds, not ambient access)
 	Net    string   // "recipe" (default) or "none"
 	Keep   bool     // keep the upper after the command exits
@@ -53,7 +54,8 @@ const ProposeSocket = "/run/shed/propose.sock"
 type Record struct {
 	ID       string       `json:"id"`
 	Name     string       `json:"name"`
-	Workshop string       `json:"workshop"` // the recipe file
+	Owner    string       `json:"owner,omitempty"` // who launched it
+	Workshop string       `json:"workshop"`        // the recipe file
 	Layers   []store.Path `json:"layers"`
 	Argv     []string     `json:"argv"`
 	Net      string       `json:"net"`
@@ -137,7 +139,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		}
 	}()
 
-	rec := &Record{ID: id, Name: name, Workshop: r.File, Layers: layers, Argv: opts.Argv, Net: opts.Net, Keep: opts.Keep, Started: time.Now().UTC()}
+	rec := &Record{ID: id, Name: name, Owner: opts.Owner, Workshop: r.File, Layers: layers, Argv: opts.Argv, Net: opts.Net, Keep: opts.Keep, Started: time.Now().UTC()}
 	for _, g := range grants {
 		rec.Grants = append(rec.Grants, g.Grant)
 	}

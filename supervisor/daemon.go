@@ -299,8 +299,9 @@ func Call(ctx context.Context, socket string, args []string) (int, error) {
 }
 
 // Authorize decides whether p may run args (the command line after the global flags): operators may
-// run everything; other users may read records and run the Workshops a record allows them, without
-// grants; nothing else.
+// run everything; other users may read records, run the Workshops a record allows them, without
+// grants, and list, exec into, read the logs of, propose from and remove the Benches they launched;
+// nothing else.
 func (rs *Records) Authorize(p *Peer, args []string) error {
 	if p.Operator {
 		return nil
@@ -310,7 +311,10 @@ func (rs *Records) Authorize(p *Peer, args []string) error {
 	}
 	cmd := strings.Join(commandPath(args), " ")
 	switch cmd {
-	case "", "help", "workshop ls", "workshop show", "workshop log", "workshop diff", "bench ls", "key show", "key export", "version":
+	case "", "help", "workshop ls", "workshop show", "workshop log", "workshop diff", "key show", "key export", "version":
+		return nil
+	case "bench ls", "bench exec", "bench logs", "bench rm", "bench propose":
+		// On their own Benches only: the command checks the Bench's owner when it finds it.
 		return nil
 	case "realize", "bench run", "bench shell":
 		name := ""

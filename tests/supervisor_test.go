@@ -254,6 +254,57 @@ func TestSupervisorRoles(t *testing.T) {
 	if r := via(t, sock, uid, "", "bench", "run", "-f", name, "--grant", "/etc:/x:ro", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "--grant is for operators") {
 		t.Errorf("nobody with --grant: exit %d\n%s", r.code, r.stderr)
 	}
+
+	// A user acts on the Benches they launched, and sees no other.
+	theirs := startVia(t, sock, uid, "bench", "run", "-f", name, "--name", "nobodys", "--", "sleep", "1013")
+	ours := startVia(t, sock, 0, "bench", "run", "-f", name, "--name", "roots", "--", "sleep", "1014")
+	waitBench(t, root, "nobodys")
+	waitBench(t, root, "roots")
+	if r := via(t, sock, uid, "", "bench", "ls"); r.code != 0 || !strings.Contains(r.stdout, "nobodys") || strings.Contains(r.stdout, "roots") {
+		t.Errorf("nobody: bench ls: exit %d, want nobodys listed and not roots\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := via(t, sock, 0, "", "bench", "ls"); !strings.Contains(r.stdout, "nobodys") || !strings.Contains(r.stdout, "roots") {
+		t.Errorf("root: bench ls lacks a Bench:\n%s%s", r.stdout, r.stderr)
+	}
+	if r := via(t, sock, uid, "", "bench", "exec", "nobodys", "--", "jq", "-n", "2+2"); r.code != 0 || r.stdout != "4\n" {
+		t.Errorf("nobody: exec in its own Bench: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := via(t, sock, uid, "", "bench", "logs", "nobodys"); r.code != 0 {
+		t.Errorf("nobody: logs of its own Bench: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, args := range [][]string{{"bench", "exec", "roots", "--", "true"}, {"bench", "logs", "roots"}, {"bench", "rm", "roots"}, {"bench", "propose", "roots"}} {
+		if r := via(t, sock, uid, "", args...); r.code != 2 || !strings.Contains(r.stderr, "launched by another user") {
+			t.Errorf("nobody: shed %s: exit %d, want 2, refused\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := via(t, sock, uid, "", "bench", "rm", "nobodys"); r.code != 0 {
+		t.Errorf("nobody: rm its own Bench: exit %d\n%s", r.code, r.stderr)
+	}
+	theirs.Wait()
+	if r := via(t, sock, 0, "", "bench", "ls"); strings.Contains(r.stdout, "nobodys") || !strings.Contains(r.stdout, "roots") {
+		t.Errorf("after nobody's rm: want only roots listed\n%s%s", r.stdout, r.stderr)
+	}
+	if r := via(t, sock, 0, "", "bench", "rm", "roots"); r.code != 0 {
+		t.Errorf("root: rm: exit %d\n%s", r.code, r.stderr)
+	}
+	ours.Wait()
+}
+
+// startVia starts shed through the supervisor at sock as uid, without waiting for it; the test kills
+// it at the end if it is still running.
+func startVia(t *testing.T, sock string, uid int, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(shedBin, args...)
+	cmd.Env = append(os.Environ(), "SHED_SOCKET="+sock, "SHED_ROOT=/nonexistent")
+	if uid != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		cmd.Dir = "/"
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
 }
 
 func must[T any](v T, err error) T {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -70,17 +71,18 @@ func cmdBench() *cli.Command {
 			},
 			{
 				Name:  "ls",
-				Usage: "list running and kept Benches",
+				Usage: "list running and kept Benches (through the supervisor, a user sees the ones they launched)",
 				Action: func(c *cli.Context) error {
 					s, err := openStore(c)
 					if err != nil {
 						return err
 					}
 					defer s.Close()
-					recs, err := bench.List(s)
+					all, err := bench.List(s)
 					if err != nil {
 						return err
 					}
+					recs := slices.DeleteFunc(all, func(r *bench.Record) bool { return !mayUse(c, r) })
 					if c.Bool("json") {
 						if recs == nil {
 							recs = []*bench.Record{}
@@ -121,10 +123,14 @@ func cmdBench() *cli.Command {
 					if len(argv) == 0 {
 						return usageError("bench exec wants a command after BENCH")
 					}
+					rec, err := ownBench(c, s, c.Args().First())
+					if err != nil {
+						return err
+					}
 					req := sandbox.ExecRequest{Argv: argv, Dir: "/root"}
 					code, err := withStdio(c, c.Bool("tty"), func(stdio sandbox.Stdio, env []string) (int, error) {
 						req.Env = env
-						return bench.Exec(c.Context, s, c.Args().First(), req, stdio)
+						return bench.Exec(c.Context, s, rec.ID, req, stdio)
 					})
 					if err != nil {
 						return err
@@ -145,7 +151,11 @@ func cmdBench() *cli.Command {
 						return err
 					}
 					defer s.Close()
-					return bench.Logs(s, c.Args().First(), c.App.Writer)
+					rec, err := ownBench(c, s, c.Args().First())
+					if err != nil {
+						return err
+					}
+					return bench.Logs(s, rec.ID, c.App.Writer)
 				},
 			},
 			{
@@ -162,7 +172,11 @@ func cmdBench() *cli.Command {
 					}
 					defer s.Close()
 					for _, b := range c.Args().Slice() {
-						if err := bench.Remove(s, b); err != nil {
+						rec, err := ownBench(c, s, b)
+						if err != nil {
+							return err
+						}
+						if err := bench.Remove(s, rec.ID); err != nil {
 							return err
 						}
 					}
@@ -220,7 +234,7 @@ func benchRun(c *cli.Context, argv []string) error {
 	defer w.s.Close()
 	code, err := withStdio(c, tty, func(stdio sandbox.Stdio, env []string) (int, error) {
 		return bench.Run(c.Context, w.s, w.r, w.plan.Layers, bench.Options{
-			Name: c.String("name"), Grants: grants, Net: c.String("net"), Keep: c.Bool("keep"),
+			Name: c.String("name"), Owner: caller(c), Grants: grants, Net: c.String("net"), Keep: c.Bool("keep"),
 			Argv: argv, Env: env, Limits: limits, Stdio: stdio,
 			// The agent's one way to shed: a proposal, which a human then reads and confirms.
 			Propose: func(ctx context.Context, id string) (string, error) {
@@ -311,4 +325,24 @@ func envOr(k, def string) string {
 func sweepBenches(ctx context.Context, s *store.Store) {
 	_ = ctx
 	bench.Sweep(s)
+}
+
+// mayUse says whether the caller may act on the Bench rec: operators on every Bench, users on the ones
+// they launched.
+func mayUse(c *cli.Context, rec *bench.Record) bool {
+	p := peer(c)
+	return p == nil || p.Operator || rec.Owner == p.User
+}
+
+// ownBench finds the Bench nameOrID for a command that acts on it, if the caller may.
+func ownBench(c *cli.Context, s *store.Store, nameOrID string) (*bench.Record, error) {
+	rec, err := bench.Find(s, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	if !mayUse(c, rec) {
+		return nil, withHint(exitUsage, fmt.Errorf("%w: bench %s was launched by another user", supervisor.ErrDenied, nameOrID),
+			"`shed bench ls` lists your Benches; an operator may act on any")
+	}
+	return rec, nil
 }

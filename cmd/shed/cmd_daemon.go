@@ -22,7 +22,8 @@ func cmdDaemon() *cli.Command {
 			"names another; SHED_SOCKET=none, or --root, works on a store directly as root). Callers are\n" +
 			"identified by the kernel (SO_PEERCRED): root and members of --operators-group may do\n" +
 			"everything; other users may read the records and realize and launch the Workshops a record\n" +
-			"allows them (`shed workshop allow NAME USER`), without --grant or --substituter. Agents in\n" +
+			"allows them (`shed workshop allow NAME USER`), without --grant or --substituter, and list,\n" +
+			"exec into, read the logs of, propose from and remove the Benches they launched. Agents in\n" +
 			"Benches reach only their Bench's propose socket. See docs/supervisor.md for the systemd unit.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: supervisor.DefaultSocket, Usage: "the socket's `PATH`"},
@@ -53,7 +54,7 @@ func cmdDaemon() *cli.Command {
 				if err := rs.Authorize(p, args); err != nil {
 					return report(stdio[2], withHint(exitUsage, err, "`shed workshop ls` lists the records you may use; an operator decides the rest"))
 				}
-				ctx = context.WithValue(ctx, callerKey{}, p.User)
+				ctx = context.WithValue(ctx, callerKey{}, p)
 				return runApp(ctx, append([]string{"shed", "--root", root}, args...), stdio[0], stdio[1], stdio[2])
 			})
 		},

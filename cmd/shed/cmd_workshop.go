@@ -287,18 +287,25 @@ func recordErr(err error) error {
 	return err
 }
 
+// callerKey carries the supervisor's peer into a command it runs for a client.
+type callerKey struct{}
+
+// peer is the client the supervisor runs this command for, or nil when shed works on its store directly.
+func peer(c *cli.Context) *supervisor.Peer {
+	p, _ := c.Context.Value(callerKey{}).(*supervisor.Peer)
+	return p
+}
+
 // caller names who runs this command: the peer of the supervisor's socket, or this process's user.
 func caller(c *cli.Context) string {
-	if who, ok := c.Context.Value(callerKey{}).(string); ok {
-		return who
+	if p := peer(c); p != nil {
+		return p.User
 	}
 	if u, err := user.Current(); err == nil {
 		return u.Username
 	}
 	return strconv.Itoa(os.Getuid())
 }
-
-type callerKey struct{}
 
 // proposeCommand is `shed bench propose`.
 func proposeCommand() *cli.Command {
@@ -321,7 +328,11 @@ func proposeCommand() *cli.Command {
 			}
 			defer s.Close()
 			sv := supervisor.New(s, newBuilder(c, s, false))
-			p, diff, err := sv.Propose(c.Context, c.Args().First())
+			rec, err := ownBench(c, s, c.Args().First())
+			if err != nil {
+				return err
+			}
+			p, diff, err := sv.Propose(c.Context, rec.ID)
 			if err != nil {
 				return err
 			}
