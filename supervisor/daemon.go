@@ -42,7 +42,8 @@ const (
 // foreground process, the client, which passes it on. The client closing the connection cancels the
 // command.
 type request struct {
-	Args []string `json:"args"` // the command line, without the program name
+	Args []string `json:"args"`          // the command line, without the program name
+	Dir  string   `json:"dir,omitempty"` // the client's working directory
 }
 
 type response struct {
@@ -55,6 +56,16 @@ const maxRequest = 1 << 20
 const msgWinch = 'W'
 
 type winchKey struct{}
+
+type dirKey struct{}
+
+// ClientDir returns, for the context of a command the daemon runs, the working directory the client
+// said it has: relative paths on its command line are relative to it. It is what the client claims,
+// so it may only resolve paths for a caller who may name any path anyway (an operator).
+func ClientDir(ctx context.Context) string {
+	dir, _ := ctx.Value(dirKey{}).(string)
+	return dir
+}
 
 // WindowChanges returns, for the context of a command the daemon runs, a channel that receives when the
 // client's terminal is resized; elsewhere nil (a nil channel never receives).
@@ -118,6 +129,9 @@ func serveConn(ctx context.Context, c *net.UnixConn, operators string, handle fu
 	defer cancel()
 	winch := make(chan struct{}, 1)
 	ctx = context.WithValue(ctx, winchKey{}, winch)
+	if filepath.IsAbs(req.Dir) {
+		ctx = context.WithValue(ctx, dirKey{}, filepath.Clean(req.Dir))
+	}
 	// The client going away cancels the command.
 	go func() {
 		buf := make([]byte, 64)
@@ -245,8 +259,8 @@ func Listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// Call runs args by the supervisor at socket, with this process's stdin, stdout and stderr, and
-// returns the command's exit code. Cancelling ctx cancels the command.
+// Call runs args by the supervisor at socket, with this process's stdin, stdout, stderr and working
+// directory, and returns the command's exit code. Cancelling ctx cancels the command.
 func Call(ctx context.Context, socket string, args []string) (int, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", socket)
@@ -257,7 +271,8 @@ func Call(ctx context.Context, socket string, args []string) (int, error) {
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	body, err := json.Marshal(request{Args: args})
+	dir, _ := os.Getwd()
+	body, err := json.Marshal(request{Args: args, Dir: dir})
 	if err != nil {
 		return 0, err
 	}

@@ -313,3 +313,36 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestSupervisorClientDir: through the supervisor, an operator's relative
+// paths, and the default ./workshop.toml, are the client's, not the
+// supervisor's.
+func TestSupervisorClientDir(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+	sock := daemon(t, root)
+	dir := filepath.Dir(file)
+	writeFile(t, filepath.Join(dir, "stuff", "note"), "a file to add\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"recipe", "check"}, ""},
+		{[]string{"realize", "--offline"}, "-apt-jq\n"},
+		{[]string{"bench", "run", "--offline", "--", "jq", "-n", "3"}, "3\n"},
+		{[]string{"store", "add", "stuff"}, "-stuff\n"},
+	} {
+		cmd := exec.Command(shedBin, c.args...)
+		cmd.Env = append(os.Environ(), "SHED_SOCKET="+sock, "SHED_ROOT=/nonexistent")
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		if err != nil || !strings.HasSuffix(string(out), c.want) {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Errorf("shed %s in %s: %v, want output ending %q\n%s%s", strings.Join(c.args, " "), dir, err, c.want, out, stderr)
+		}
+	}
+}

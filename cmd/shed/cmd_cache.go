@@ -53,7 +53,7 @@ func copyTo(c *cli.Context, to string) error {
 	if err != nil {
 		return err
 	}
-	cc, err := cache.Open(to)
+	cc, err := cache.Open(cacheName(c, to))
 	if err != nil {
 		return withHint(exitUsage, err, "a cache is oci://HOST[:PORT]/REPO or oci-layout:DIR")
 	}
@@ -80,7 +80,7 @@ func cmdImport() *cli.Command {
 			if c.NArg() < 1 {
 				return usageError("import wants the layout DIR")
 			}
-			dir := c.Args().First()
+			dir := hostPath(c, c.Args().First())
 			if _, err := os.Stat(dir); err != nil {
 				return withHint(exitUsage, err, "DIR is a directory written by `shed export --oci DIR`")
 			}
@@ -140,6 +140,14 @@ func cmdImport() *cli.Command {
 	}
 }
 
+// cacheName is a cache as named on the command line: the DIR of oci-layout:DIR is the caller's.
+func cacheName(c *cli.Context, name string) string {
+	if dir, ok := strings.CutPrefix(name, "oci-layout:"); ok {
+		return "oci-layout:" + hostPath(c, dir)
+	}
+	return name
+}
+
 // pathsFromArgs turns arguments into store paths: a store path as itself, a
 // recipe file as its realized layers (default ./workshop.toml).
 func pathsFromArgs(c *cli.Context, s *store.Store, args []string) ([]store.Path, error) {
@@ -155,7 +163,7 @@ func pathsFromArgs(c *cli.Context, s *store.Store, args []string) ([]store.Path,
 			out = append(out, p)
 			continue
 		}
-		if fi, err := os.Stat(a); err == nil && fi.IsDir() {
+		if fi, err := os.Stat(hostPath(c, a)); err == nil && fi.IsDir() {
 			return nil, withHint(exitUsage, fmt.Errorf("%s is neither a store path nor a recipe file", a),
 				"only store paths, and a Workshop's realized layers, can be copied; a Bench's upper layer never can")
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -50,16 +51,36 @@ func loadRecipeFile(c *cli.Context, file string) (*recipe.Recipe, error) {
 }
 
 // resolveRecord turns the name of a Workshop record into its current recipe file, wherever a recipe
-// file is accepted; anything that exists as a file, or is not a record, is left alone.
+// file is accepted; anything that exists as a file, or is not a record, is a file. A user (not an
+// operator) of the supervisor names records only: no file of theirs is read as root.
 func resolveRecord(c *cli.Context, file string) string {
-	if _, err := os.Stat(file); err == nil || !supervisor.IsName(file) {
-		return file
-	}
 	rs := supervisor.OpenRecords(c.String("root"))
+	if p := peer(c); p != nil && !p.Operator {
+		if v, err := rs.Current(file); err == nil {
+			return rs.File(v.Name, v.N)
+		}
+		return filepath.Join(c.String("root"), "workshops", "no-such-record", filepath.Base(file))
+	}
+	path := hostPath(c, file)
+	if _, err := os.Stat(path); err == nil || !supervisor.IsName(file) {
+		return path
+	}
 	if v, err := rs.Current(file); err == nil {
 		return rs.File(v.Name, v.N)
 	}
-	return file
+	return path
+}
+
+// hostPath is a path from the command line: relative to the caller's working directory, which is the
+// client's when the supervisor runs the command for an operator (and only then: a user's paths are
+// never resolved by the supervisor).
+func hostPath(c *cli.Context, path string) string {
+	if p := peer(c); p != nil && p.Operator && path != "" && !filepath.IsAbs(path) {
+		if dir := supervisor.ClientDir(c.Context); dir != "" {
+			return filepath.Join(dir, path)
+		}
+	}
+	return path
 }
 
 // loadRecipe reads the recipe named by the first argument (or ./workshop.toml).

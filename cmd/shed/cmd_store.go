@@ -215,7 +215,7 @@ func cmdStore() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("store add wants one DIR")
 					}
-					src := c.Args().First()
+					src := hostPath(c, c.Args().First())
 					name := c.String("name")
 					if name == "" {
 						name = storeName(filepath.Base(filepath.Clean(src)))

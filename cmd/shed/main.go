@@ -11,8 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -52,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// With a supervisor, it runs the command (and decides whether this user may); without one, or
 	// with an explicit --root, shed works on the store itself.
 	if sock := supervisorSocket(args); sock != "" {
-		code, err := supervisor.Call(ctx, sock, absoluteArgs(args[1:]))
+		code, err := supervisor.Call(ctx, sock, args[1:])
 		if err != nil {
 			return report(stderr, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err),
 				"is `shed daemon` running? (`systemctl status shed`); set SHED_SOCKET=none to work on the store directly as root"))
@@ -98,40 +96,6 @@ func supervisorSocket(args []string) string {
 		return ""
 	}
 	return sock
-}
-
-// absoluteArgs makes arguments that name files here absolute (the supervisor does not share our
-// working directory): -f, --oci values, and arguments spelled as paths (with a slash, or *.toml).
-func absoluteArgs(args []string) []string {
-	out := slices.Clone(args)
-	abs := func(a string) string {
-		if filepath.IsAbs(a) || strings.HasPrefix(a, "-") {
-			return a
-		}
-		if _, err := os.Stat(a); err != nil {
-			return a
-		}
-		if p, err := filepath.Abs(a); err == nil {
-			return p
-		}
-		return a
-	}
-	for i := 0; i < len(out); i++ {
-		switch a := out[i]; {
-		case a == "--":
-			return out
-		case (a == "-f" || a == "--file" || a == "--oci") && i+1 < len(out):
-			out[i+1] = abs(out[i+1])
-			i++
-		case strings.HasPrefix(a, "-f=") || strings.HasPrefix(a, "--file=") || strings.HasPrefix(a, "--oci="):
-			k := strings.IndexByte(a, '=')
-			out[i] = a[:k+1] + abs(a[k+1:])
-		case strings.Contains(a, "/") || strings.HasSuffix(a, ".toml"):
-			// A command name never has a slash: only what is spelled as a path is one.
-			out[i] = abs(a)
-		}
-	}
-	return out
 }
 
 // hoistGlobalFlags moves the global flags (--json, --verbose, --root) given

@@ -155,7 +155,7 @@ func substituter(c *cli.Context, s *store.Store) (builder.Substituter, error) {
 		logger(c).Info(fmt.Sprintf(format, args...))
 	}}
 	for _, n := range names {
-		cc, err := cache.Open(n)
+		cc, err := cache.Open(cacheName(c, n))
 		if err != nil {
 			return nil, withHint(exitUsage, err, "a substituter is oci://HOST[:PORT]/REPO or oci-layout:DIR")
 		}
