@@ -4,19 +4,23 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"syscall"
+	"os"
 	"time"
 )
 
-// listenPropose makes the propose socket, mode 0600 from the start (the umask covers the bind).
+// listenPropose makes the propose socket, mode 0600. The mode is set after the bind, not by a umask
+// around it: the umask is the process's, and the supervisor launches Benches concurrently. The
+// Bench's directory is root's and 0700, so nobody else reaches the socket in between.
 func listenPropose(path string) (*net.UnixListener, error) {
-	old := syscall.Umask(0o177)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	syscall.Umask(old)
 	if err != nil {
 		return nil, err
 	}
 	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	return ln, nil
 }
 

@@ -249,13 +249,17 @@ func Listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("a supervisor already listens on %s", path)
 	}
 	os.Remove(path)
-	old := syscall.Umask(0o111)
+	// Open to every local user (0666): each caller is checked per request. Set after the bind, since a
+	// umask is the whole process's.
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	syscall.Umask(old)
 	if err != nil {
 		return nil, err
 	}
 	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	return ln, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -195,5 +196,31 @@ func TestAuthorize(t *testing.T) {
 		if (err == nil) != c.ok {
 			t.Errorf("%s: %q: got %v, want allowed=%v", c.p.User, c.args, err, c.ok)
 		}
+	}
+}
+
+// TestListenModes: the supervisor's socket is open to every local user (each request is checked),
+// in a directory only root writes; the process's umask is left as it was (the supervisor serves
+// requests concurrently, and a umask is the whole process's).
+func TestListenModes(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "run", "shed.sock")
+	ln, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o666 {
+		t.Errorf("socket: %v %v, want a socket of mode 0666", fi.Mode(), err)
+	}
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("its directory: %v %v, want 0755", fi.Mode(), err)
+	}
+	if now := syscall.Umask(0o077); now != 0o077 {
+		t.Errorf("Listen left the umask at %#o", now)
+	}
+	if _, err := Listen(path); err == nil || !strings.Contains(err.Error(), "already listens") {
+		t.Errorf("a second supervisor on a live socket: %v, want refused", err)
 	}
 }

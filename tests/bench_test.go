@@ -317,6 +317,16 @@ func TestBenchFDs(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	pid := waitBench(t, root, "fdwalk")
 	time.Sleep(200 * time.Millisecond)
+	// The host side of the Bench's propose socket is root's alone.
+	socks, _ := filepath.Glob(filepath.Join(root, "benches", "*", "propose.sock"))
+	if len(socks) == 0 {
+		t.Error("no propose socket in the running Bench's state")
+	}
+	for _, sock := range socks {
+		if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v, want mode 0600", sock, fi.Mode(), err)
+		}
+	}
 	for _, p := range descendants(pid) {
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p))
 		for _, fd := range fds {
