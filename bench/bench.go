@@ -36,6 +36,9 @@ type Options struct {
 	Env    []string // extra environment (e.g. TERM)
 	Limits sandbox.Limits
 	Stdio  sandbox.Stdio
+	// Init, if set, is the Bench's init, started ahead (sandbox.Prestart, with Stdio) while the caller
+	// realized the layers; Run gives it the Bench's spec. The caller closes it (a no-op once used).
+	Init *sandbox.Pending
 	// Propose, if set, is served inside the Bench at ProposeSocket: an agent there can ask for a
 	// proposal made from this Bench (POST /propose), and nothing else. It returns the text to answer.
 	Propose func(ctx context.Context, bench string) (string, error)
@@ -207,7 +210,12 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		spec.Binds = append(spec.Binds, sandbox.Bind{Source: ln.Addr().String(), Target: ProposeSocket})
 		go serveProposals(ctx, ln, func(ctx context.Context) (string, error) { return opts.Propose(ctx, id) })
 	}
-	p, err := sandbox.Start(ctx, spec, opts.Stdio)
+	var p *sandbox.Process
+	if opts.Init != nil {
+		p, err = opts.Init.Start(spec)
+	} else {
+		p, err = sandbox.Start(ctx, spec, opts.Stdio)
+	}
 	if err != nil {
 		return 0, err
 	}

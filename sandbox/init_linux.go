@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,11 +27,11 @@ const (
 
 var initComm = []byte("shed-sandbox\x00")
 
-// Descriptors of init, as Start arranges them with ExtraFiles.
+// Descriptors of init, as Prestart arranges them with ExtraFiles. The others (bind trees, cgroup
+// files, the control and console sockets) come over the sync socket with the config.
 const (
 	fdExe  = 3 // the sealed copy of the binary, which init was executed from
-	fdSync = 4 // socket to the parent: config and "go" in, "started" or a SetupError out
-	fdMore = 5 // bind trees, cgroup files, the control socket, as initConfig lists them
+	fdSync = 4 // socket to the parent: descriptors, config and "go" in, "started" or a SetupError out
 )
 
 // message is one JSON value on the sync socket, in either direction.
@@ -40,7 +42,9 @@ type message struct {
 	Error   *wireError  `json:",omitempty"`
 }
 
-// initConfig is the spec plus what the parent prepared for it.
+// initConfig is the spec plus what the parent prepared for it. Descriptors are sent as indices among
+// those that came with the config (-1: none); init replaces them by its own numbers (resolve), after
+// which 0 means none.
 type initConfig struct {
 	Spec  Spec
 	Binds []initBind // in mount order: parents before children
@@ -93,13 +97,21 @@ func runInit() int {
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 		close(sigReady)
 	}()
+	// Started ahead of its spec, init waits here for the descriptors and the config.
+	files, first, rerr := recvFiles(fdSync)
+	if rerr != nil {
+		return initFatal("read descriptors: %v", rerr)
+	}
 	conn := os.NewFile(fdSync, "sandbox-sync")
-	dec, enc := json.NewDecoder(conn), json.NewEncoder(conn)
+	dec, enc := json.NewDecoder(io.MultiReader(bytes.NewReader([]byte{first}), conn)), json.NewEncoder(conn)
 	var m message
 	if err := dec.Decode(&m); err != nil || m.Config == nil {
 		return initFatal("read config: %v", err)
 	}
 	cfg := m.Config
+	if err := cfg.resolve(files); err != nil {
+		return initFatal("read config: %v", err)
+	}
 	fail := func(e *SetupError) int {
 		if err := enc.Encode(message{Error: toWire(e)}); err != nil {
 			return initFatal("%v (and report it: %v)", e, err)
@@ -170,6 +182,71 @@ func initFatal(format string, args ...any) int {
 // closeInherited closes every descriptor that init did not ask for: anything the caller's process
 // leaked without O_CLOEXEC, and the executable copy. Go's own descriptors are always close-on-exec, so
 // one that is not was inherited. The ones init keeps are made close-on-exec for the command.
+// recvFiles reads the descriptor frames the parent sends ahead of the config (filesByte, each with
+// SCM_RIGHTS) and returns the descriptors, close-on-exec, and the first byte after them.
+func recvFiles(sock int) (fds []int, next byte, err error) {
+	oob := make([]byte, unix.CmsgSpace(maxFilesPerFrame*4))
+	for {
+		var b [1]byte
+		n, oobn, flags, _, err := unix.Recvmsg(sock, b[:], oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fds, 0, err
+		}
+		if n == 0 {
+			return fds, 0, io.EOF
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return fds, 0, err
+			}
+			for _, m := range msgs {
+				if got, err := unix.ParseUnixRights(&m); err == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			return fds, 0, errors.New("descriptors cut off (MSG_CTRUNC)")
+		}
+		if b[0] != filesByte {
+			return fds, b[0], nil
+		}
+	}
+}
+
+// resolve replaces the descriptor indices of the config by the descriptors received.
+func (cfg *initConfig) resolve(fds []int) error {
+	fd := func(i int) (int, error) {
+		if i < 0 || i >= len(fds) {
+			return 0, fmt.Errorf("descriptor %d of %d", i, len(fds))
+		}
+		return fds[i], nil
+	}
+	var err error
+	for i := range cfg.Binds {
+		if cfg.Binds[i].FD, err = fd(cfg.Binds[i].FD); err != nil {
+			return err
+		}
+	}
+	for i := range cfg.CgroupProcs {
+		if cfg.CgroupProcs[i], err = fd(cfg.CgroupProcs[i]); err != nil {
+			return err
+		}
+	}
+	for _, p := range []*int{&cfg.Control, &cfg.Console} {
+		if *p < 0 {
+			*p = 0
+		} else if *p, err = fd(*p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func closeInherited(cfg *initConfig) *SetupError {
 	keep := map[int]bool{fdSync: true}
 	for _, b := range cfg.Binds {

@@ -44,78 +44,49 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	pd, err := Prestart(ctx, stdio)
+	if err != nil {
+		return nil, err
+	}
+	return pd.Start(spec)
+}
+
+// Pending is a sandbox's init started before its spec is known (Prestart). It waits in its new
+// namespaces, with the caller's stdio, for Start.
+type Pending struct {
+	Pid int // host pid of the waiting init
+
+	ctx     context.Context
+	cmd     *exec.Cmd
+	sync    *os.File
+	console [2]*os.File // the parent's and init's ends of the console socket (Stdio.Terminal)
+	stdio   Stdio
+	used    bool
+}
+
+// Prestart starts a sandbox's init ahead of its spec: a new init is a Go program that takes a few
+// milliseconds to start, which the caller can spend meanwhile (realizing the layers, say) instead of
+// waiting for it after. Start gives it the spec; Close ends it if the caller never does. ctx is the
+// sandbox's, as for Start.
+func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 	exe, err := sealedSelf()
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
-	// Descriptors handed to init; the parent's copies are closed once init has them.
-	var handed []*os.File
-	defer func() {
-		for _, f := range handed {
-			f.Close()
-		}
-	}()
-	binds, trees, err := openBinds(spec.Binds)
-	handed = append(handed, trees...)
-	if err != nil {
-		return nil, err
-	}
-	cg, err := newCgroup(spec.Limits)
-	if err != nil {
-		return nil, err
-	}
-	var ctl *controlSocket
-	if spec.Control != "" {
-		if ctl, err = listenControl(spec.Control); err != nil {
-			cg.remove()
-			return nil, err
-		}
-		handed = append(handed, ctl.f)
-	}
-	cleanup := func() {
-		cg.remove()
-		ctl.remove()
-	}
+	pd := &Pending{ctx: ctx, stdio: stdio}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		cleanup()
 		return nil, fmt.Errorf("start sandbox: socketpair: %w", err)
 	}
 	parentEnd, childEnd := os.NewFile(uintptr(pair[0]), "sandbox-sync"), os.NewFile(uintptr(pair[1]), "sandbox-sync")
-	handed = append(handed, childEnd)
-
-	cfg := &initConfig{Spec: *spec, Binds: binds}
-	extra := []*os.File{exe, childEnd} // fdExe, fdSync
-	extra = append(extra, trees...)
-	for i := range cfg.Binds {
-		cfg.Binds[i].FD = fdMore + i
-	}
-	if cg != nil {
-		for _, f := range cg.procs {
-			cfg.CgroupProcs = append(cfg.CgroupProcs, fdMore+len(extra)-2)
-			extra = append(extra, f)
-		}
-	}
-	if ctl != nil {
-		// init serves it from the start of the command on; the parent's copy is closed below, so that the
-		// socket stops accepting when init dies.
-		cfg.Control, cfg.ControlUID = fdMore+len(extra)-2, uint32(os.Geteuid())
-		extra = append(extra, ctl.f)
-	}
-	var console *os.File
+	defer childEnd.Close() // init has its copy once started
 	if stdio.Terminal != nil {
 		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			parentEnd.Close()
-			cleanup()
 			return nil, fmt.Errorf("start sandbox: socketpair: %w", err)
 		}
-		console = os.NewFile(uintptr(pair[0]), "sandbox-console")
-		child := os.NewFile(uintptr(pair[1]), "sandbox-console")
-		handed = append(handed, child)
-		size := stdio.Terminal.Size
-		cfg.Console, cfg.Terminal = fdMore+len(extra)-2, &size
-		extra = append(extra, child)
+		pd.console = [2]*os.File{os.NewFile(uintptr(pair[0]), "sandbox-console"), os.NewFile(uintptr(pair[1]), "sandbox-console")}
 	}
 
 	// The child's fd 3 is the sealed copy (ExtraFiles[0]), so this path is resolved in the child,
@@ -126,14 +97,16 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 	// beside its mounts.
 	cmd.Env = []string{initEnv + "=1", "GOMAXPROCS=2", "GODEBUG=containermaxprocs=0,updatemaxprocs=0"}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
-	if console != nil {
+	if stdio.Terminal != nil {
 		// The command's stdio is the terminal; init's own is only for its last-resort messages.
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
 		if f, ok := stdio.Stderr.(*os.File); ok {
 			cmd.Stderr = f
 		}
 	}
-	cmd.ExtraFiles = extra
+	// Everything else init gets (bind trees, cgroup files, the control socket, the console socket)
+	// comes with its config, over the sync socket (SCM_RIGHTS).
+	cmd.ExtraFiles = []*os.File{exe, childEnd} // fdExe, fdSync
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET,
 		// The sandbox dies with the thread that started it (Go threads live as long as the process,
@@ -148,12 +121,105 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		parentEnd.Close()
-		if console != nil {
-			console.Close()
-		}
-		cleanup()
+		pd.closeConsole()
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
+	pd.cmd, pd.sync, pd.Pid = cmd, parentEnd, cmd.Process.Pid
+	return pd, nil
+}
+
+func (pd *Pending) closeConsole() {
+	for _, f := range pd.console {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// Close ends a pending init that was not given a spec; after Start it does nothing.
+func (pd *Pending) Close() {
+	if pd == nil || pd.used {
+		return
+	}
+	pd.used = true
+	pd.abort()
+}
+
+func (pd *Pending) abort() {
+	_ = pd.cmd.Process.Kill()
+	_ = pd.cmd.Wait()
+	pd.sync.Close()
+	pd.closeConsole()
+}
+
+// Start validates the spec and gives it to the pending init, as Start does for a new one. A Pending
+// starts one sandbox: on any error, its init is ended too.
+func (pd *Pending) Start(spec *Spec) (*Process, error) {
+	if pd.used {
+		return nil, errors.New("start sandbox: this init was already used")
+	}
+	pd.used = true
+	if err := spec.Validate(); err != nil {
+		pd.abort()
+		return nil, err
+	}
+	// Descriptors handed to init; the parent's copies are closed once init has them.
+	var handed []*os.File
+	defer func() {
+		for _, f := range handed {
+			f.Close()
+		}
+	}()
+	binds, trees, err := openBinds(spec.Binds)
+	handed = append(handed, trees...)
+	if err != nil {
+		pd.abort()
+		return nil, err
+	}
+	cg, err := newCgroup(spec.Limits)
+	if err != nil {
+		pd.abort()
+		return nil, err
+	}
+	var ctl *controlSocket
+	if spec.Control != "" {
+		if ctl, err = listenControl(spec.Control); err != nil {
+			cg.remove()
+			pd.abort()
+			return nil, err
+		}
+		// init serves it from the start of the command on; the parent's copy is closed below, so
+		// that the socket stops accepting when init dies.
+		handed = append(handed, ctl.f)
+	}
+
+	// The config names descriptors by their index among those sent with it; -1 is none.
+	cfg := &initConfig{Spec: *spec, Binds: binds, Control: -1, Console: -1}
+	var files []*os.File
+	for i := range cfg.Binds {
+		cfg.Binds[i].FD = len(files)
+		files = append(files, trees[i])
+	}
+	if cg != nil {
+		for _, f := range cg.procs {
+			cfg.CgroupProcs = append(cfg.CgroupProcs, len(files))
+			files = append(files, f)
+		}
+	}
+	if ctl != nil {
+		cfg.Control, cfg.ControlUID = len(files), uint32(os.Geteuid())
+		files = append(files, ctl.f)
+	}
+	console := pd.console[0]
+	if console != nil {
+		size := pd.stdio.Terminal.Size
+		cfg.Console, cfg.Terminal = len(files), &size
+		files = append(files, pd.console[1])
+		handed = append(handed, pd.console[1])
+	}
+	p := &Process{Pid: pd.cmd.Process.Pid, cmd: pd.cmd, sync: pd.sync, dec: json.NewDecoder(pd.sync), cg: cg, control: ctl}
+	// A failed send means init is gone: the handshake's read tells how it ended.
+	_ = sendFiles(pd.sync, files)
 	if cg != nil {
 		cg.closeFiles()
 	}
@@ -161,16 +227,14 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 		f.Close()
 	}
 	handed = nil
-
-	p := &Process{Pid: cmd.Process.Pid, cmd: cmd, sync: parentEnd, dec: json.NewDecoder(parentEnd), cg: cg, control: ctl}
-	err = p.handshake(ctx, cfg)
+	err = p.handshake(pd.ctx, cfg)
 	if err == nil && console != nil {
 		// init sent the terminal's master side before it said "started".
 		_, master, rerr := recvFD(console)
 		if master == nil {
 			err = &SetupError{Op: "open terminal", Detail: "receive the master side from init", Err: errors.Join(rerr, unix.EPROTO)}
 		} else {
-			p.terminal = attachTerminal(master, stdio)
+			p.terminal = attachTerminal(master, pd.stdio)
 		}
 	}
 	if console != nil {
@@ -181,6 +245,30 @@ func Start(ctx context.Context, spec *Spec, stdio Stdio) (*Process, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// filesByte starts a frame that carries descriptors (SCM_RIGHTS) on the sync socket, ahead of the
+// config; a JSON message never starts with it.
+const filesByte = 'F'
+
+// maxFilesPerFrame stays below the kernel's limit of descriptors per message (SCM_MAX_FD, 253).
+const maxFilesPerFrame = 200
+
+// sendFiles sends files over sock, in frames of at most maxFilesPerFrame.
+func sendFiles(sock *os.File, files []*os.File) error {
+	for len(files) > 0 {
+		n := min(len(files), maxFilesPerFrame)
+		fds := make([]int, n)
+		for i, f := range files[:n] {
+			fds[i] = int(f.Fd())
+		}
+		if err := unix.Sendmsg(int(sock.Fd()), []byte{filesByte}, unix.UnixRights(fds...), nil, 0); err != nil {
+			return err
+		}
+		runtime.KeepAlive(files)
+		files = files[n:]
+	}
+	return nil
 }
 
 // handshake sends the config, creates the Listen sockets while init sets up, says "go", and waits for

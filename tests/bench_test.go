@@ -160,6 +160,14 @@ func TestBenchGrants(t *testing.T) {
 			t.Errorf("--grant %s: exit %d, want 2 with %q:\n%s", c.grant, r.code, c.want, r.stderr)
 		}
 	}
+	// shed starts a Bench's init while it realizes the Workshop: a refused launch leaves none behind
+	// (shed ends it, and it would die with shed anyway; sandbox's TestPrestartEnds checks the former).
+	if left := procsWhere(func(pid string, argv []string) bool {
+		exe, _ := os.Readlink(filepath.Join("/proc", pid, "exe"))
+		return argv[0] == "shed-sandbox-init" && filepath.Base(exe) == filepath.Base(shedBin)
+	}); len(left) != 0 {
+		t.Errorf("refused launches left their inits:\n%s", strings.Join(left, "\n"))
+	}
 	// rw within an rw bound: the write reaches the host directory.
 	mustShed(t, root, "bench", "run", "-f", file, "--grant", filepath.Join(bound, "sub")+":/work:rw", "--", "sh", "-c", "echo from-bench > /work/out")
 	if b, err := os.ReadFile(filepath.Join(bound, "sub", "out")); err != nil || string(b) != "from-bench\n" {

@@ -227,6 +227,17 @@ func benchRun(c *cli.Context, argv []string) error {
 		limits.MemoryBytes = n
 	}
 	limits.Pids = c.Int64("pids")
+	// Without a terminal, the Bench's init starts now and initializes while the Workshop is realized
+	// (a cache hit takes about as long); with one, realizing may print progress before the terminal
+	// is made raw, so init starts after.
+	var pending *sandbox.Pending
+	if !tty {
+		var err error
+		if pending, err = sandbox.Prestart(c.Context, cmdStdio(c)); err != nil {
+			return err
+		}
+		defer pending.Close()
+	}
 	w, err := realizeWorkshop(c, c.String("file"), c.Bool("offline"))
 	if err != nil {
 		return err
@@ -235,7 +246,7 @@ func benchRun(c *cli.Context, argv []string) error {
 	code, err := withStdio(c, tty, func(stdio sandbox.Stdio, env []string) (int, error) {
 		return bench.Run(c.Context, w.s, w.r, w.plan.Layers, bench.Options{
 			Name: c.String("name"), Owner: caller(c), Grants: grants, Net: c.String("net"), Keep: c.Bool("keep"),
-			Argv: argv, Env: env, Limits: limits, Stdio: stdio,
+			Argv: argv, Env: env, Limits: limits, Stdio: stdio, Init: pending,
 			// The agent's one way to shed: a proposal, which a human then reads and confirms.
 			Propose: func(ctx context.Context, id string) (string, error) {
 				sv := supervisor.New(w.s, &builder.Builder{Store: w.s, Log: logger(c)})
@@ -256,18 +267,24 @@ func benchRun(c *cli.Context, argv []string) error {
 	return exitCode(code)
 }
 
-// withStdio runs fn with the process's stdio, or with a pseudo-terminal that
-// the Bench allocates from its own /dev/pts: ours is put in raw mode and its
-// window size followed, so that the terminal inside behaves as ours would.
-func withStdio(c *cli.Context, tty bool, fn func(sandbox.Stdio, []string) (int, error)) (int, error) {
+// cmdStdio is the command's stdio: this process's, or through the supervisor, the client's.
+func cmdStdio(c *cli.Context) sandbox.Stdio {
 	in, _ := c.App.Reader.(*os.File)
 	if in == nil {
 		in = os.Stdin
 	}
-	stdio := sandbox.Stdio{Stdin: in, Stdout: c.App.Writer, Stderr: c.App.ErrWriter}
+	return sandbox.Stdio{Stdin: in, Stdout: c.App.Writer, Stderr: c.App.ErrWriter}
+}
+
+// withStdio runs fn with the process's stdio, or with a pseudo-terminal that
+// the Bench allocates from its own /dev/pts: ours is put in raw mode and its
+// window size followed, so that the terminal inside behaves as ours would.
+func withStdio(c *cli.Context, tty bool, fn func(sandbox.Stdio, []string) (int, error)) (int, error) {
+	stdio := cmdStdio(c)
 	if !tty {
 		return fn(stdio, nil)
 	}
+	in := stdio.Stdin.(*os.File)
 	t := &sandbox.Terminal{}
 	stdio.Terminal = t
 	env := []string{"TERM=" + envOr("TERM", "xterm")}

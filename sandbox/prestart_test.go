@@ -1,0 +1,83 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"toolshed.dev/shed/sandbox"
+)
+
+// TestPrestart: an init started before its spec runs it as Start would, with every kind of
+// descriptor sent after its start: 230 bind trees (more than one frame of SCM_RIGHTS), a cgroup's
+// files, a control socket.
+func TestPrestart(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	pd, err := sandbox.Prestart(ctx, sandbox.Stdio{Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := readOnlySpec(t, "sh", "-c", `cat /tmp/b0/f /tmp/b229/f; grep -c ' /tmp/b' /proc/mounts; grep -c :/toolshed/ /proc/self/cgroup`)
+	for i := range 230 {
+		spec.Binds = append(spec.Binds, sandbox.Bind{Source: src, Target: fmt.Sprintf("/tmp/b%d", i)})
+	}
+	spec.Limits.Pids = 16
+	spec.Control = filepath.Join(t.TempDir(), "control.sock")
+	time.Sleep(50 * time.Millisecond) // init is waiting by now, not still starting
+	p, err := pd.Start(spec)
+	if err != nil {
+		t.Fatalf("start: %v (stderr %q)", err, errb.String())
+	}
+	if code, err := p.Wait(); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v (stderr %q)", code, err, errb.String())
+	}
+	if got := out.String(); got != "x\nx\n230\n1\n" {
+		t.Errorf("got %q, want both binds read, 230 bind mounts and one cgroup (pids)", got)
+	}
+	if _, err := pd.Start(spec); err == nil || !strings.Contains(err.Error(), "already used") {
+		t.Errorf("a second Start: %v, want refused", err)
+	}
+}
+
+// TestPrestartEnds: a pending init that is closed, or given a spec that is not valid, is gone when
+// the call returns.
+func TestPrestartEnds(t *testing.T) {
+	requireRoot(t)
+	gone := func(pd *sandbox.Pending) {
+		t.Helper()
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pd.Pid)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("init %d still exists: %v", pd.Pid, err)
+		}
+	}
+	pd, err := sandbox.Prestart(context.Background(), sandbox.Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd.Close()
+	gone(pd)
+	pd.Close() // again: nothing
+
+	pd, err = sandbox.Prestart(context.Background(), sandbox.Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specErr *sandbox.SpecError
+	if _, err := pd.Start(&sandbox.Spec{}); !errors.As(err, &specErr) {
+		t.Errorf("an empty spec: %v, want a *SpecError", err)
+	}
+	gone(pd)
+}
