@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,6 +79,20 @@ func TestPrestartEnds(t *testing.T) {
 	var specErr *sandbox.SpecError
 	if _, err := pd.Start(&sandbox.Spec{}); !errors.As(err, &specErr) {
 		t.Errorf("an empty spec: %v, want a *SpecError", err)
+	}
+	gone(pd)
+
+	// An init that died while it waited: Start says so, and leaves nothing.
+	pd, err = sandbox.Prestart(context.Background(), sandbox.Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(pd.Pid, syscall.SIGKILL)
+	spec := readOnlySpec(t, "true")
+	spec.Binds = []sandbox.Bind{{Source: t.TempDir(), Target: "/tmp/b"}}
+	var setupErr *sandbox.SetupError
+	if _, err := pd.Start(spec); !errors.As(err, &setupErr) {
+		t.Errorf("start of a dead init: %v, want a *SetupError", err)
 	}
 	gone(pd)
 }

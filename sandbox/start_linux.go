@@ -262,7 +262,7 @@ func sendFiles(sock *os.File, files []*os.File) error {
 		for i, f := range files[:n] {
 			fds[i] = int(f.Fd())
 		}
-		if err := unix.Sendmsg(int(sock.Fd()), []byte{filesByte}, unix.UnixRights(fds...), nil, 0); err != nil {
+		if err := unix.Sendmsg(int(sock.Fd()), []byte{filesByte}, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL); err != nil {
 			return err
 		}
 		runtime.KeepAlive(files)
