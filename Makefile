@@ -25,9 +25,11 @@ example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and real
 	bin/shed realize examples/jq/workshop.toml
 	bin/shed why examples/jq/workshop.toml /usr/bin/jq
 
+# The e2e package (tests/) takes about 7 minutes here, close to go test's default limit of 10 minutes per
+# package on a slower or busier machine; the limit is there to catch hangs, so it is set well above that.
 test: ## run every test (as root: the store and sandbox tests are real), then each fuzz target briefly
 	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name (10s)"; \
