@@ -47,6 +47,7 @@ func startRegistry(t *testing.T, htpasswd string) *registry {
 	r := &registry{dir: t.TempDir(), port: port}
 	r.config = registryConfig(t, r.dir, port, htpasswd)
 	r.cmd = exec.Command("docker-registry", "serve", r.config)
+	r.cmd.SysProcAttr = dieWithTests()
 	r.cmd.Stdout, r.cmd.Stderr = os.Stderr, os.Stderr
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -47,6 +47,7 @@ func daemon(t *testing.T, root string) string {
 	sock := filepath.Join(dir, "shed.sock")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	cmd := exec.Command(shedBin, "--root", root, "daemon", "--socket", sock)
+	cmd.SysProcAttr = dieWithTests()
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

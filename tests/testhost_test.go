@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -18,6 +20,7 @@ var hosts atomic.Int32
 // returns its address. Tests that use it do not run in parallel.
 func startTestHost(t *testing.T, www string) string {
 	t.Helper()
+	removeStaleHosts()
 	n := int(hosts.Add(1))
 	ns := fmt.Sprintf("shedtest-%d-%d", os.Getpid(), n)
 	veth := fmt.Sprintf("shv%d", (os.Getpid()*10+n)%100000)
@@ -38,6 +41,7 @@ ip -n %[1]s link set lo up`, ns, veth, peer)
 		exec.Command("ip", "link", "del", veth).Run()
 	})
 	server := exec.Command("ip", "netns", "exec", ns, "python3", "-m", "http.server", "80", "--bind", "198.51.100.2", "-d", www)
+	server.SysProcAttr = dieWithTests()
 	if err := server.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -51,4 +55,27 @@ ip -n %[1]s link set lo up`, ns, veth, peer)
 	}
 	t.Fatal("the test host does not answer")
 	return ""
+}
+
+// removeStaleHosts removes the test hosts of test processes that are gone: a run killed before its
+// cleanup (a test timeout) leaves its namespace, whose veth would answer for 198.51.100.2 instead of
+// the new one. Deleting a namespace nothing runs in takes its veth pair with it.
+func removeStaleHosts() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		var pid, n int
+		if len(f) == 0 {
+			continue
+		}
+		if _, err := fmt.Sscanf(f[0], "shedtest-%d-%d", &pid, &n); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+			exec.Command("ip", "netns", "del", f[0]).Run()
+		}
+	}
+}
+
+// dieWithTests makes a helper process (a server, a daemon) die with the test binary, also when a
+// timeout kills it before its cleanups run.
+func dieWithTests() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
