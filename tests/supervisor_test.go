@@ -70,16 +70,22 @@ func daemon(t *testing.T, root string) string {
 	return ""
 }
 
-// via runs shed through the supervisor at sock (no --root), as uid if it is
-// not 0.
-func via(t *testing.T, sock string, uid int, stdin string, args ...string) result {
-	t.Helper()
+// viaCmd is shed through the supervisor at sock (no store of its own), as uid if it is not 0.
+func viaCmd(sock string, uid int, args ...string) *exec.Cmd {
 	cmd := exec.Command(shedBin, args...)
 	cmd.Env = append(os.Environ(), "SHED_SOCKET="+sock, "SHED_ROOT=/nonexistent")
 	if uid != 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
 		cmd.Dir = "/"
 	}
+	return cmd
+}
+
+// via runs shed through the supervisor at sock (no --root), as uid if it is
+// not 0.
+func via(t *testing.T, sock string, uid int, stdin string, args ...string) result {
+	t.Helper()
+	cmd := viaCmd(sock, uid, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -295,12 +301,7 @@ func TestSupervisorRoles(t *testing.T) {
 // it at the end if it is still running.
 func startVia(t *testing.T, sock string, uid int, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(shedBin, args...)
-	cmd.Env = append(os.Environ(), "SHED_SOCKET="+sock, "SHED_ROOT=/nonexistent")
-	if uid != 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
-		cmd.Dir = "/"
-	}
+	cmd := viaCmd(sock, uid, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -334,8 +335,7 @@ func TestSupervisorClientDir(t *testing.T) {
 		{[]string{"bench", "run", "--offline", "--", "jq", "-n", "3"}, "3\n"},
 		{[]string{"store", "add", "stuff"}, "-stuff\n"},
 	} {
-		cmd := exec.Command(shedBin, c.args...)
-		cmd.Env = append(os.Environ(), "SHED_SOCKET="+sock, "SHED_ROOT=/nonexistent")
+		cmd := viaCmd(sock, 0, c.args...)
 		cmd.Dir = dir
 		out, err := cmd.Output()
 		if err != nil || !strings.HasSuffix(string(out), c.want) {
