@@ -44,9 +44,6 @@ type Options struct {
 	Propose func(ctx context.Context, bench string) (string, error)
 }
 
-// aptConfTarget is apt's configuration in a Bench (APT_CONFIG).
-const aptConfTarget = "/run/shed/apt.conf"
-
 // ProposeSocket is where a Bench's agent finds the propose endpoint (HTTP over a unix socket):
 //
 //	curl --unix-socket /run/shed/propose.sock -X POST http://bench/propose
@@ -151,20 +148,12 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		Argv:     opts.Argv,
 		Env:      benchEnv(opts),
 		Dir:      "/root",
-		DropCaps: true,
 		Limits:   opts.Limits,
 		Control:  filepath.Join(dir, "control.sock"),
 	}
 	for _, l := range layers {
 		spec.Root.Lowers = append(spec.Root.Lowers, s.Location(l))
 	}
-	// apt drops to its _apt user to download, which root without capabilities cannot: tell it not to,
-	// so that `apt-get install` just works in a Bench.
-	aptConf := filepath.Join(dir, "apt.conf")
-	if err := os.WriteFile(aptConf, []byte("APT::Sandbox::User \"root\";\n"), 0o644); err != nil {
-		return 0, err
-	}
-	spec.Binds = append(spec.Binds, sandbox.Bind{Source: aptConf, Target: aptConfTarget})
 	if opts.Keep {
 		spec.Root.Upper, spec.Root.Work = filepath.Join(dir, "upper"), filepath.Join(dir, "work")
 		for _, d := range []string{spec.Root.Upper, spec.Root.Work} {
@@ -176,7 +165,8 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		spec.Root.UpperTmpfs = true
 	}
 	for _, g := range grants {
-		spec.Binds = append(spec.Binds, sandbox.Bind{SourceFD: g.fd, Target: g.Bench, Writable: g.Mode == "rw"})
+		// The granted directory's owner is the Bench's root there (sandbox.IDsOwner).
+		spec.Binds = append(spec.Binds, sandbox.Bind{SourceFD: g.fd, Target: g.Bench, Writable: g.Mode == "rw", IDs: sandbox.IDsOwner})
 	}
 	var px *proxy.Proxy
 	netLog, err := os.OpenFile(filepath.Join(dir, "network.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -207,7 +197,8 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			return 0, err
 		}
 		defer ln.Close()
-		spec.Binds = append(spec.Binds, sandbox.Bind{Source: ln.Addr().String(), Target: ProposeSocket})
+		// The socket is root's (0600): its owner's ids make it the Bench root's to connect to.
+		spec.Binds = append(spec.Binds, sandbox.Bind{Source: ln.Addr().String(), Target: ProposeSocket, IDs: sandbox.IDsOwner})
 		go serveProposals(ctx, ln, func(ctx context.Context) (string, error) { return opts.Propose(ctx, id) })
 	}
 	var p *sandbox.Process
@@ -272,7 +263,6 @@ func benchEnv(opts Options) []string {
 		"HOME=/root", "LANG=C.UTF-8", "TZ=UTC",
 		// Python would write .pyc files into the upper; they are debris.
 		"PYTHONDONTWRITEBYTECODE=1",
-		"APT_CONFIG=" + aptConfTarget,
 	}
 	return append(env, opts.Env...)
 }

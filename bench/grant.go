@@ -67,10 +67,15 @@ type resolved struct {
 
 // resolveGrants checks each requested grant against the recipe's [[grant]]
 // bounds: its host path must be a bound or lie under one, and rw needs an rw
-// bound. It narrows, never widens. The path below the bound is opened with
-// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) from the bound's descriptor,
-// and the Bench mounts that descriptor: a symlink out of the bound is refused,
-// and a path swapped after the check cannot redirect the mount.
+// bound. It narrows, never widens. The host path is opened from / with
+// openat2(RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS): no component of it, the
+// bound's own included, may be a symlink, so the directory opened lies beneath
+// the bound's path, whatever is swapped there meanwhile. The Bench mounts that
+// descriptor: a path swapped after the check cannot redirect the mount.
+//
+// A Bench acts as the granted directory's owner in it (sandbox.IDsOwner). A
+// writable grant of a directory that root owns is refused: the Bench could
+// leave setuid-root files there, on the host.
 func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 	var out []resolved
 	closeAll := func() {
@@ -96,10 +101,21 @@ func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 			closeAll()
 			return nil, fmt.Errorf("%w: %s rw: the recipe's bound %s is %s only", ErrGrant, g.Host, bound.Path, bound.Mode)
 		}
-		fd, err := openBeneath(bound.Path, strings.TrimPrefix(strings.TrimPrefix(g.Host, bound.Path), "/"))
+		fd, err := openNoSymlinks(g.Host)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("%w: %s: %v", ErrGrant, g.Host, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(fd.Fd()), &st); err != nil {
+			fd.Close()
+			closeAll()
+			return nil, fmt.Errorf("%w: %s: %v", ErrGrant, g.Host, err)
+		}
+		if g.Mode == "rw" && st.Uid == 0 {
+			fd.Close()
+			closeAll()
+			return nil, fmt.Errorf("%w: %s rw: it is root's, and a Bench is its grant's owner there: it could leave setuid-root files on the host (chown it to the user the Bench works for, or grant it ro)", ErrGrant, g.Host)
 		}
 		out = append(out, resolved{g, fd})
 	}
@@ -117,26 +133,27 @@ func boundsOf(r *recipe.Recipe) string {
 	return "its bounds: " + strings.Join(b, ", ")
 }
 
-// openBeneath opens bound (as the recipe names it) and then rel beneath it
-// without following any symlink, returning an O_PATH descriptor.
-func openBeneath(bound, rel string) (*os.File, error) {
-	bfd, err := unix.Open(bound, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// openNoSymlinks opens the absolute, clean path p from / without following a
+// symlink in any component, returning an O_PATH descriptor.
+func openNoSymlinks(p string) (*os.File, error) {
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open bound %s: %w", bound, err)
+		return nil, err
 	}
+	defer unix.Close(root)
+	rel := strings.TrimPrefix(p, "/")
 	if rel == "" {
-		return os.NewFile(uintptr(bfd), bound), nil
+		rel = "."
 	}
-	defer unix.Close(bfd)
-	fd, err := unix.Openat2(bfd, rel, &unix.OpenHow{
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-			return nil, fmt.Errorf("%s crosses a symlink or leaves %s", rel, bound)
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("a component of the path is a symlink (grants follow none: name the real directory)")
 		}
 		return nil, err
 	}
-	return os.NewFile(uintptr(fd), filepath.Join(bound, rel)), nil
+	return os.NewFile(uintptr(fd), p), nil
 }

@@ -41,11 +41,16 @@ const debsTarget = "/run/shed/debs"
 // exactly the lock's, or the build fails.
 func (b *Builder) buildAptLayer(ctx context.Context, d *derivation.Derivation, lowers []string, debs []store.Path, stage, out string, log io.Writer) error {
 	upper, work, debDir := filepath.Join(stage, "upper"), filepath.Join(stage, "work"), filepath.Join(stage, "debs")
-	for _, dir := range []string{upper, work, debDir} {
+	for _, dir := range []string{work, debDir} {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return err
 		}
 	}
+	o, err := makeOutput(upper)
+	if err != nil {
+		return err
+	}
+	defer o.close()
 	// apt wants the .deb file names (name_version_arch.deb); the store names
 	// them by their own rules. Hard links cost nothing and stay on this
 	// filesystem; the directory is bound read-only.
@@ -82,10 +87,10 @@ func (b *Builder) buildAptLayer(ctx context.Context, d *derivation.Derivation, l
 	if err := checkInstalled(d, upper, parentStatus); err != nil {
 		return err
 	}
-	if err := Normalize(upper); err != nil {
+	if err := o.normalize(); err != nil {
 		return err
 	}
-	return os.Rename(upper, out)
+	return o.moveTo(out)
 }
 
 // statusOf reads dpkg's status as the top of a layer stack sees it.

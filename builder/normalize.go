@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
+	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/sandbox"
 )
 
 // junk lists what a build leaves in its overlay upper that is not part of the
@@ -31,73 +33,391 @@ var junk = []string{
 	"etc/shadow-", "etc/gshadow-", "etc/passwd-", "etc/group-", "etc/subuid-", "etc/subgid-",
 }
 
-// overlayXattrs are overlayfs's private markers that differ per build or per
-// filesystem (origin is an inode handle, uuid is random) and would break reuse
-// on another filesystem. Only the opaque marker means something to a layer.
-var overlayXattrs = []string{
-	"trusted.overlay.origin", "trusted.overlay.impure", "trusted.overlay.uuid", "trusted.overlay.nlink",
-	"trusted.overlay.redirect", "trusted.overlay.metacopy", "trusted.overlay.upper", "trusted.overlay.protattr",
-	"user.overlay.origin", "user.overlay.impure", "user.overlay.uuid", "user.overlay.nlink",
-	"user.overlay.redirect", "user.overlay.metacopy",
-}
+// keptXattrs are the extended attributes a layer keeps, each recorded in its
+// manifest (so verify sees them): file capabilities and POSIX ACLs, which
+// packages set, and overlayfs's opaque mark, which the overlay itself sets
+// (trusted.*, which nothing in a sandbox can write). Every other one is
+// removed: overlayfs's private marks (origin is an inode handle, uuid is
+// random), their escaped forms (trusted.overlay.overlay.*), user.overlay.*
+// (the mark of an overlay made in a user namespace, which a build could forge
+// with a plain setfattr), and whatever else a build set.
+var keptXattrs = []string{"security.capability", "system.posix_acl_access", "system.posix_acl_default", opaqueXattr}
+
+const opaqueXattr = "trusted.overlay.opaque"
 
 // ErrHostileLayer marks a build output that a layer may not hold.
 var ErrHostileLayer = errors.New("build output refused")
 
-// Normalize turns a build's overlay upper into layer content: junk removed,
-// overlay private xattrs stripped, and checked for what a layer may not hold
-// (device nodes other than overlay whiteouts, sockets). It never follows a
-// symlink: a hostile package may have made var/log a link to the host's /etc.
-func Normalize(upper string) error {
-	for _, j := range junk {
-		if strings.HasSuffix(j, "/*") {
-			dir := strings.TrimSuffix(j, "/*")
-			ents, err := readDirBeneath(upper, dir)
-			if err != nil {
-				return err
-			}
-			for _, e := range ents {
-				if err := removeBeneath(upper, dir+"/"+e); err != nil {
-					return err
-				}
-			}
-			continue
+// Normalize turns a build's output directory (an overlay upper, a seed) into
+// layer content. It works from a descriptor of dir and never follows a
+// symlink (a hostile package may have made var/log a link to the host's
+// /etc). First it looks at everything without changing anything, and refuses
+// what a layer may not hold: sockets, device nodes other than overlay
+// whiteouts, an inode of another file system, a file hard-linked from outside
+// the output (changing its times or xattrs would change a host file), and
+// owners outside a Bench's ids. Only then does it remove the junk and the
+// xattrs that are not kept.
+func Normalize(dir string) error {
+	o, err := openOutput(dir)
+	if err != nil {
+		return err
+	}
+	defer o.close()
+	return o.normalize()
+}
+
+// output is a build's output directory, held by a descriptor from the moment
+// shed makes it: capture works from that handle, and the directory renamed
+// into the store must still be that one.
+type output struct {
+	path     string
+	fd       int
+	dev, ino uint64
+}
+
+// makeOutput creates the directory path (which must not exist) and holds it.
+func makeOutput(path string) (*output, error) {
+	if err := os.Mkdir(path, 0o755); err != nil {
+		return nil, err
+	}
+	return openOutput(path)
+}
+
+func openOutput(path string) (*output, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open build output %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open build output %s: %w", path, err)
+	}
+	return &output{path: path, fd: fd, dev: st.Dev, ino: st.Ino}, nil
+}
+
+func (o *output) close() {
+	if o.fd >= 0 {
+		unix.Close(o.fd)
+		o.fd = -1
+	}
+}
+
+// moveTo renames the output to dst, once sure that its path still names the
+// directory held.
+func (o *output) moveTo(dst string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(o.path, &st); err != nil {
+		return fmt.Errorf("build output %s: %w", o.path, err)
+	}
+	if st.Dev != o.dev || st.Ino != o.ino || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%w: %s is no longer the directory the build wrote", ErrHostileLayer, o.path)
+	}
+	return os.Rename(o.path, dst)
+}
+
+// empty truncates the regular file rel of the output, if it is one (not a
+// symlink, nothing on the way a symlink).
+func (o *output) empty(rel string) error {
+	fd, err := unix.Openat2(o.fd, rel, &unix.OpenHow{
+		Flags:   unix.O_WRONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return nil
 		}
-		if err := removeBeneath(upper, j); err != nil {
+		return fmt.Errorf("empty %s of the build output: %w", rel, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return err
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		return fmt.Errorf("empty %s of the build output: %w", rel, err)
+	}
+	return nil
+}
+
+func (o *output) normalize() error {
+	root := o.fd
+	var st unix.Stat_t
+	if err := unix.Fstat(root, &st); err != nil {
+		return fmt.Errorf("build output %s: %w", o.path, err)
+	}
+	c := &capture{dev: st.Dev, links: map[inodeKey]*linked{}}
+	if err := c.check(root, ".", &st); err != nil {
+		return err
+	}
+	for _, l := range c.links {
+		if uint64(l.seen) != l.nlink {
+			return fmt.Errorf("%w: %s is hard-linked from outside the build's output (%d links, %d inside)", ErrHostileLayer, l.path, l.nlink, l.seen)
+		}
+	}
+	for _, j := range junk {
+		if err := removeJunk(root, j); err != nil {
 			return err
 		}
 	}
-	return filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+	for _, x := range c.strip {
+		if err := x.remove(root); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type inodeKey struct{ dev, ino uint64 }
+
+type linked struct {
+	path  string
+	nlink uint64
+	seen  int
+}
+
+// stripXattrs are the xattrs of one entry to remove once the output is checked.
+type stripXattrs struct {
+	dir, name string // the entry: name in the directory dir (relative to the output)
+	xattrs    []string
+}
+
+type capture struct {
+	dev   uint64
+	links map[inodeKey]*linked
+	strip []stripXattrs
+}
+
+// check walks the directory fd (rel in the output), whose stat is st.
+func (c *capture) check(fd int, rel string, st *unix.Stat_t) error {
+	if err := c.entry(fd, "", rel, st); err != nil {
+		return err
+	}
+	names, err := readNames(fd)
+	if err != nil {
+		return fmt.Errorf("read %s of the build output: %w", rel, err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		crel := path.Join(rel, name)
+		var cst unix.Stat_t
+		if err := unix.Fstatat(fd, name, &cst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("stat %s of the build output: %w", crel, err)
+		}
+		if cst.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if err := c.entry(fd, name, crel, &cst); err != nil {
+				return err
+			}
+			continue
+		}
+		cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s of the build output: %w", crel, err)
+		}
+		var ost unix.Stat_t
+		if err := unix.Fstat(cfd, &ost); err != nil || ost.Ino != cst.Ino || ost.Dev != cst.Dev {
+			unix.Close(cfd)
+			return fmt.Errorf("%w: %s changed while it was read", ErrHostileLayer, crel)
+		}
+		err = c.check(cfd, crel, &ost)
+		unix.Close(cfd)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(upper, p)
-		switch d.Type() {
-		case fs.ModeSocket:
-			return fmt.Errorf("%w: %s is a socket", ErrHostileLayer, rel)
-		case fs.ModeDevice | fs.ModeCharDevice, fs.ModeDevice:
-			var st unix.Stat_t
-			if err := unix.Lstat(p, &st); err != nil {
-				return err
-			}
-			if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
-				return fmt.Errorf("%w: %s is a device node (%d:%d); layers hold files, not devices", ErrHostileLayer, rel, unix.Major(st.Rdev), unix.Minor(st.Rdev))
-			}
+	}
+	return nil
+}
+
+// entry checks one entry: name in the directory dirfd ("" for the directory
+// itself), rel in the output.
+func (c *capture) entry(dirfd int, name, rel string, st *unix.Stat_t) error {
+	if st.Dev != c.dev {
+		return fmt.Errorf("%w: %s is on another file system than the build's output", ErrHostileLayer, rel)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFSOCK:
+		return fmt.Errorf("%w: %s is a socket", ErrHostileLayer, rel)
+	case unix.S_IFBLK:
+		return fmt.Errorf("%w: %s is a block device (%d:%d); layers hold files, not devices", ErrHostileLayer, rel, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	case unix.S_IFCHR:
+		if st.Rdev != 0 { // 0:0 is an overlay whiteout
+			return fmt.Errorf("%w: %s is a device node (%d:%d); layers hold files, not devices", ErrHostileLayer, rel, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 		}
-		names, err := listXattrs(p)
+	case unix.S_IFREG:
+		if st.Nlink > 1 {
+			k := inodeKey{st.Dev, st.Ino}
+			l := c.links[k]
+			if l == nil {
+				l = &linked{path: rel, nlink: st.Nlink}
+				c.links[k] = l
+			}
+			l.seen++
+		}
+	}
+	if st.Uid >= sandbox.IDsPerSandbox || st.Gid >= sandbox.IDsPerSandbox {
+		return fmt.Errorf("%w: %s is owned by %d:%d; a Bench has ids 0 to %d only", ErrHostileLayer, rel, st.Uid, st.Gid, sandbox.IDsPerSandbox-1)
+	}
+	p := procPath(dirfd, name)
+	names, err := listXattrs(p)
+	if err != nil {
+		return fmt.Errorf("list xattrs of %s: %w", rel, err)
+	}
+	var drop []string
+	for _, x := range names {
+		switch {
+		case x == opaqueXattr:
+			// Only a directory may be opaque, and overlayfs writes "y".
+			if v, err := lgetxattr(p, x); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || string(v) != "y" {
+				drop = append(drop, x)
+			}
+		case !slices.Contains(keptXattrs, x):
+			drop = append(drop, x)
+		}
+	}
+	if len(drop) > 0 {
+		dir := rel
+		if name != "" {
+			dir = path.Dir(rel)
+		}
+		c.strip = append(c.strip, stripXattrs{dir: dir, name: name, xattrs: drop})
+	}
+	return nil
+}
+
+// remove strips the entry's xattrs, reaching it from the output's root
+// descriptor without following a symlink.
+func (x stripXattrs) remove(root int) error {
+	dfd, err := openBeneath(root, x.dir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	p := procPath(dfd, x.name)
+	for _, name := range x.xattrs {
+		if err := unix.Lremovexattr(p, name); err != nil && !errors.Is(err, unix.ENODATA) {
+			return fmt.Errorf("strip %s from %s: %w", name, path.Join(x.dir, x.name), err)
+		}
+	}
+	return nil
+}
+
+// procPath names the entry name of the open directory dirfd (the directory
+// itself if name is ""), for the l*xattr calls, which take paths: the
+// directory by its descriptor, the entry's last component not followed.
+func procPath(dirfd int, name string) string {
+	p := "/proc/self/fd/" + strconv.Itoa(dirfd)
+	if name != "" {
+		p += "/" + name
+	}
+	return p
+}
+
+// openBeneath opens the directory rel under root with no symlink, no "..",
+// no other file system on the way.
+func openBeneath(root int, rel string) (int, error) {
+	if rel == "." || rel == "" {
+		// Not dup: a directory's read offset is shared by duplicates.
+		return unix.Openat(root, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("open %s of the build output: %w", rel, err)
+	}
+	return fd, nil
+}
+
+// removeJunk removes one junk entry (see junk) beneath root. A junk path
+// whose parent is missing, or is a symlink or not a directory, is left alone.
+func removeJunk(root int, j string) error {
+	children := strings.HasSuffix(j, "/*")
+	j = strings.TrimSuffix(j, "/*")
+	dir, name := path.Split(j)
+	if children {
+		dir, name = j, ""
+	}
+	dfd, err := openBeneath(root, strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) {
+			return nil
+		}
+		return err
+	}
+	defer unix.Close(dfd)
+	if !children {
+		return removeAt(dfd, name, j)
+	}
+	names, err := readNames(dfd)
+	if err != nil {
+		return fmt.Errorf("read %s of the build output: %w", j, err)
+	}
+	for _, n := range names {
+		if err := removeAt(dfd, n, path.Join(j, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeAt removes name (rel in the output) from the directory dirfd, with
+// everything under it, following no symlink.
+func removeAt(dirfd int, name, rel string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("remove %s from the layer: %w", rel, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("list xattrs of %s: %w", rel, err)
+			return fmt.Errorf("remove %s from the layer: %w", rel, err)
 		}
-		for _, x := range names {
-			if !slices.Contains(overlayXattrs, x) {
-				continue
+		names, err := readNames(fd)
+		if err == nil {
+			for _, n := range names {
+				if err = removeAt(fd, n, path.Join(rel, n)); err != nil {
+					break
+				}
 			}
-			if err := unix.Lremovexattr(p, x); err != nil && !errors.Is(err, unix.ENODATA) {
-				return fmt.Errorf("strip %s from %s: %w", x, rel, err)
-			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil {
+			return fmt.Errorf("remove %s from the layer: %w", rel, err)
 		}
 		return nil
-	})
+	}
+	if err := unix.Unlinkat(dirfd, name, 0); err != nil {
+		return fmt.Errorf("remove %s from the layer: %w", rel, err)
+	}
+	return nil
+}
+
+// readNames lists the entries of the open directory fd (not "." and ".."),
+// reading from its current offset: fd must be freshly opened. (os.NewFile
+// would take the descriptor over and close it when collected.)
+func readNames(fd int) ([]string, error) {
+	var names []string
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := unix.ReadDirent(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
 }
 
 // listXattrs lists the names of p's extended attributes, not following a symlink.
@@ -123,13 +443,22 @@ func listXattrs(p string) ([]string, error) {
 	return names, nil
 }
 
+func lgetxattr(p, name string) ([]byte, error) {
+	buf := make([]byte, 64)
+	n, err := unix.Lgetxattr(p, name, buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
 // beneath resolves rel under root without following any symlink in a parent
 // component; ok is false when a parent is a symlink or missing.
 func beneath(root, rel string) (string, bool) {
 	p := root
 	parts := strings.Split(rel, "/")
 	for i, part := range parts {
-		p = filepath.Join(p, part)
+		p = path.Join(p, part)
 		if i == len(parts)-1 {
 			break
 		}
@@ -139,37 +468,4 @@ func beneath(root, rel string) (string, bool) {
 		}
 	}
 	return p, true
-}
-
-func removeBeneath(root, rel string) error {
-	p, ok := beneath(root, rel)
-	if !ok {
-		return nil
-	}
-	// RemoveAll removes a final symlink itself and works inside with
-	// unlinkat on opened directories, so it never leaves root.
-	if err := os.RemoveAll(p); err != nil {
-		return fmt.Errorf("remove %s from the layer: %w", rel, err)
-	}
-	return nil
-}
-
-func readDirBeneath(root, rel string) ([]string, error) {
-	p, ok := beneath(root, rel)
-	if !ok {
-		return nil, nil
-	}
-	fi, err := os.Lstat(p)
-	if err != nil || !fi.IsDir() {
-		return nil, nil
-	}
-	ents, err := os.ReadDir(p)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name()
-	}
-	return names, nil
 }

@@ -141,8 +141,9 @@ func (b *Builder) resolvePip(ctx context.Context, r *recipe.Recipe, lock *recipe
 	}
 	argv := pipScript(append(append(args, "--"), reqs...)...)
 	spec := &sandbox.Spec{
-		Root:    sandbox.Root{Lowers: lowers, Upper: upper, Work: work},
-		Binds:   []sandbox.Bind{{Source: dir, Target: pipDir, Writable: true}},
+		Root: sandbox.Root{Lowers: lowers, Upper: upper, Work: work},
+		// pip writes its report there, as the sandbox's root: a private directory of the stage.
+		Binds:   []sandbox.Bind{{Source: dir, Target: pipDir, Writable: true, IDs: sandbox.IDsSandbox}},
 		Network: sandbox.Network{Listen: []string{proxyAddr}},
 		Argv:    argv,
 		Env:     append(buildEnv(plan.Derivations[len(plan.Derivations)-1]), pipEnv...),
@@ -255,11 +256,16 @@ func pipErrors(out string) string {
 // packages). Afterwards the distributions installed must be exactly the lock's.
 func (b *Builder) buildPipLayer(ctx context.Context, d *derivation.Derivation, lowers []string, wheels []wheelInput, stage, out string, log io.Writer) error {
 	upper, work, dir := filepath.Join(stage, "upper"), filepath.Join(stage, "work"), filepath.Join(stage, "pip")
-	for _, p := range []string{upper, work, filepath.Join(dir, "wheels")} {
+	for _, p := range []string{work, filepath.Join(dir, "wheels")} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return err
 		}
 	}
+	o, err := makeOutput(upper)
+	if err != nil {
+		return err
+	}
+	defer o.close()
 	byFile := map[string]wheelInput{}
 	for _, w := range wheels {
 		// pip reads a wheel's name and version from its file name: the store names it after its URL.
@@ -304,10 +310,10 @@ func (b *Builder) buildPipLayer(ctx context.Context, d *derivation.Derivation, l
 	if err := checkPipInstalled(d, upper); err != nil {
 		return err
 	}
-	if err := Normalize(upper); err != nil {
+	if err := o.normalize(); err != nil {
 		return err
 	}
-	return os.Rename(upper, out)
+	return o.moveTo(out)
 }
 
 // wheelInput is a fetched wheel of a pip layer: its store path and the SHA-256 its fetch pinned.

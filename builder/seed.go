@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"toolshed.dev/shed/derivation"
@@ -39,9 +40,11 @@ func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation,
 	}
 	suite, mirror := d.Args[2], d.Args[3]
 	dir := filepath.Join(stage, "seed")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	o, err := makeOutput(dir)
+	if err != nil {
 		return err
 	}
+	defer o.close()
 	rule, private, err := mirrorRule(mirror)
 	if err != nil {
 		return err
@@ -52,11 +55,19 @@ func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation,
 	argv := []string{"/usr/bin/mmdebstrap", "--variant=minbase", "--hook-dir=" + mmdebstrapHooks,
 		suite, seedTarget, mirror}
 	spec := &sandbox.Spec{
-		Root:    sandbox.Root{Host: true},
-		Binds:   []sandbox.Bind{{Source: dir, Target: seedTarget, Writable: true}},
+		Root: sandbox.Root{Host: true},
+		// The seed's files land with the owners mmdebstrap gives them (root's as root's): the
+		// directory is the stage's, which nobody else can reach.
+		Binds:   []sandbox.Bind{{Source: dir, Target: seedTarget, Writable: true, IDs: sandbox.IDsSandbox}},
 		Network: sandbox.Network{Listen: []string{proxyAddr}},
 		Argv:    argv,
 		Env:     buildEnv(d, "http_proxy=http://"+proxyAddr, "https_proxy=http://"+proxyAddr),
+	}
+	// The host's /root is not the sandbox's to read (dpkg looks for ~/.dpkg.cfg there).
+	for i, e := range spec.Env {
+		if strings.HasPrefix(e, "HOME=") {
+			spec.Env[i] = "HOME=/tmp"
+		}
 	}
 	code, err := runWithProxy(ctx, spec, []proxy.Rule{rule}, private, log)
 	if err != nil {
@@ -65,26 +76,20 @@ func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation,
 	if code != 0 {
 		return fmt.Errorf("%w: mmdebstrap exited %d", ErrBuildFailed, code)
 	}
-	if err := removeBeneath(dir, "etc/apt/apt.conf.d/99mmdebstrap"); err != nil {
+	if err := o.normalize(); err != nil {
+		return err
+	}
+	if err := removeJunk(o.fd, "etc/apt/apt.conf.d/99mmdebstrap"); err != nil {
 		return err
 	}
 	// Host leakage (lab report §1): never let the builder's host name or
 	// resolver into a seed every Bench starts from.
 	for _, f := range []string{"etc/resolv.conf", "etc/hostname"} {
-		p, ok := beneath(dir, f)
-		if !ok {
-			continue
-		}
-		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
-			if err := os.WriteFile(p, nil, 0o644); err != nil {
-				return err
-			}
+		if err := o.empty(f); err != nil {
+			return err
 		}
 	}
-	if err := Normalize(dir); err != nil {
-		return err
-	}
-	return os.Rename(dir, out)
+	return o.moveTo(out)
 }
 
 // runWithProxy runs spec, serving its first Listen socket with an allowlisting

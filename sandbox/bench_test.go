@@ -17,7 +17,7 @@ import (
 //	busybox               the brief's case: busybox root of 2 lowers, upper in a temp dir (on disk)
 //	busybox-tmpfs-upper   same with the upper on a tmpfs of the caller's, as the floor has it
 //	tmpfs-upper-internal  same with Root.UpperTmpfs: the tmpfs is init's own
-//	bench-profile         tmpfs-upper-internal with DropCaps and a Control socket, as Benches run
+//	bench-profile         tmpfs-upper-internal with a Control socket, as Benches run
 //	glibc-tmpfs-upper     /usr/bin/true of the host (dynamic, like Debian's) in a third lower
 //
 // Each iteration is a whole launch: Run returns after every process of the sandbox is gone.
@@ -57,7 +57,7 @@ func BenchmarkRunTrue(b *testing.B) {
 				spec.Root = sandbox.Root{Lowers: lowers, UpperTmpfs: true}
 			}
 			if c.bench {
-				spec.DropCaps, spec.Control = true, filepath.Join(b.TempDir(), "control.sock")
+				spec.Control = filepath.Join(b.TempDir(), "control.sock")
 			}
 			ctx := context.Background()
 			// The first Start of a process makes the sealed handle of the binary (BenchmarkSealedSelf).
@@ -160,10 +160,9 @@ func glibcLower(b *testing.B) string {
 func BenchmarkExec(b *testing.B) {
 	requireRoot(b)
 	spec := &sandbox.Spec{
-		Root:     sandbox.Root{Lowers: busyboxLowers(b), UpperTmpfs: true},
-		Argv:     []string{"/bin/sleep", "1000"},
-		DropCaps: true,
-		Control:  filepath.Join(b.TempDir(), "control.sock"),
+		Root:    sandbox.Root{Lowers: busyboxLowers(b), UpperTmpfs: true},
+		Argv:    []string{"/bin/sleep", "1000"},
+		Control: filepath.Join(b.TempDir(), "control.sock"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := sandbox.Start(ctx, spec, sandbox.Stdio{})

@@ -44,7 +44,8 @@ type execReply struct {
 
 // Exec runs a command in the running sandbox whose Spec.Control is control, with stdio attached, and
 // returns the command's exit code (128+signal if a signal killed it). The command gets the main
-// command's namespaces, root, cgroups, no_new_privs and DropCaps, its own session (no controlling
+// command's restrictions (a user and mount namespace of its own with the same ids, no_new_privs, the
+// seccomp filter, cgroups, the other namespaces), its own session (no controlling
 // terminal), and exactly req.Env. Stdio is as for Start: an *os.File is passed as it is, anything else
 // goes through a pipe; Exec returns once the command has exited and its output is copied.
 // Cancelling ctx kills the command. Errors: *SpecError (invalid request), *SetupError (the command could
@@ -351,17 +352,13 @@ func startExec(cfg *initConfig, j *execJob) (int, *SetupError) {
 	if err := unix.Stat(dir, &st); err != nil {
 		return 0, &SetupError{Op: "chdir", Path: dir, Err: err}
 	}
-	sys := &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: r.UID, Gid: r.GID, Groups: []uint32{}},
-		// No controlling terminal: a terminal passed as stdio cannot be pushed input (TIOCSTI) without
-		// CAP_SYS_ADMIN. A terminal of the sandbox's own is the command's controlling terminal.
-		Setsid:  true,
-		Setctty: j.terminal != nil,
-		Ptrace:  len(cfg.CgroupProcs) > 0,
-	}
+	sys := commandAttr(cfg, r.UID, r.GID)
+	// No controlling terminal: a terminal passed as stdio cannot be pushed input (TIOCSTI) without
+	// CAP_SYS_ADMIN. A terminal of the sandbox's own is the command's controlling terminal.
+	sys.Setsid, sys.Setctty = true, j.terminal != nil
 	j.master = -1
 	if j.terminal != nil {
-		master, slave, e := openTerminal(j.terminal, r.UID)
+		master, slave, e := openTerminal(j.terminal, cfg.IDBase+r.UID)
 		if e != nil {
 			return 0, e
 		}

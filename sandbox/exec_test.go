@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -85,7 +86,6 @@ func sh(script string) sandbox.ExecRequest {
 func TestExec(t *testing.T) {
 	requireRoot(t)
 	spec := tmpfsSpec(t, "sh", "-c", "echo from-main > /tmp/shared; echo ready; read x; exit 0")
-	spec.DropCaps = true
 	spec.Limits.Pids = 64
 	c := startControlled(t, spec)
 
@@ -97,10 +97,12 @@ func TestExec(t *testing.T) {
 		t.Errorf("control socket: mode %o, want a socket with mode 0600", st.Mode)
 	}
 
-	// Same pid namespace (init is pid 1, the command is not), same files, same cgroup and restrictions;
+	// Same pid namespace (init is pid 1, the command is not), same files, same cgroup and restrictions
+	// (a user namespace of the sandbox's ids, where it has every capability; no_new_privs; seccomp);
 	// a session of its own without a terminal.
 	r := execIn(c, sh(`echo $$; tr '\0' ' ' < /proc/1/cmdline; echo; cat /tmp/shared; grep -c /toolshed/ /proc/self/cgroup
-		grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; echo "sid=$(cut -d' ' -f6 /proc/self/stat) tty=$(cut -d' ' -f7 /proc/self/stat)"`), "")
+		grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; echo "sid=$(cut -d' ' -f6 /proc/self/stat) tty=$(cut -d' ' -f7 /proc/self/stat)"
+		tr -s ' ' < /proc/self/uid_map`), "")
 	if r.err != nil || r.code != 0 {
 		t.Fatalf("got %d, %v (stderr %q)", r.code, r.err, r.stderr)
 	}
@@ -108,11 +110,16 @@ func TestExec(t *testing.T) {
 	if pid, err := strconv.Atoi(lines[0]); err != nil || pid <= 1 {
 		t.Errorf("exec'd pid %q, want > 1 in the sandbox's pid namespace", lines[0])
 	}
-	for _, want := range []string{"\nshed-sandbox-init \n", "\nfrom-main\n", "CapEff:\t0000000000000000\n",
-		"CapBnd:\t0000000000000000\n", "NoNewPrivs:\t1\n", fmt.Sprintf("sid=%s tty=0\n", lines[0])} {
+	for _, want := range []string{"\nshed-sandbox-init \n", "\nfrom-main\n", "CapEff:\t000001ffffffffff\n",
+		"NoNewPrivs:\t1\n", "Seccomp:\t2\n", fmt.Sprintf("sid=%s tty=0\n", lines[0])} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in:\n%s", want, r.stdout)
 		}
+	}
+	if m := regexp.MustCompile(`(?m)^ 0 (\d+) 65536$`).FindStringSubmatch(r.stdout); m == nil {
+		t.Errorf("uid_map: want 0 mapped to a range of 65536 host ids:\n%s", r.stdout)
+	} else if base, _ := strconv.ParseUint(m[1], 10, 32); base < 0x70000000 {
+		t.Errorf("uid_map: the sandbox's root is host uid %d, want one of the sandbox range", base)
 	}
 	if n := lines[3]; n == "0" {
 		t.Errorf("the exec'd command is in no /toolshed/ cgroup:\n%s", r.stdout)
@@ -276,55 +283,64 @@ func TestExecNotFromInside(t *testing.T) {
 	if err := spec.Validate(); !errors.As(err, &se) || se.Field != "control" {
 		t.Errorf("control inside a bind source: got %v, want a SpecError on control", err)
 	}
-	// A bind by descriptor cannot be checked: the command sees the socket, and init refuses it.
-	for _, drop := range []bool{true, false} {
-		script := `ls /proc/self/fd | tr '\n' ' '; echo; test -e ` + control + ` && echo host-path-visible
-			/run/probe connect /run/ctl/control.sock /proc/1/fd/*; echo ready; read x; exit 0`
-		spec := readOnlySpec(t, "sh", "-c", script)
-		spec.Binds = []sandbox.Bind{{SourceFD: openBeneath(t, filepath.Dir(dir), filepath.Base(dir)), Target: "/run/ctl"}, probeBind(t)}
-		spec.DropCaps = drop
-		spec.Control = control
-		stdinR, stdinW, _ := os.Pipe()
-		var out bytes.Buffer
-		outR, outW, _ := os.Pipe()
-		p, err := sandbox.Start(context.Background(), spec, sandbox.Stdio{Stdin: stdinR, Stdout: outW, Stderr: outW})
-		stdinR.Close()
-		outW.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := bufio.NewScanner(outR)
-		for lines.Scan() && lines.Text() != "ready" {
-			out.WriteString(lines.Text() + "\n")
-		}
-		// The host can exec meanwhile: the refusals were for the peer, not a broken socket.
-		var o bytes.Buffer
-		if code, err := sandbox.Exec(context.Background(), control, sandbox.ExecRequest{Argv: []string{"/bin/echo", "host"}}, sandbox.Stdio{Stdout: &o}); err != nil || code != 0 || o.String() != "host\n" {
-			t.Errorf("DropCaps %v: exec from the host: %d, %v, %q", drop, code, err, o.String())
-		}
-		stdinW.Close()
-		if code, err := p.Wait(); err != nil || code != 0 {
-			t.Fatalf("DropCaps %v: %d, %v:\n%s", drop, code, err, out.String())
-		}
-		outR.Close()
-		got := out.String()
-		if !strings.HasPrefix(got, "0 1 2 3 \n") {
-			t.Errorf("DropCaps %v: the command's descriptors: got %q, want 0 1 2 and ls's own", drop, strings.SplitN(got, "\n", 2)[0])
-		}
-		if strings.Contains(got, "host-path-visible") {
-			t.Errorf("DropCaps %v: the control socket is visible at its host path", drop)
-		}
-		if !strings.Contains(got, "refused: the peer is inside the sandbox") {
-			t.Errorf("DropCaps %v: the exposed socket was not refused:\n%s", drop, got)
-		}
-		if strings.Contains(got, `"Code"`) || strings.Count(got, "connected") != 1 {
-			t.Errorf("DropCaps %v: a connection from inside got further than the exposed socket's refusal:\n%s", drop, got)
-		}
-		if drop && !strings.Contains(got, "/proc/1/fd/0: connect: permission denied") {
-			t.Errorf("DropCaps: init's descriptors are reachable:\n%s", got)
-		}
-		t.Logf("DropCaps %v:\n%s", drop, got)
+	// A bind by descriptor cannot be checked: the command sees the socket. Its mode (0600, the host
+	// root's) keeps the sandbox's root out; opened to all, init refuses a peer in its pid namespace.
+	script := `ls /proc/self/fd | tr '\n' ' '; echo; test -e ` + control + ` && echo host-path-visible
+		/run/probe connect /run/ctl/control.sock /proc/1/fd/*; echo ready; read x
+		/run/probe connect /run/ctl/control.sock; echo ready; read x; exit 0`
+	spec = readOnlySpec(t, "sh", "-c", script)
+	spec.Binds = []sandbox.Bind{{SourceFD: openBeneath(t, filepath.Dir(dir), filepath.Base(dir)), Target: "/run/ctl"}, probeBind(t)}
+	spec.Control = control
+	stdinR, stdinW, _ := os.Pipe()
+	var out bytes.Buffer
+	outR, outW, _ := os.Pipe()
+	p, err := sandbox.Start(context.Background(), spec, sandbox.Stdio{Stdin: stdinR, Stdout: outW, Stderr: outW})
+	stdinR.Close()
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
+	lines := bufio.NewScanner(outR)
+	untilReady := func() string {
+		var b strings.Builder
+		for lines.Scan() && lines.Text() != "ready" {
+			b.WriteString(lines.Text() + "\n")
+		}
+		out.WriteString(b.String())
+		return b.String()
+	}
+	first := untilReady()
+	if err := os.Chmod(control, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	stdinW.Write([]byte("\n"))
+	second := untilReady()
+	// The host can exec meanwhile: the refusals were for the peer, not a broken socket.
+	var o bytes.Buffer
+	if code, err := sandbox.Exec(context.Background(), control, sandbox.ExecRequest{Argv: []string{"/bin/echo", "host"}}, sandbox.Stdio{Stdout: &o}); err != nil || code != 0 || o.String() != "host\n" {
+		t.Errorf("exec from the host: %d, %v, %q", code, err, o.String())
+	}
+	stdinW.Close()
+	if code, err := p.Wait(); err != nil || code != 0 {
+		t.Fatalf("%d, %v:\n%s", code, err, out.String())
+	}
+	outR.Close()
+	if !strings.HasPrefix(first, "0 1 2 3 \n") {
+		t.Errorf("the command's descriptors: got %q, want 0 1 2 and ls's own", strings.SplitN(first, "\n", 2)[0])
+	}
+	if strings.Contains(first, "host-path-visible") {
+		t.Errorf("the control socket is visible at its host path")
+	}
+	if !strings.Contains(first, "/run/ctl/control.sock: connect: permission denied") {
+		t.Errorf("mode 0600: the sandbox's root connected:\n%s", first)
+	}
+	if !regexp.MustCompile(`connect /proc/1/fd/[^:]*: [^\n]*permission denied`).MatchString(first) || strings.Count(first, "connected") != 0 {
+		t.Errorf("init's descriptors are reachable:\n%s", first)
+	}
+	if !strings.Contains(second, "refused: peer uid") || strings.Contains(second, `"Code"`) {
+		t.Errorf("mode 0666: init did not refuse a peer inside:\n%s", second)
+	}
+	t.Logf("%s", out.String())
 }
 
 func TestExecPeerUID(t *testing.T) {

@@ -60,7 +60,6 @@ func runHelper(mode string) int {
 		// Run by TestNoControllingTerminal on a terminal that is this process's controlling terminal.
 		spec.Argv = []string{"sh", "-c", `/run/probe tiocsti; echo "tty_nr=$(cut -d' ' -f7 /proc/self/stat)"`}
 		spec.Binds = []sandbox.Bind{{Source: os.Getenv(helperProbeEnv), Target: "/run/probe"}}
-		spec.DropCaps = true
 	default:
 		fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 		return 2

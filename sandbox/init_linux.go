@@ -58,6 +58,11 @@ type initConfig struct {
 	// terminal, the command gets init's stdio); Terminal is its initial size.
 	Console  int
 	Terminal *Winsize
+	// IDBase is the first host id of the sandbox's range: its ids 0..IDsPerSandbox-1 are host ids
+	// IDBase..IDBase+IDsPerSandbox-1. Userns is a user namespace with that mapping, for the idmapped
+	// mounts of the root's layers.
+	IDBase uint32
+	Userns int
 }
 
 type initBind struct {
@@ -131,7 +136,7 @@ func runInit() int {
 	<-sigReady
 	stdio, master := [3]uintptr{0, 1, 2}, -1
 	if cfg.Console > 0 {
-		m, slave, e := openTerminal(cfg.Terminal, cfg.Spec.UID)
+		m, slave, e := openTerminal(cfg.Terminal, cfg.IDBase+cfg.Spec.UID)
 		if e != nil {
 			return fail(e)
 		}
@@ -237,7 +242,7 @@ func (cfg *initConfig) resolve(fds []int) error {
 			return err
 		}
 	}
-	for _, p := range []*int{&cfg.Control, &cfg.Console} {
+	for _, p := range []*int{&cfg.Control, &cfg.Console, &cfg.Userns} {
 		if *p < 0 {
 			*p = 0
 		} else if *p, err = fd(*p); err != nil {
@@ -260,6 +265,9 @@ func closeInherited(cfg *initConfig) *SetupError {
 	}
 	if cfg.Console > 0 {
 		keep[cfg.Console] = true
+	}
+	if cfg.Userns > 0 {
+		keep[cfg.Userns] = true
 	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -289,7 +297,7 @@ func setup(cfg *initConfig) *SetupError {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return &SetupError{Op: "make mounts private", Path: "/", Err: err}
 	}
-	root, e := mountRoot(&s.Root)
+	root, e := mountRoot(&s.Root, cfg)
 	if e != nil {
 		return e
 	}
@@ -301,11 +309,11 @@ func setup(cfg *initConfig) *SetupError {
 	if e != nil {
 		return e
 	}
-	if e := mountSystem(s.DropCaps); e != nil {
+	if e := mountSystem(cfg.IDBase); e != nil {
 		return e
 	}
 	for _, b := range cfg.Binds {
-		if e := mountBind(b); e != nil {
+		if e := mountBind(b, cfg.IDBase); e != nil {
 			return e
 		}
 	}
@@ -327,110 +335,6 @@ func setup(cfg *initConfig) *SetupError {
 		return &SetupError{Op: "chdir", Path: dir, Err: err}
 	}
 	return nil
-}
-
-// mountRoot returns the root file system as a detached mount.
-func mountRoot(r *Root) (int, *SetupError) {
-	const noSuidDev = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
-	switch {
-	case r.Host:
-		return cloneTree("/", unix.MOUNT_ATTR_RDONLY|noSuidDev)
-	case len(r.Lowers) == 1 && r.Upper == "" && !r.UpperTmpfs:
-		// overlayfs refuses a single lower without an upper: a read-only bind is the same thing.
-		return cloneTree(r.Lowers[0], unix.MOUNT_ATTR_RDONLY|noSuidDev)
-	}
-	fs, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
-	if err != nil {
-		return -1, &SetupError{Op: "mount overlay", Detail: "fsopen", Err: err}
-	}
-	defer unix.Close(fs)
-	if err := unix.FsconfigSetString(fs, "source", "overlay"); err != nil {
-		return -1, &SetupError{Op: "mount overlay", Detail: fsDetail(fs, "source"), Err: err}
-	}
-	// One "lowerdir+" per layer: no 4 KiB limit on the options. Overlay wants the top layer first.
-	for i := len(r.Lowers) - 1; i >= 0; i-- {
-		if err := unix.FsconfigSetString(fs, "lowerdir+", r.Lowers[i]); err != nil {
-			return -1, &SetupError{Op: "mount overlay", Path: r.Lowers[i],
-				Detail: fsDetail(fs, fmt.Sprintf("lowerdir+ root.lowers[%d]", i)), Err: err}
-		}
-	}
-	attr := noSuidDev
-	switch {
-	case r.UpperTmpfs:
-		if e := tmpfsUpper(fs, r.UpperSize); e != nil {
-			return -1, e
-		}
-	case r.Upper != "":
-		for _, kv := range [][2]string{{"upperdir", r.Upper}, {"workdir", r.Work}} {
-			if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
-				return -1, &SetupError{Op: "mount overlay", Path: kv[1], Detail: fsDetail(fs, kv[0]), Err: err}
-			}
-		}
-	default:
-		attr |= unix.MOUNT_ATTR_RDONLY
-	}
-	if err := unix.FsconfigCreate(fs); err != nil {
-		return -1, &SetupError{Op: "mount overlay", Detail: fsDetail(fs, "create"), Err: err}
-	}
-	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attr)
-	if err != nil {
-		return -1, &SetupError{Op: "mount overlay", Detail: "fsmount", Err: err}
-	}
-	return m, nil
-}
-
-// upperStaging is where init mounts the tmpfs of Root.UpperTmpfs, in its own mount namespace and before
-// the pivot: the host's /proc, which every Linux host has, is not needed there any more, and the pivot
-// detaches it with the rest of the host's tree. (A detached tmpfs, never attached anywhere, would be
-// neater, but overlayfs refuses it as a layer: EINVAL on this kernel.)
-const upperStaging = "/proc"
-
-// tmpfsUpper mounts the tmpfs of Root.UpperTmpfs on upperStaging and gives directories in it to the
-// overlay context fs as its upper and work directories. The overlay keeps its own private clone of that
-// mount, so the tmpfs lives exactly as long as the overlay, until the sandbox's mount namespace goes;
-// neither the host nor the command can reach it.
-func tmpfsUpper(fs int, size int64) *SetupError {
-	data := "mode=0755"
-	if size > 0 {
-		data += ",size=" + strconv.FormatInt(size, 10)
-	}
-	if err := unix.Mount("tmpfs", upperStaging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
-		return &SetupError{Op: "mount tmpfs upper", Path: upperStaging, Detail: data, Err: err}
-	}
-	for _, d := range []string{"upper", "work"} {
-		p := upperStaging + "/" + d
-		if err := unix.Mkdir(p, 0o755); err != nil {
-			return &SetupError{Op: "mount tmpfs upper", Path: p, Detail: "mkdir", Err: err}
-		}
-		if err := unix.FsconfigSetString(fs, d+"dir", p); err != nil {
-			return &SetupError{Op: "mount overlay", Path: p, Detail: fsDetail(fs, d+"dir (tmpfs)"), Err: err}
-		}
-	}
-	return nil
-}
-
-// fsDetail appends the kernel's own explanation, which fsopen file descriptors keep for reading.
-func fsDetail(fs int, what string) string {
-	var b [512]byte
-	n, err := unix.Read(fs, b[:])
-	if err != nil || n <= 0 {
-		return what
-	}
-	return what + " (" + strings.TrimSpace(string(b[:n])) + ")"
-}
-
-// cloneTree returns a detached recursive copy of the mount tree at path with attr set on all of it.
-func cloneTree(path string, attr uint64) (int, *SetupError) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.AT_RECURSIVE|unix.O_CLOEXEC)
-	if err != nil {
-		return -1, &SetupError{Op: "clone mount", Path: path, Err: err}
-	}
-	ma := unix.MountAttr{Attr_set: attr, Propagation: unix.MS_PRIVATE}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &ma); err != nil {
-		unix.Close(fd)
-		return -1, &SetupError{Op: "clone mount", Path: path, Detail: "mount_setattr", Err: err}
-	}
-	return fd, nil
 }
 
 // pivot makes the detached mount root the root of this mount namespace and drops the host's tree. The
@@ -457,118 +361,25 @@ func pivot(root int) *SetupError {
 	return nil
 }
 
-// procReadOnly are the parts of /proc through which uid 0 acts on the whole host by file permissions
-// alone, with no capability: global sysctls (kernel.core_pattern would run a program as host root),
-// the magic SysRq trigger, IRQ affinity, bus and file system settings. runc makes the same ones read-only.
-var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}
-
-// A fresh /proc, a small /dev, and tmpfs on /tmp and /run (scratch that must not land in the upper).
-// /sys is not mounted: builds do not need it, and a read-only sysfs would still show host hardware.
-// With dropCaps, procReadOnly are bound read-only on themselves; without, the command keeps
-// CAP_SYS_ADMIN and could remount them anyway, so the mounts are not paid for.
-func mountSystem(dropCaps bool) *SetupError {
-	for _, m := range []struct {
-		target, fstype, data string
-		flags                uintptr
-	}{
-		{"/proc", "proc", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
-		{"/dev", "tmpfs", "mode=0755,size=64k", unix.MS_NOSUID | unix.MS_NOEXEC},
-		{"/tmp", "tmpfs", "mode=1777", unix.MS_NOSUID | unix.MS_NODEV},
-		{"/run", "tmpfs", "mode=0755", unix.MS_NOSUID | unix.MS_NODEV},
-	} {
-		op := "mount " + m.fstype
-		// Creating a missing mount point would write it into the upper, which is the build's output.
-		var st unix.Stat_t
-		if err := unix.Lstat(m.target, &st); err != nil {
-			return &SetupError{Op: op, Path: m.target, Detail: "missing from the root (not created: it would land in the upper)", Err: err}
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return &SetupError{Op: op, Path: m.target, Detail: "not a directory in the root", Err: unix.ENOTDIR}
-		}
-		if err := unix.Mount(m.fstype, m.target, m.fstype, m.flags, m.data); err != nil {
-			return &SetupError{Op: op, Path: m.target, Err: err}
-		}
-		if m.target == "/dev" {
-			if e := populateDev(); e != nil {
-				return e
-			}
-		}
-		if m.target == "/proc" && dropCaps {
-			if e := protectProc(); e != nil {
-				return e
-			}
-		}
-	}
-	return nil
-}
-
-// protectProc bind-mounts each of procReadOnly that this kernel has read-only onto itself. Without
-// CAP_SYS_ADMIN the command can neither unmount nor remount them. About 40 µs.
-func protectProc() *SetupError {
-	for _, p := range procReadOnly {
-		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			if err == unix.ENOENT {
-				continue
-			}
-			return &SetupError{Op: "bind read-only", Path: p, Err: err}
-		}
-		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-		if err := unix.Mount("", p, "", flags, ""); err != nil {
-			return &SetupError{Op: "bind read-only", Path: p, Detail: "remount", Err: err}
-		}
-	}
-	return nil
-}
-
-func populateDev() *SetupError {
-	for _, d := range []struct {
-		name         string
-		major, minor uint32
-	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
-		p := "/dev/" + d.name
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
-			return &SetupError{Op: "mknod", Path: p, Err: err}
-		}
-	}
-	for _, l := range [][2]string{
-		{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"}, {"/proc/self/fd/1", "/dev/stdout"},
-		{"/proc/self/fd/2", "/dev/stderr"}, {"pts/ptmx", "/dev/ptmx"},
-	} {
-		if err := unix.Symlink(l[0], l[1]); err != nil {
-			return &SetupError{Op: "symlink", Path: l[1], Err: err}
-		}
-	}
-	for _, d := range []struct {
-		path, fstype, data string
-		mode               uint32
-		flags              uintptr
-	}{
-		{"/dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620,gid=5", 0o755, unix.MS_NOSUID | unix.MS_NOEXEC},
-		{"/dev/shm", "tmpfs", "mode=1777", 0o1777, unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
-	} {
-		if err := unix.Mkdir(d.path, d.mode); err != nil {
-			return &SetupError{Op: "mkdir", Path: d.path, Err: err}
-		}
-		if err := unix.Mount(d.fstype, d.path, d.fstype, d.flags, d.data); err != nil {
-			return &SetupError{Op: "mount " + d.fstype, Path: d.path, Err: err}
-		}
-	}
-	return nil
-}
-
-// mountBind attaches a bind tree that the parent opened and cloned, creating its target if missing.
-func mountBind(b initBind) *SetupError {
+// mountBind attaches a bind tree that the parent opened and cloned, creating its target if missing as
+// the sandbox's root would (on an idmapped upper, host root could not).
+func mountBind(b initBind, base uint32) *SetupError {
 	if _, err := os.Lstat(b.Target); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(b.Target), 0o755); err != nil {
-			return &SetupError{Op: "bind", Path: b.Target, Detail: "create parent of target", Err: unwrapErrno(err)}
-		}
-		if b.File {
-			err = unix.Mknod(b.Target, unix.S_IFREG|0o644, 0)
-		} else {
-			err = unix.Mkdir(b.Target, 0o755)
-		}
-		if err != nil {
-			return &SetupError{Op: "bind", Path: b.Target, Detail: "create target", Err: err}
+		if e := asSandboxRoot(base, func() *SetupError {
+			if err := os.MkdirAll(filepath.Dir(b.Target), 0o755); err != nil {
+				return &SetupError{Op: "bind", Path: b.Target, Detail: "create parent of target", Err: unwrapErrno(err)}
+			}
+			if b.File {
+				err = unix.Mknod(b.Target, unix.S_IFREG|0o644, 0)
+			} else {
+				err = unix.Mkdir(b.Target, 0o755)
+			}
+			if err != nil {
+				return &SetupError{Op: "bind", Path: b.Target, Detail: "create target", Err: err}
+			}
+			return nil
+		}); e != nil {
+			return e
 		}
 	}
 	if err := unix.MoveMount(b.FD, "", unix.AT_FDCWD, b.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
@@ -596,38 +407,26 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr)
 }
 
-// startCommand forks and executes the command from this locked thread, whose no_new_privs and
-// bounding set the child inherits (and which must be its ptrace tracer).
+// startCommand forks and executes the command from this locked thread, whose no_new_privs, session
+// keyring and seccomp filter the child inherits (and which must be its ptrace tracer).
 func startCommand(cfg *initConfig, stdio [3]uintptr) (int, *SetupError) {
 	s := &cfg.Spec
 	path, e := lookPath(s.Argv[0], s.Env)
 	if e != nil {
 		return 0, e
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return 0, &SetupError{Op: "prctl", Detail: "no_new_privs", Err: err}
-	}
-	if s.DropCaps {
-		if e := dropCaps(); e != nil {
-			return 0, e
-		}
+	if e := confine(); e != nil {
+		return 0, e
 	}
 	// Belt and braces after closeInherited: nothing but 0, 1 and 2 reaches the command.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return 0, &SetupError{Op: "close_range", Err: err}
 	}
 	unix.Umask(0o022)
-	sys := &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: []uint32{}},
-		// With limits, the command stops right after execve, before its first instruction, so that it
-		// can be put into its cgroups first (see cgroup).
-		Ptrace: len(cfg.CgroupProcs) > 0,
-		// With a terminal, the command leads a session of its own with it as controlling terminal
-		// (init's session has none): job control and ^C work inside.
-		Setsid:  cfg.Console > 0,
-		Setctty: cfg.Console > 0,
-		Ctty:    0,
-	}
+	sys := commandAttr(cfg, s.UID, s.GID)
+	// With a terminal, the command leads a session of its own with it as controlling terminal
+	// (init's session has none): job control and ^C work inside.
+	sys.Setsid, sys.Setctty, sys.Ctty = cfg.Console > 0, cfg.Console > 0, 0
 	pid, err := syscall.ForkExec(path, s.Argv, &syscall.ProcAttr{Env: s.Env, Files: stdio[:], Sys: sys})
 	if err != nil {
 		return 0, &SetupError{Op: "exec", Path: path, Err: err}
@@ -699,33 +498,6 @@ func lookPath(name string, env []string) (string, *SetupError) {
 		}
 	}
 	return "", &SetupError{Op: "exec", Path: name, Detail: "not found in PATH " + pathVar, Err: unix.ENOENT}
-}
-
-// dropCaps empties this thread's bounding, inheritable and ambient sets: the command, even as uid 0,
-// then executes with no capabilities. init keeps its own effective set (it needs little after this).
-func dropCaps() *SetupError {
-	for c := 0; ; c++ {
-		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
-		if err == unix.EINVAL {
-			break // past the last capability this kernel knows
-		}
-		if err != nil {
-			return &SetupError{Op: "drop capabilities", Detail: fmt.Sprintf("bounding set, cap %d", c), Err: err}
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return &SetupError{Op: "drop capabilities", Detail: "ambient set", Err: err}
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return &SetupError{Op: "drop capabilities", Detail: "capget", Err: err}
-	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return &SetupError{Op: "drop capabilities", Detail: "inheritable set", Err: err}
-	}
-	return nil
 }
 
 // reap waits as pid 1 must: it collects every zombie the sandbox's orphans leave, and returns once the

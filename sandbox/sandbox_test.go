@@ -373,7 +373,7 @@ func TestBinds(t *testing.T) {
 		grep -E ' /run/(in|deep/out) ' /proc/mounts`)
 	spec.Binds = []sandbox.Bind{
 		{Source: ro, Target: "/run/in"},
-		{Source: rw, Target: "/run/deep/out", Writable: true},
+		{Source: rw, Target: "/run/deep/out", Writable: true, IDs: sandbox.IDsSandbox},
 		{Source: file, Target: "/tmp/resolv.conf"},
 	}
 	r := run(t, spec)
@@ -398,6 +398,80 @@ func TestBinds(t *testing.T) {
 	}
 }
 
+// TestBindIDs: how a bind's host owners appear inside, and whose files the sandbox's writes are.
+func TestBindIDs(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	// dirs: root's (0755), anyone's (1777), and a user's (1000:1000), each with a file of root's.
+	mk := func(mode os.FileMode, uid int) string {
+		d := t.TempDir()
+		if err := os.WriteFile(filepath.Join(d, "roots"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	owner := func(p string) string {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%d:%d", st.Uid, st.Gid)
+	}
+	script := `stat -c '%u:%g' /run/b /run/b/roots; echo w > /run/b/new && echo wrote; chown 1000:1000 /run/b/new 2>/dev/null && echo chowned`
+	for _, c := range []struct {
+		name      string
+		ids       sandbox.BindIDs
+		dir       string
+		want      string // what the sandbox prints
+		newOwner  string // host owner of what it wrote ("" = nothing written)
+		rangeOwns bool   // the new file is owned by a host id of the sandbox's range
+	}{
+		{"host ids, root's dir", sandbox.IDsHost, mk(0o755, 0), "65534:65534\n65534:65534\n", "", false},
+		{"host ids, anyone's dir", sandbox.IDsHost, mk(0o1777, 0), "65534:65534\n65534:65534\nwrote\nchowned\n", "", true},
+		{"sandbox ids", sandbox.IDsSandbox, mk(0o755, 0), "0:0\n0:0\nwrote\nchowned\n", "1000:1000", false},
+		{"owner ids", sandbox.IDsOwner, mk(0o755, 1000), "0:0\n65534:65534\nwrote\n", "1000:1000", false},
+	} {
+		spec := readOnlySpec(t, "sh", "-c", script)
+		spec.Binds = []sandbox.Bind{{Source: c.dir, Target: "/run/b", Writable: true, IDs: c.ids}}
+		if r := run(t, spec); r.stdout != c.want {
+			t.Errorf("%s: got %q (%q), want %q", c.name, r.stdout, r.stderr, c.want)
+		}
+		got := owner(filepath.Join(c.dir, "new"))
+		switch {
+		case c.rangeOwns:
+			var uid, gid uint32
+			if _, err := fmt.Sscanf(got, "%d:%d", &uid, &gid); err != nil || uid < 0x70000000 || uid != gid-1000+1000 {
+				t.Errorf("%s: the new file is %s's on the host, want an id of the sandbox's range", c.name, got)
+			}
+		case c.newOwner != "" && got != c.newOwner:
+			t.Errorf("%s: the new file is %s's on the host, want %s", c.name, got, c.newOwner)
+		case c.newOwner == "" && !c.rangeOwns && !strings.Contains(got, "no such file"):
+			t.Errorf("%s: a file was written (%s)", c.name, got)
+		}
+	}
+	// The owner's ids of a writable bind that root owns would make the sandbox root there.
+	spec := readOnlySpec(t, "true")
+	spec.Binds = []sandbox.Bind{{Source: mk(0o755, 0), Target: "/run/b", Writable: true, IDs: sandbox.IDsOwner}}
+	_, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{})
+	var se *sandbox.SetupError
+	if !errors.As(err, &se) || !errors.Is(err, unix.EPERM) || !strings.Contains(se.Detail, "setuid-root") {
+		t.Errorf("writable owner-mapped bind of root's: got %v, want a SetupError (EPERM) that says why", err)
+	}
+	// Read-only, it is root's to read, and locked read-only.
+	ro := mk(0o755, 0)
+	spec = readOnlySpec(t, "sh", "-c", "stat -c %u /run/b/roots; echo x > /run/b/x || echo refused")
+	spec.Binds = []sandbox.Bind{{Source: ro, Target: "/run/b", IDs: sandbox.IDsOwner}}
+	if r := run(t, spec); r.stdout != "0\nrefused\n" {
+		t.Errorf("read-only owner-mapped bind: got %q %q", r.stdout, r.stderr)
+	}
+}
+
 func TestBindsNestedAndOverLowerFiles(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
@@ -413,7 +487,7 @@ func TestBindsNestedAndOverLowerFiles(t *testing.T) {
 	// Child first: the executor mounts parents first, so the inner bind lands on top of the outer one.
 	spec.Binds = []sandbox.Bind{
 		{Source: inner, Target: "/run/a/b"},
-		{Source: outer, Target: "/run/a", Writable: true},
+		{Source: outer, Target: "/run/a", Writable: true, IDs: sandbox.IDsSandbox},
 		{Source: which, Target: "/etc/which"}, // exists in the lowers: mounted over, not copied up
 	}
 	r := run(t, spec)
@@ -570,24 +644,15 @@ func TestExecutableGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := fileHash(t, exe)
-	// Without dropped capabilities, root in the sandbox can still reach /proc/1/exe: it must find a
-	// sealed copy, not the host binary.
-	r := run(t, readOnlySpec(t, "sh", "-c", `readlink /proc/1/exe; echo x > /proc/1/exe && echo WROTE; echo x >> /proc/1/exe && echo APPENDED; grep -c . /proc/1/status >/dev/null && echo status-ok`))
-	t.Logf("/proc/1/exe: %s", strings.SplitN(r.stdout, "\n", 2)[0])
-	if strings.HasPrefix(r.stdout, exe+"\n") {
-		t.Errorf("/proc/1/exe is the host binary %s, want a sealed handle", exe)
-	}
-	if strings.Contains(r.stdout, "WROTE") || strings.Contains(r.stdout, "APPENDED") {
-		t.Errorf("wrote to /proc/1/exe: %q %q", r.stdout, r.stderr)
+	// init is host root and not dumpable: root of the sandbox is neither, so /proc/1/exe (the sealed
+	// handle, selfexe_internal_test.go), its descriptors and its environment are out of reach.
+	r := run(t, readOnlySpec(t, "sh", "-c", `readlink /proc/1/exe || echo no-exe; readlink /proc/1/fd/0 || echo no-fd; cat /proc/1/environ || echo no-environ
+		echo x > /proc/1/exe && echo WROTE; grep -c . /proc/1/status >/dev/null && echo status-ok`))
+	if r.stdout != "no-exe\nno-fd\nno-environ\nstatus-ok\n" {
+		t.Errorf("got %q %q, want /proc/1/exe, fd and environ refused (and /proc/1/status readable)", r.stdout, r.stderr)
 	}
 	if after := fileHash(t, exe); after != before {
 		t.Error("the test binary changed on disk")
-	}
-	// Without capabilities, root in the sandbox cannot even look: init is not dumpable.
-	spec := readOnlySpec(t, "sh", "-c", `readlink /proc/1/exe || echo no-exe; readlink /proc/1/fd/0 || echo no-fd; cat /proc/1/environ || echo no-environ`)
-	spec.DropCaps = true
-	if r := run(t, spec); r.stdout != "no-exe\nno-fd\nno-environ\n" {
-		t.Errorf("DropCaps: got %q %q, want /proc/1/exe, fd and environ refused", r.stdout, r.stderr)
 	}
 }
 
@@ -712,22 +777,35 @@ func TestSignalsAreForwarded(t *testing.T) {
 	}
 }
 
-func TestMountNeedsCapabilities(t *testing.T) {
+// TestMountsLocked: root of the sandbox has every capability of its own user namespace, and its own
+// mount namespace, so it may mount over its own view; but every mount init made is locked there: none
+// can be unmounted (to show what it covers) or made writable again.
+func TestMountsLocked(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
-	// Root in the sandbox keeps its capabilities by default (no user namespace yet): it can mount.
-	spec := readOnlySpec(t, "sh", "-c", "mount -t tmpfs none /tmp && echo mounted; grep CapEff /proc/self/status")
+	in := t.TempDir()
+	script := `grep CapEff /proc/self/status
+		mkdir /tmp/m && mount -t tmpfs none /tmp/m && echo own-mount
+		mount -o remount,rw / && echo ROOT-RW; touch /rootfile 2>/dev/null && echo ROOT-WRITTEN
+		mount -o remount,bind,rw /run/in && echo BIND-RW; touch /run/in/x 2>/dev/null && echo BIND-WRITTEN
+		mount -o remount,bind,suid /run/in && echo BIND-SUID
+		umount /proc && echo PROC-UNMOUNTED; umount -l /dev && echo DEV-UNMOUNTED
+		mount -t proc proc /tmp/m && echo NEW-PROC; mount -t sysfs sys /tmp/m && echo SYSFS
+		mount -t cgroup -o memory cg /tmp/m && echo CGROUP1; mount -t cgroup2 cg /tmp/m && echo CGROUP2
+		true`
+	spec := readOnlySpec(t, "sh", "-c", script)
+	spec.Binds = []sandbox.Bind{{Source: in, Target: "/run/in"}}
 	r := run(t, spec)
-	if !strings.Contains(r.stdout, "mounted") {
-		t.Errorf("default: got %q %q, want mount to work", r.stdout, r.stderr)
+	if !strings.Contains(r.stdout, "CapEff:\t000001ffffffffff") || !strings.Contains(r.stdout, "own-mount\n") {
+		t.Errorf("got %q %q, want every capability (of the user namespace) and a mount of its own", r.stdout, r.stderr)
 	}
-	spec.DropCaps = true
-	r = run(t, spec)
-	if strings.Contains(r.stdout, "mounted") || !strings.Contains(strings.ToLower(r.stderr), "permission denied") {
-		t.Errorf("DropCaps: got %q %q, want mount to fail with EPERM", r.stdout, r.stderr)
+	for _, bad := range []string{"ROOT-RW", "ROOT-WRITTEN", "BIND-RW", "BIND-WRITTEN", "BIND-SUID", "PROC-UNMOUNTED", "DEV-UNMOUNTED", "NEW-PROC", "SYSFS", "CGROUP1", "CGROUP2"} {
+		if strings.Contains(r.stdout, bad) {
+			t.Errorf("%s: the sandbox did it:\n%s", bad, r.stdout)
+		}
 	}
-	if !strings.Contains(r.stdout, "CapEff:\t0000000000000000") {
-		t.Errorf("DropCaps: got %q, want no effective capabilities", r.stdout)
+	if ents, _ := os.ReadDir(in); len(ents) != 0 {
+		t.Errorf("the read-only bind's source has %d entries", len(ents))
 	}
 }
 
@@ -737,7 +815,7 @@ func TestHostRoot(t *testing.T) {
 	out := t.TempDir()
 	spec := &sandbox.Spec{
 		Root:  sandbox.Root{Host: true},
-		Binds: []sandbox.Bind{{Source: out, Target: "/run/out", Writable: true}},
+		Binds: []sandbox.Bind{{Source: out, Target: "/run/out", Writable: true, IDs: sandbox.IDsSandbox}},
 		Argv:  []string{"/bin/sh", "-c", "echo built > /run/out/seed; touch /etc/shed-test-x; echo $?; test -x /usr/bin/env && echo host-tools"},
 		Env:   []string{"PATH=/usr/bin:/bin"},
 	}
@@ -791,4 +869,84 @@ func wantSetupError(t *testing.T, err error, op, path string, errno unix.Errno) 
 		t.Errorf("got %q (op %q, path %q), want op %q path %q errno %v", err, se.Op, se.Path, op, path, errno)
 	}
 	return se
+}
+
+// TestUserNamespace: the command is root of a user namespace whose ids are a range of host ids that no
+// other live sandbox has; the layers are idmapped, so files on disk keep their owners both ways.
+func TestUserNamespace(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	// Four sandboxes at once, each with its own range.
+	type started struct {
+		p    *sandbox.Process
+		out  *bufio.Scanner
+		in   *os.File
+		base uint64
+	}
+	var all []started
+	for range 4 {
+		spec, _ := writableSpec(t, "sh", "-c", "tr -s ' ' < /proc/self/uid_map; tr -s ' ' < /proc/self/gid_map; echo ready; read x")
+		inR, inW, _ := os.Pipe()
+		outR, outW, _ := os.Pipe()
+		p, err := sandbox.Start(context.Background(), spec, sandbox.Stdio{Stdin: inR, Stdout: outW, Stderr: outW})
+		inR.Close()
+		outW.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := started{p: p, out: bufio.NewScanner(outR), in: inW}
+		var maps []string
+		for s.out.Scan() && s.out.Text() != "ready" {
+			maps = append(maps, s.out.Text())
+		}
+		if len(maps) != 2 || maps[0] != maps[1] {
+			t.Fatalf("uid and gid maps: %q", maps)
+		}
+		if _, err := fmt.Sscanf(maps[0], " 0 %d 65536", &s.base); err != nil || s.base < 0x70000000 {
+			t.Fatalf("uid_map %q: want 0 mapped to 65536 ids of the sandbox range", maps[0])
+		}
+		all = append(all, s)
+	}
+	for i, a := range all {
+		for _, b := range all[:i] {
+			if a.base < b.base+65536 && b.base < a.base+65536 {
+				t.Errorf("two live sandboxes share host ids: %d and %d", a.base, b.base)
+			}
+		}
+	}
+	for _, s := range all {
+		s.in.Write([]byte("\n"))
+		s.in.Close()
+		if code, err := s.p.Wait(); code != 0 || err != nil {
+			t.Errorf("exit %d, %v", code, err)
+		}
+	}
+
+	// Idmapped layers: the lowers' root-owned files are root's inside, and what the sandbox writes and
+	// chowns lands in the upper with those same ids.
+	spec, upper := writableSpec(t, "sh", "-c", `stat -c %u:%g /bin/busybox /etc/which
+		echo x > /etc/new && mkdir /etc/d && touch /etc/d/f && chown 1234:5678 /etc/d/f && chmod 4755 /etc/d/f
+		rm /etc/lowerfile`)
+	if r := run(t, spec); r.stdout != "0:0\n0:0\n" || r.code != 0 {
+		t.Fatalf("got %q %q (exit %d)", r.stdout, r.stderr, r.code)
+	}
+	for _, c := range []struct {
+		path       string
+		uid, gid   uint32
+		mode, kind uint32
+	}{
+		{"etc", 0, 0, 0o755, unix.S_IFDIR},
+		{"etc/new", 0, 0, 0o644, unix.S_IFREG},
+		{"etc/d/f", 1234, 5678, 0o4755, unix.S_IFREG},
+		{"etc/lowerfile", 0, 0, 0, unix.S_IFCHR}, // a whiteout, made by the overlay as its creator
+	} {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(upper, c.path), &st); err != nil {
+			t.Errorf("%s: %v", c.path, err)
+			continue
+		}
+		if st.Uid != c.uid || st.Gid != c.gid || st.Mode&0o7777 != c.mode || st.Mode&unix.S_IFMT != c.kind {
+			t.Errorf("%s on disk: %d:%d mode %o, want %d:%d mode %o type %o", c.path, st.Uid, st.Gid, st.Mode, c.uid, c.gid, c.mode, c.kind)
+		}
+	}
 }

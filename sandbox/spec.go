@@ -14,6 +14,10 @@ import (
 // MaxLowers is the kernel's limit on overlay lower layers (OVL_MAX_STACK).
 const MaxLowers = 500
 
+// IDsPerSandbox is the number of uids (and gids) a sandbox has, 0 (its root) to 65535: its user
+// namespace maps them to a range of host ids that no other live sandbox has.
+const IDsPerSandbox = 65536
+
 // DefaultHostname is the sandbox's hostname when Spec.Hostname is empty.
 const DefaultHostname = "shed"
 
@@ -29,18 +33,13 @@ type Spec struct {
 	Env []string
 	// Dir is the working directory inside the sandbox; "" means "/".
 	Dir string
-	// UID and GID are the credentials the command runs with (0 is root of the sandbox); supplementary
-	// groups are always cleared.
+	// UID and GID are the credentials the command runs with, ids of the sandbox's own user namespace
+	// (0 is its root, which has every capability over the sandbox's files and none over the host's);
+	// below IDsPerSandbox. Supplementary groups are always cleared.
 	UID, GID uint32
 	// Hostname is the sandbox's hostname; "" means DefaultHostname.
 	Hostname string
 	Limits   Limits
-	// DropCaps empties the command's capability sets (bounding, inheritable, ambient), so that even as
-	// uid 0 it cannot mount, ptrace or open raw sockets. A command running as a non-zero UID has no
-	// capabilities anyway. It also makes /proc/sys, /proc/sysrq-trigger, /proc/irq, /proc/bus and
-	// /proc/fs read-only: uid 0 may write global sysctls such as kernel.core_pattern without any
-	// capability (docs/sandbox.md lists what DropCaps covers and what it does not).
-	DropCaps bool
 	// Control, if set, is an absolute host path where Start creates a unix socket (mode 0600) through
 	// which Exec runs more commands in the running sandbox. Only init holds it: the command never sees
 	// it. Put it in a directory that only the caller can write and that the sandbox cannot see (not
@@ -49,8 +48,8 @@ type Spec struct {
 }
 
 // ExecRequest is a command to run in a running sandbox (Exec). The fields mean what the Spec's fields
-// of the same names mean; the command gets the main command's restrictions (no_new_privs, DropCaps,
-// cgroups, namespaces).
+// of the same names mean; the command gets the main command's restrictions (user namespace, no_new_privs,
+// seccomp filter, cgroups, namespaces).
 type ExecRequest struct {
 	Argv, Env []string
 	Dir       string
@@ -94,9 +93,31 @@ type Bind struct {
 	// if Source is a file). Put it under /run or /tmp, which are tmpfs: creating it elsewhere writes
 	// into Upper.
 	Target string
-	// Writable makes the bind read-write; the default is read-only.
+	// Writable makes the bind read-write; the default is read-only (and locked so: no remount inside
+	// makes it writable).
 	Writable bool
+	// IDs says how the owners of the source's files appear inside (an idmapped mount).
+	IDs BindIDs
 }
+
+// BindIDs is how a bind's files' host owners appear inside the sandbox.
+type BindIDs int
+
+const (
+	// IDsHost (the default): as the host's ids, which the sandbox does not have: root's files appear
+	// owned by nobody (65534), and the sandbox reaches them by their "other" permission bits only.
+	// What the sandbox writes is owned by its own host ids. For inputs: fetched files, configuration.
+	IDsHost BindIDs = iota
+	// IDsSandbox: host ids 0..IDsPerSandbox-1 on the source are the sandbox's own 0..IDsPerSandbox-1,
+	// so root's files are the sandbox root's, and what it writes lands with the ids it chose. For a
+	// build's output in a private directory (a seed): the sandbox can make root-owned setuid files
+	// there, so never for a directory anyone else can reach.
+	IDsSandbox
+	// IDsOwner: the owner (uid and gid) of the source itself is the sandbox's root; other ids appear as
+	// nobody. For grants: the sandbox acts as that owner in the directory. A writable bind whose source
+	// host root owns is refused (the sandbox could make setuid-root files on the host).
+	IDsOwner
+)
 
 // Network: the sandbox always gets a new network namespace with only lo, up. There is no way to share
 // the host's network. It reaches the outside only through Listen sockets, which are created inside the
@@ -177,6 +198,9 @@ func (s *Spec) Validate() error {
 				return specErr(f+".target", "must not be under %s", p)
 			}
 		}
+		if b.IDs < IDsHost || b.IDs > IDsOwner {
+			return specErr(f+".ids", "unknown value %d", b.IDs)
+		}
 		if j, ok := seen[b.Target]; ok {
 			return specErr(f+".target", "duplicate of binds[%d].target", j)
 		}
@@ -195,6 +219,9 @@ func (s *Spec) Validate() error {
 			return specErr("hostname", "%s", err)
 		}
 	}
+	if s.UID >= IDsPerSandbox || s.GID >= IDsPerSandbox {
+		return specErr("uid", "uid %d and gid %d must be below %d (the sandbox's ids)", s.UID, s.GID, IDsPerSandbox)
+	}
 	if s.Limits.MemoryBytes < 0 {
 		return specErr("limits.memoryBytes", "must not be negative")
 	}
@@ -209,6 +236,9 @@ func (s *Spec) Validate() error {
 
 // Validate checks the request without any system call, as Spec.Validate checks the same fields.
 func (r *ExecRequest) Validate() error {
+	if r.UID >= IDsPerSandbox || r.GID >= IDsPerSandbox {
+		return specErr("uid", "uid %d and gid %d must be below %d (the sandbox's ids)", r.UID, r.GID, IDsPerSandbox)
+	}
 	return checkCommand(r.Argv, r.Env, r.Dir)
 }
 

@@ -29,6 +29,7 @@ type Process struct {
 	dec      *json.Decoder
 	cg       *cgroup
 	control  *controlSocket
+	ids      *idRange     // given back once every process of the sandbox is dead
 	terminal func() error // waits for the terminal's output to be copied (Stdio.Terminal)
 
 	once sync.Once
@@ -61,6 +62,7 @@ type Pending struct {
 	sync    *os.File
 	console [2]*os.File // the parent's and init's ends of the console socket (Stdio.Terminal)
 	stdio   Stdio
+	ids     *idRange
 	used    bool
 }
 
@@ -73,9 +75,14 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
-	pd := &Pending{ctx: ctx, stdio: stdio}
+	ids, err := acquireIDs()
+	if err != nil {
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	pd := &Pending{ctx: ctx, stdio: stdio, ids: ids}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		ids.release()
 		return nil, fmt.Errorf("start sandbox: socketpair: %w", err)
 	}
 	parentEnd, childEnd := os.NewFile(uintptr(pair[0]), "sandbox-sync"), os.NewFile(uintptr(pair[1]), "sandbox-sync")
@@ -84,6 +91,7 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			parentEnd.Close()
+			ids.release()
 			return nil, fmt.Errorf("start sandbox: socketpair: %w", err)
 		}
 		pd.console = [2]*os.File{os.NewFile(uintptr(pair[0]), "sandbox-console"), os.NewFile(uintptr(pair[1]), "sandbox-console")}
@@ -122,9 +130,11 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 	if err := cmd.Start(); err != nil {
 		parentEnd.Close()
 		pd.closeConsole()
+		ids.release()
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
 	pd.cmd, pd.sync, pd.Pid = cmd, parentEnd, cmd.Process.Pid
+	ids.record(pd.Pid)
 	return pd, nil
 }
 
@@ -150,6 +160,7 @@ func (pd *Pending) abort() {
 	_ = pd.cmd.Wait()
 	pd.sync.Close()
 	pd.closeConsole()
+	pd.ids.release()
 }
 
 // Start validates the spec and gives it to the pending init, as Start does for a new one. A Pending
@@ -170,7 +181,14 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 			f.Close()
 		}
 	}()
-	binds, trees, err := openBinds(spec.Binds)
+	// The sandbox's ids as a user namespace, for idmapped mounts (the layers, and binds that ask).
+	userns, err := userns(pd.ids.mapping(), pd.ids.mapping())
+	if err != nil {
+		pd.abort()
+		return nil, &SetupError{Op: "user namespace", Err: err}
+	}
+	handed = append(handed, userns)
+	binds, trees, err := openBinds(spec.Binds, pd.ids, userns)
 	handed = append(handed, trees...)
 	if err != nil {
 		pd.abort()
@@ -194,8 +212,9 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 	}
 
 	// The config names descriptors by their index among those sent with it; -1 is none.
-	cfg := &initConfig{Spec: *spec, Binds: binds, Control: -1, Console: -1}
-	var files []*os.File
+	cfg := &initConfig{Spec: *spec, Binds: binds, Control: -1, Console: -1, IDBase: pd.ids.base}
+	files := []*os.File{userns}
+	cfg.Userns = 0
 	for i := range cfg.Binds {
 		cfg.Binds[i].FD = len(files)
 		files = append(files, trees[i])
@@ -217,7 +236,7 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 		files = append(files, pd.console[1])
 		handed = append(handed, pd.console[1])
 	}
-	p := &Process{Pid: pd.cmd.Process.Pid, cmd: pd.cmd, sync: pd.sync, dec: json.NewDecoder(pd.sync), cg: cg, control: ctl}
+	p := &Process{Pid: pd.cmd.Process.Pid, cmd: pd.cmd, sync: pd.sync, dec: json.NewDecoder(pd.sync), cg: cg, control: ctl, ids: pd.ids}
 	// A failed send means init is gone: the handshake's read tells how it ended.
 	_ = sendFiles(pd.sync, files)
 	if cg != nil {
@@ -319,7 +338,9 @@ func (p *Process) release() error {
 		l.Close()
 	}
 	p.control.remove()
-	return p.cg.remove()
+	err := p.cg.remove()
+	p.ids.release() // every process of the sandbox is dead: its ids are free
+	return err
 }
 
 // Wait waits until every process of the sandbox is dead (the pid namespace is torn down) and returns the
@@ -381,7 +402,7 @@ func Run(ctx context.Context, spec *Spec, stdio Stdio) (int, error) {
 // component, and clones the mount tree under it (open_tree) with its final attributes: init only
 // attaches it. A path swapped after this cannot redirect the bind. The result is in mount order
 // (parents first), so a bind inside another bind's target lands on top of it.
-func openBinds(binds []Bind) ([]initBind, []*os.File, error) {
+func openBinds(binds []Bind, ids *idRange, userns *os.File) ([]initBind, []*os.File, error) {
 	order := make([]int, len(binds))
 	for i := range order {
 		order[i] = i
@@ -393,7 +414,7 @@ func openBinds(binds []Bind) ([]initBind, []*os.File, error) {
 	var trees []*os.File
 	for _, i := range order {
 		b := binds[i]
-		tree, file, err := openBind(b)
+		tree, file, err := openBind(b, ids, userns)
 		if err != nil {
 			return nil, trees, err
 		}
@@ -403,7 +424,7 @@ func openBinds(binds []Bind) ([]initBind, []*os.File, error) {
 	return out, trees, nil
 }
 
-func openBind(b Bind) (tree int, file bool, err error) {
+func openBind(b Bind, ids *idRange, sandboxNS *os.File) (tree int, file bool, err error) {
 	fd, name, err := openSource(b)
 	if err != nil {
 		return -1, false, &SetupError{Op: "open bind source", Path: name, Err: err}
@@ -424,7 +445,31 @@ func openBind(b Bind) (tree int, file bool, err error) {
 	if !b.Writable {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+	var ns *os.File
+	switch b.IDs {
+	case IDsSandbox:
+		ns = sandboxNS
+	case IDsOwner:
+		if b.Writable && st.Uid == 0 {
+			unix.Close(tree)
+			return -1, false, &SetupError{Op: "bind", Path: name,
+				Detail: "writable, and owned by host root: the sandbox would act as root in it and could make setuid-root files on the host; chown it to the user the sandbox works for",
+				Err:    unix.EPERM}
+		}
+		base := ids.mapping().outside
+		if ns, err = userns(idMapping{st.Uid, base, 1}, idMapping{st.Gid, base, 1}); err != nil {
+			unix.Close(tree)
+			return -1, false, &SetupError{Op: "bind", Path: name, Detail: "user namespace for the owner's ids", Err: err}
+		}
+		defer ns.Close()
+	}
+	if ns != nil {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(ns.Fd())
+	}
+	err = unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
+	runtime.KeepAlive(ns)
+	if err != nil {
 		unix.Close(tree)
 		return -1, false, &SetupError{Op: "bind", Path: name, Detail: "mount_setattr", Err: err}
 	}

@@ -35,7 +35,6 @@ func TestTerminal(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	spec := readOnlySpec(t, "sh", "-c", ttyScript)
-	spec.DropCaps = true
 	stdio := sandbox.Stdio{Stdin: strings.NewReader("hello\n"), Stdout: &out, Terminal: &sandbox.Terminal{Size: sandbox.Winsize{Rows: 31, Cols: 91}}}
 	code, err := sandbox.Run(ctx, spec, stdio)
 	if err != nil || code != 3 {

@@ -14,7 +14,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe rawsock | ptrace PID | setuid | tiocsti | connect PATH... | getfd PID")
+		fmt.Fprintln(os.Stderr, "usage: probe rawsock | ptrace PID | setuid | tiocsti | connect PATH... | getfd PID | syscall NAME | keysearch DESC")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -66,6 +66,57 @@ func main() {
 			}
 		}
 		fmt.Printf("getfd: %d descriptors, last error %v\n", got, last)
+	case "syscall":
+		// Each call is made with arguments the kernel refuses (EFAULT, EINVAL, EBADF) or that do
+		// nothing, so that run on the host it does no harm and says the call is there; in a sandbox
+		// the seccomp filter answers first, with EPERM (ENOSYS for another ABI).
+		name := os.Args[2]
+		var e unix.Errno
+		switch name {
+		case "bpf":
+			_, _, e = unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, 0, 0)
+		case "perf_event_open":
+			_, _, e = unix.Syscall6(unix.SYS_PERF_EVENT_OPEN, 0, 0, ^uintptr(0), ^uintptr(0), 0, 0)
+		case "userfaultfd":
+			var fd uintptr
+			fd, _, e = unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC, 0, 0)
+			if e == 0 {
+				unix.Close(int(fd))
+			}
+		case "open_by_handle_at":
+			_, _, e = unix.Syscall(unix.SYS_OPEN_BY_HANDLE_AT, ^uintptr(0), 0, 0)
+		case "io_uring_setup":
+			_, _, e = unix.Syscall(unix.SYS_IO_URING_SETUP, 1, 0, 0)
+		case "init_module":
+			_, _, e = unix.Syscall(unix.SYS_INIT_MODULE, 0, 0, 0)
+		case "kexec_file_load":
+			_, _, e = unix.Syscall6(unix.SYS_KEXEC_FILE_LOAD, ^uintptr(0), ^uintptr(0), 0, 0, 0, 0)
+		case "x32":
+			// getpid through the x32 ABI's number.
+			_, _, e = unix.Syscall(unix.SYS_GETPID|0x40000000, 0, 0, 0)
+		case "i386":
+			e = int80Getpid()
+		default:
+			fmt.Fprintln(os.Stderr, "unknown syscall", name)
+			os.Exit(2)
+		}
+		report(name, errno(e))
+	case "keysearch":
+		// A user key of that description, in the session keyring or the user keyring.
+		id, err := unix.KeyctlSearch(unix.KEY_SPEC_SESSION_KEYRING, "user", os.Args[2], 0)
+		if err != nil {
+			id, err = unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "user", os.Args[2], 0)
+		}
+		if err == nil {
+			b := make([]byte, 256)
+			n, rerr := unix.KeyctlBuffer(unix.KEYCTL_READ, id, b, 0)
+			if rerr == nil {
+				fmt.Printf("keysearch: found %q\n", b[:min(n, len(b))])
+				return
+			}
+			err = rerr
+		}
+		report("keysearch", err)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)

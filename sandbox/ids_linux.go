@@ -1,0 +1,298 @@
+package sandbox
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Every sandbox runs in user namespaces that map its ids 0..IDsPerSandbox-1 to a range of host ids that
+// no other live sandbox has (podman's per-container ranges, Nix's auto-allocate-uids, systemd-nspawn's
+// --private-users=pick). Root inside is then an unprivileged host id: it owns the sandbox's files and
+// nothing of the host's.
+const (
+	// idBase is the first host id of the pool: above the subordinate ids useradd hands out (up to
+	// 600100000 by Debian's login.defs) and systemd-nspawn's picks (up to 0x6FFFFFFF), below systemd's
+	// foreign range (0x7FFE0000).
+	idBase = 0x70000000
+	// idSlots is how many sandboxes can run at once on a host.
+	idSlots = 512
+)
+
+// idDir holds one lock file per slot and the user namespaces kept for idmapped mounts. Root's only.
+const idDir = "/run/toolshed/ids"
+
+// idRange is the slot of host ids a sandbox holds from Prestart until every process of it is gone.
+type idRange struct {
+	slot int
+	base uint32
+	lock *os.File // flock-held for the sandbox's life; records the init that uses the slot
+}
+
+// ErrNoIDs is returned when every slot of host ids is held by a live sandbox.
+var ErrNoIDs = errors.New("no free range of host ids for a sandbox")
+
+var poolChecked struct {
+	once sync.Once
+	err  error
+}
+
+// acquireIDs takes a free slot. A slot is free when no process holds its lock and the init recorded in
+// it is gone: a shed killed by SIGKILL drops the lock a moment before the kernel kills its sandbox, and
+// the sandbox's init disappears only once every process of its pid namespace has.
+func acquireIDs() (*idRange, error) {
+	poolChecked.once.Do(func() { poolChecked.err = checkPool() })
+	if poolChecked.err != nil {
+		return nil, poolChecked.err
+	}
+	if err := os.MkdirAll(idDir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox ids: %w", err)
+	}
+	// Start anywhere, so that a slot just given back is rarely the next one taken.
+	var b [4]byte
+	rand.Read(b[:])
+	start := int(binary.LittleEndian.Uint32(b[:]) % idSlots)
+	for i := range idSlots {
+		slot := (start + i) % idSlots
+		f, err := os.OpenFile(filepath.Join(idDir, strconv.Itoa(slot)+".lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox ids: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			continue
+		}
+		if initAlive(f) {
+			f.Close()
+			continue
+		}
+		return &idRange{slot: slot, base: idBase + uint32(slot)*IDsPerSandbox, lock: f}, nil
+	}
+	return nil, fmt.Errorf("%w: all %d are in use", ErrNoIDs, idSlots)
+}
+
+// mapping is the range as one line of a uid_map: the sandbox's 0.. are host base...
+func (r *idRange) mapping() idMapping { return idMapping{0, r.base, IDsPerSandbox} }
+
+// record writes the init that uses the slot (its pid and start time), for the next taker to check.
+func (r *idRange) record(pid int) {
+	if r == nil {
+		return
+	}
+	if start, err := startTime(pid); err == nil {
+		_ = r.lock.Truncate(0)
+		_, _ = r.lock.WriteAt([]byte(fmt.Sprintf("%d %d\n", pid, start)), 0)
+	}
+}
+
+// release gives the slot back: call it once every process of the sandbox is dead.
+func (r *idRange) release() {
+	if r == nil || r.lock == nil {
+		return
+	}
+	_ = r.lock.Truncate(0)
+	r.lock.Close()
+	r.lock = nil
+}
+
+// initAlive reports whether the init recorded in a slot's lock file still exists.
+func initAlive(f *os.File) bool {
+	var b [64]byte
+	n, _ := f.ReadAt(b[:], 0)
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscanf(string(b[:n]), "%d %d", &pid, &start); err != nil {
+		return false
+	}
+	now, err := startTime(pid)
+	return err == nil && now == start
+}
+
+// startTime is field 22 of /proc/PID/stat: with the pid, it names one process for good.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, errors.New("malformed stat")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// checkPool refuses a pool that overlaps ids this host gives to users or their subordinate ranges.
+func checkPool() error {
+	lo, hi := uint64(idBase), uint64(idBase)+idSlots*IDsPerSandbox
+	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+		if err := eachLine(f, func(line string) error {
+			parts := strings.Split(line, ":")
+			if len(parts) != 3 {
+				return nil
+			}
+			start, err1 := strconv.ParseUint(parts[1], 10, 32)
+			count, err2 := strconv.ParseUint(parts[2], 10, 32)
+			if err1 != nil || err2 != nil || start+count <= lo || start >= hi {
+				return nil
+			}
+			return fmt.Errorf("sandbox ids %d-%d overlap %s line %q: move that range below %d", lo, hi-1, f, line, lo)
+		}); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{"/etc/passwd", "/etc/group"} {
+		if err := eachLine(f, func(line string) error {
+			parts := strings.Split(line, ":")
+			if len(parts) < 3 {
+				return nil
+			}
+			if id, err := strconv.ParseUint(parts[2], 10, 32); err == nil && id >= lo && id < hi {
+				return fmt.Errorf("sandbox ids %d-%d include id %d of %s (%s)", lo, hi-1, id, f, parts[0])
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func eachLine(file string, fn func(string) error) error {
+	f, err := os.Open(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
+			if err := fn(line); err != nil {
+				return err
+			}
+		}
+	}
+	return sc.Err()
+}
+
+// idMapping is one line of a user namespace's uid_map or gid_map: inside id, outside id, count.
+type idMapping struct{ inside, outside, count uint32 }
+
+func (m idMapping) String() string { return fmt.Sprintf("%d-%d-%d", m.inside, m.outside, m.count) }
+
+// userns returns a descriptor of a user namespace with these maps, for idmapped mounts (the kernel
+// copies the maps into the mount: the namespace is not needed after). Making one needs a process that
+// enters it; that costs about a millisecond, so each one is made once and kept, as a bind mount of its
+// nsfs file under idDir (as ip-netns keeps network namespaces), until the host reboots.
+func userns(uid, gid idMapping) (*os.File, error) {
+	file := filepath.Join(idDir, "userns-u"+uid.String()+"-g"+gid.String())
+	if f, err := openUserns(file); err == nil {
+		return f, nil
+	}
+	// Made under a lock, so that two processes do not mount two namespaces on one file.
+	lk, err := lockDir(idDir, unix.LOCK_EX)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox ids: %w", err)
+	}
+	defer lk.Close()
+	if f, err := openUserns(file); err == nil {
+		return f, nil
+	}
+	if err := keepUserns(file, uid, gid); err != nil {
+		return nil, fmt.Errorf("make user namespace %s: %w", filepath.Base(file), err)
+	}
+	return openUserns(file)
+}
+
+// openUserns opens a kept user namespace, refusing anything that is not one (a plain file left by a
+// crash between creating the mount point and mounting on it).
+func openUserns(file string) (*os.File, error) {
+	f, err := os.OpenFile(file, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil || sfs.Type != unix.NSFS_MAGIC {
+		f.Close()
+		return nil, errors.New("not a namespace")
+	}
+	return f, nil
+}
+
+// keepUserns makes a user namespace with the given maps and bind-mounts it on file. The process that
+// makes it is started stopped (ptrace, at its execve) and never runs: it only carries the namespace
+// until the mount holds it.
+func keepUserns(file string, uid, gid idMapping) error {
+	runtime.LockOSThread() // the tracer is this thread
+	defer runtime.UnlockOSThread()
+	sys := &syscall.SysProcAttr{
+		Cloneflags:  unix.CLONE_NEWUSER,
+		Ptrace:      true,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid.inside), HostID: int(uid.outside), Size: int(uid.count)}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid.inside), HostID: int(gid.outside), Size: int(gid.count)}},
+		// The namespace is only for idmapped mounts; nothing ever runs in it.
+		GidMappingsEnableSetgroups: false,
+		Pdeathsig:                  unix.SIGKILL,
+	}
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"shed-userns-holder"}, &syscall.ProcAttr{Sys: sys})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		for {
+			if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+				break
+			}
+		}
+	}()
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	if !ws.Stopped() {
+		return fmt.Errorf("holder did not stop (status %#x)", ws)
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, fmt.Sprintf("/proc/%d/ns/user", pid), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	defer unix.Close(tree)
+	_ = os.Remove(file)
+	mp, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	mp.Close()
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, file, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		os.Remove(file)
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,328 @@
+package sandbox
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The sandbox's file system, built by init (root of the host, in the sandbox's new mount namespace) for
+// a command that runs in a user namespace of its own (see startCommand):
+//
+//   - Every layer of the root (the lowers, and a build's upper) is an idmapped mount: files that root
+//     owns on disk appear owned by the sandbox's root, and what the sandbox writes lands on disk with
+//     the ids it chose. Store paths keep Debian's owners, and a build's output needs no mapping back.
+//   - The overlay itself is made here, in the host's user namespace, so that it keeps its markers in
+//     trusted.overlay.* xattrs as every store path has them (an overlay made inside a user namespace
+//     uses user.overlay.*), and only the host can set them.
+//   - Everything is mounted before the command exists; the command then gets a copy of this mount
+//     namespace owned by its own user namespace, in which the kernel locks every mount (MNT_LOCKED and
+//     the MNT_LOCK_* flags): it cannot unmount one to see what it covers, or remount a read-only one
+//     writable.
+
+const noSuidDev = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+
+// mountRoot returns the root file system as a detached mount.
+func mountRoot(r *Root, cfg *initConfig) (int, *SetupError) {
+	switch {
+	case r.Host:
+		// The host's own tree, read-only: its files keep their host owners (root's appear as nobody).
+		return cloneTree("/", unix.AT_RECURSIVE, unix.MOUNT_ATTR_RDONLY|noSuidDev, -1)
+	case len(r.Lowers) == 1 && r.Upper == "" && !r.UpperTmpfs:
+		// overlayfs refuses a single lower without an upper: a read-only bind is the same thing.
+		return cloneTree(r.Lowers[0], 0, unix.MOUNT_ATTR_RDONLY|noSuidDev, cfg.Userns)
+	}
+	fs, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, &SetupError{Op: "mount overlay", Detail: "fsopen", Err: err}
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetString(fs, "source", "overlay"); err != nil {
+		return -1, &SetupError{Op: "mount overlay", Detail: fsDetail(fs, "source"), Err: err}
+	}
+	// One "lowerdir+" per layer, each an idmapped mount given by descriptor: no 4 KiB limit on the
+	// options, no path looked up again. Overlay wants the top layer first. A detached mount lives as
+	// long as a descriptor of it: they are closed once the overlay has its own clones (at create).
+	var held []int
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
+	for i := len(r.Lowers) - 1; i >= 0; i-- {
+		l, e := cloneTree(r.Lowers[i], 0, unix.MOUNT_ATTR_RDONLY|noSuidDev, cfg.Userns)
+		if e != nil {
+			e.Op, e.Detail = "mount overlay", strings.TrimSpace(fmt.Sprintf("lowerdir+ root.lowers[%d]: %s", i, e.Detail))
+			return -1, e
+		}
+		held = append(held, l)
+		if err := unix.FsconfigSetFd(fs, "lowerdir+", l); err != nil {
+			return -1, &SetupError{Op: "mount overlay", Path: r.Lowers[i],
+				Detail: fsDetail(fs, fmt.Sprintf("lowerdir+ root.lowers[%d]", i)), Err: err}
+		}
+	}
+	attr := uint64(noSuidDev)
+	switch {
+	case r.UpperTmpfs:
+		tree, e := tmpfsUpper(fs, r.UpperSize, cfg.Userns)
+		if e != nil {
+			return -1, e
+		}
+		held = append(held, tree)
+	case r.Upper != "":
+		tree, e := diskUpper(fs, r.Upper, r.Work, cfg.Userns)
+		if e != nil {
+			return -1, e
+		}
+		held = append(held, tree)
+	default:
+		attr |= unix.MOUNT_ATTR_RDONLY
+	}
+	if e := createAs(fs, cfg.IDBase); e != nil {
+		return -1, e
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, int(attr))
+	if err != nil {
+		return -1, &SetupError{Op: "mount overlay", Detail: "fsmount", Err: err}
+	}
+	return m, nil
+}
+
+// createAs creates the overlay with its creator's file system ids set to the sandbox's root. overlayfs
+// does its own work (the work directory, whiteouts, copying files up) with its creator's credentials,
+// and through an idmapped upper those must be ids the mapping has: host root's are not (EOVERFLOW).
+func createAs(fs int, base uint32) *SetupError {
+	return asSandboxRoot(base, func() *SetupError {
+		if err := unix.FsconfigCreate(fs); err != nil {
+			return &SetupError{Op: "mount overlay", Detail: fsDetail(fs, "create"), Err: err}
+		}
+		return nil
+	})
+}
+
+// asSandboxRoot runs fn on this thread with its file system ids set to the sandbox's root (host id
+// base), and its capabilities: what it creates is the sandbox root's, on an idmapped layer too.
+// Switching the fsuid from 0 clears the file system capabilities from the effective set: they are
+// raised again from the permitted set, and switching back restores them on its own. Any change of
+// the fsuid also clears the parent-death signal and resets dumpability: both are set again. (Should
+// the parent die in between, init finds its sync socket closed when it waits for "go".)
+func asSandboxRoot(base uint32, fn func() *SetupError) *SetupError {
+	_ = unix.Setfsuid(int(base))
+	_ = unix.Setfsgid(int(base))
+	defer func() {
+		_ = unix.Setfsuid(0)
+		_ = unix.Setfsgid(0)
+		_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	}()
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return &SetupError{Op: "capget", Err: err}
+	}
+	data[0].Effective, data[1].Effective = data[0].Permitted, data[1].Permitted
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return &SetupError{Op: "capset", Err: err}
+	}
+	return fn()
+}
+
+// diskUpper gives the overlay an upper and work directory on disk through one idmapped mount of the
+// directory that holds both (overlayfs wants them on one mount), opened beneath it without following a
+// symlink. It returns that mount, for the caller to close once the overlay is created.
+func diskUpper(fs int, upper, work string, userns int) (int, *SetupError) {
+	parent := commonDir(upper, work)
+	tree, e := cloneTree(parent, 0, noSuidDev, userns)
+	if e != nil {
+		return -1, e
+	}
+	if e := setUpper(fs, tree, parent, strings.TrimPrefix(upper, parent), strings.TrimPrefix(work, parent)); e != nil {
+		unix.Close(tree)
+		return -1, e
+	}
+	return tree, nil
+}
+
+// setUpper opens upper and work beneath the mount tree (whose root is parent) and gives them to the
+// overlay context fs.
+func setUpper(fs, tree int, parent, upper, work string) *SetupError {
+	for _, d := range [][2]string{{"upperdir", upper}, {"workdir", work}} {
+		rel := strings.TrimPrefix(d[1], "/")
+		p := filepath.Join(parent, rel)
+		fd, err := unix.Openat2(tree, rel, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return &SetupError{Op: "mount overlay", Path: p, Detail: "open " + d[0], Err: err}
+		}
+		err = unix.FsconfigSetFd(fs, d[0], fd)
+		unix.Close(fd)
+		if err != nil {
+			return &SetupError{Op: "mount overlay", Path: p, Detail: fsDetail(fs, d[0]), Err: err}
+		}
+	}
+	return nil
+}
+
+// commonDir is the deepest directory that holds both clean absolute paths a and b.
+func commonDir(a, b string) string {
+	d := filepath.Dir(a)
+	for !within(b, d) {
+		d = filepath.Dir(d)
+	}
+	return d
+}
+
+// upperStaging is where init mounts the tmpfs of Root.UpperTmpfs, in its own mount namespace and before
+// the pivot: the host's /proc, which every Linux host has, is not needed there any more, and the pivot
+// detaches it with the rest of the host's tree.
+const upperStaging = "/proc"
+
+// tmpfsUpper mounts the tmpfs of Root.UpperTmpfs on upperStaging and gives directories in it, through an
+// idmapped clone of it, to the overlay context fs as its upper and work directories. The overlay keeps
+// its own private clone, so the tmpfs lives exactly as long as the overlay, until the sandbox's mount
+// namespace goes; neither the host nor the command can reach it. It returns the clone, for the caller to
+// close once the overlay is created.
+func tmpfsUpper(fs int, size int64, userns int) (int, *SetupError) {
+	data := "mode=0755"
+	if size > 0 {
+		data += ",size=" + strconv.FormatInt(size, 10)
+	}
+	if err := unix.Mount("tmpfs", upperStaging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return -1, &SetupError{Op: "mount tmpfs upper", Path: upperStaging, Detail: data, Err: err}
+	}
+	for _, d := range []string{"upper", "work"} {
+		p := upperStaging + "/" + d
+		if err := unix.Mkdir(p, 0o755); err != nil {
+			return -1, &SetupError{Op: "mount tmpfs upper", Path: p, Detail: "mkdir", Err: err}
+		}
+	}
+	tree, e := cloneTree(upperStaging, 0, noSuidDev, userns)
+	if e != nil {
+		return -1, e
+	}
+	if e := setUpper(fs, tree, upperStaging, "upper", "work"); e != nil {
+		unix.Close(tree)
+		return -1, e
+	}
+	return tree, nil
+}
+
+// fsDetail appends the kernel's own explanation, which fsopen file descriptors keep for reading.
+func fsDetail(fs int, what string) string {
+	var b [512]byte
+	n, err := unix.Read(fs, b[:])
+	if err != nil || n <= 0 {
+		return what
+	}
+	return what + " (" + strings.TrimSpace(string(b[:n])) + ")"
+}
+
+// cloneTree returns a detached copy of the mount at path (with the mounts below it if flags has
+// AT_RECURSIVE) with attr set on all of it, idmapped with the user namespace userns unless it is -1.
+// A symlink as the last component of path is not followed.
+func cloneTree(path string, flags int, attr uint64, userns int) (int, *SetupError) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, uint(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW|flags))
+	if err != nil {
+		return -1, &SetupError{Op: "clone mount", Path: path, Detail: "open_tree", Err: err}
+	}
+	ma := unix.MountAttr{Attr_set: attr, Propagation: unix.MS_PRIVATE}
+	if userns >= 0 {
+		ma.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		ma.Userns_fd = uint64(userns)
+	}
+	if err := unix.MountSetattr(fd, "", uint(unix.AT_EMPTY_PATH|(flags&unix.AT_RECURSIVE)), &ma); err != nil {
+		unix.Close(fd)
+		detail := "mount_setattr"
+		if userns >= 0 {
+			detail = "mount_setattr (idmap)"
+		}
+		return -1, &SetupError{Op: "clone mount", Path: path, Detail: detail, Err: err}
+	}
+	return fd, nil
+}
+
+// A fresh /proc, a small /dev, and tmpfs on /tmp and /run (scratch that must not land in the upper).
+// /sys is not mounted: builds do not need it, and a read-only sysfs would still show host hardware.
+// The tmpfs are the sandbox root's (uid= and gid= are host ids: its range's first). /proc belongs to
+// the host's user namespace: the sandbox cannot write a host-wide sysctl, which root owns.
+func mountSystem(base uint32) *SetupError {
+	owner := fmt.Sprintf(",uid=%d,gid=%d", base, base)
+	for _, m := range []struct {
+		target, fstype, data string
+		flags                uintptr
+	}{
+		{"/proc", "proc", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{"/dev", "tmpfs", "mode=0755,size=64k" + owner, unix.MS_NOSUID | unix.MS_NOEXEC},
+		{"/tmp", "tmpfs", "mode=1777" + owner, unix.MS_NOSUID | unix.MS_NODEV},
+		{"/run", "tmpfs", "mode=0755" + owner, unix.MS_NOSUID | unix.MS_NODEV},
+	} {
+		op := "mount " + m.fstype
+		// Creating a missing mount point would write it into the upper, which is the build's output.
+		var st unix.Stat_t
+		if err := unix.Lstat(m.target, &st); err != nil {
+			return &SetupError{Op: op, Path: m.target, Detail: "missing from the root (not created: it would land in the upper)", Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return &SetupError{Op: op, Path: m.target, Detail: "not a directory in the root", Err: unix.ENOTDIR}
+		}
+		if err := unix.Mount(m.fstype, m.target, m.fstype, m.flags, m.data); err != nil {
+			return &SetupError{Op: op, Path: m.target, Err: err}
+		}
+		if m.target == "/dev" {
+			if e := populateDev(base); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// populateDev makes the standard device nodes, owned by the sandbox's root: the only ones it has, since
+// it cannot make any (mknod needs CAP_MKNOD in the host's user namespace).
+func populateDev(base uint32) *SetupError {
+	for _, d := range []struct {
+		name         string
+		major, minor uint32
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
+		p := "/dev/" + d.name
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+			return &SetupError{Op: "mknod", Path: p, Err: err}
+		}
+		if err := unix.Lchown(p, int(base), int(base)); err != nil {
+			return &SetupError{Op: "chown", Path: p, Err: err}
+		}
+	}
+	for _, l := range [][2]string{
+		{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"}, {"/proc/self/fd/1", "/dev/stdout"},
+		{"/proc/self/fd/2", "/dev/stderr"}, {"pts/ptmx", "/dev/ptmx"},
+	} {
+		if err := unix.Symlink(l[0], l[1]); err != nil {
+			return &SetupError{Op: "symlink", Path: l[1], Err: err}
+		}
+		if err := unix.Lchown(l[1], int(base), int(base)); err != nil {
+			return &SetupError{Op: "chown", Path: l[1], Err: err}
+		}
+	}
+	// The terminals' group is tty (5) of the sandbox.
+	for _, d := range []struct {
+		path, fstype, data string
+		mode               uint32
+		flags              uintptr
+	}{
+		{"/dev/pts", "devpts", fmt.Sprintf("newinstance,ptmxmode=0666,mode=0620,gid=%d", base+5), 0o755, unix.MS_NOSUID | unix.MS_NOEXEC},
+		{"/dev/shm", "tmpfs", fmt.Sprintf("mode=1777,uid=%d,gid=%d", base, base), 0o1777, unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+	} {
+		if err := unix.Mkdir(d.path, d.mode); err != nil {
+			return &SetupError{Op: "mkdir", Path: d.path, Err: err}
+		}
+		if err := unix.Mount(d.fstype, d.path, d.fstype, d.flags, d.data); err != nil {
+			return &SetupError{Op: "mount " + d.fstype, Path: d.path, Err: err}
+		}
+	}
+	return nil
+}
