@@ -22,6 +22,13 @@ type Grant struct {
 // ErrGrant marks a grant that is refused.
 var ErrGrant = errors.New("grant refused")
 
+// Refusals that say more (each is also ErrGrant): a symlink on the way, and a
+// writable grant of a directory that root owns.
+var (
+	ErrGrantSymlink = fmt.Errorf("%w", ErrGrant)
+	ErrGrantRoot    = fmt.Errorf("%w", ErrGrant)
+)
+
 // ParseGrant reads --grant HOSTPATH[:BENCHPATH][:ro|rw] (default ro, bench
 // path = host path).
 func ParseGrant(s string) (Grant, error) {
@@ -104,6 +111,9 @@ func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 		fd, err := openNoSymlinks(g.Host)
 		if err != nil {
 			closeAll()
+			if errors.Is(err, unix.ELOOP) {
+				return nil, fmt.Errorf("%w: %s: a component of the path is a symlink", ErrGrantSymlink, g.Host)
+			}
 			return nil, fmt.Errorf("%w: %s: %v", ErrGrant, g.Host, err)
 		}
 		var st unix.Stat_t
@@ -115,7 +125,7 @@ func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 		if g.Mode == "rw" && st.Uid == 0 {
 			fd.Close()
 			closeAll()
-			return nil, fmt.Errorf("%w: %s rw: it is root's, and a Bench is its grant's owner there: it could leave setuid-root files on the host (chown it to the user the Bench works for, or grant it ro)", ErrGrant, g.Host)
+			return nil, fmt.Errorf("%w: %s rw: it is root's, and a Bench is its grant's owner there: it could leave setuid-root files on the host", ErrGrantRoot, g.Host)
 		}
 		out = append(out, resolved{g, fd})
 	}
@@ -150,9 +160,6 @@ func openNoSymlinks(p string) (*os.File, error) {
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			return nil, fmt.Errorf("a component of the path is a symlink (grants follow none: name the real directory)")
-		}
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), p), nil

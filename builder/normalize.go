@@ -258,7 +258,7 @@ func (c *capture) entry(dirfd int, name, rel string, st *unix.Stat_t) error {
 		return fmt.Errorf("%w: %s is owned by %d:%d; a Bench has ids 0 to %d only", ErrHostileLayer, rel, st.Uid, st.Gid, sandbox.IDsPerSandbox-1)
 	}
 	p := procPath(dirfd, name)
-	names, err := listXattrs(p)
+	names, err := listXattrs(p, name == "")
 	if err != nil {
 		return fmt.Errorf("list xattrs of %s: %w", rel, err)
 	}
@@ -267,7 +267,7 @@ func (c *capture) entry(dirfd int, name, rel string, st *unix.Stat_t) error {
 		switch {
 		case x == opaqueXattr:
 			// Only a directory may be opaque, and overlayfs writes "y".
-			if v, err := lgetxattr(p, x); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || string(v) != "y" {
+			if v, err := getXattr(p, x, name == ""); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || string(v) != "y" {
 				drop = append(drop, x)
 			}
 		case !slices.Contains(keptXattrs, x):
@@ -285,16 +285,23 @@ func (c *capture) entry(dirfd int, name, rel string, st *unix.Stat_t) error {
 }
 
 // remove strips the entry's xattrs, reaching it from the output's root
-// descriptor without following a symlink.
+// descriptor without following a symlink. An entry removed as junk is gone.
 func (x stripXattrs) remove(root int) error {
 	dfd, err := openBeneath(root, x.dir)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dfd)
 	p := procPath(dfd, x.name)
+	remove := unix.Lremovexattr
+	if x.name == "" {
+		remove = unix.Removexattr
+	}
 	for _, name := range x.xattrs {
-		if err := unix.Lremovexattr(p, name); err != nil && !errors.Is(err, unix.ENODATA) {
+		if err := remove(p, name); err != nil && !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("strip %s from %s: %w", name, path.Join(x.dir, x.name), err)
 		}
 	}
@@ -302,8 +309,10 @@ func (x stripXattrs) remove(root int) error {
 }
 
 // procPath names the entry name of the open directory dirfd (the directory
-// itself if name is ""), for the l*xattr calls, which take paths: the
-// directory by its descriptor, the entry's last component not followed.
+// itself if name is ""), for the xattr calls, which take paths: the directory
+// by its descriptor, then the entry, whose last component the l* calls do not
+// follow. The directory itself is reached by following its descriptor's
+// magic link (the non-l calls), which names exactly the directory opened.
 func procPath(dirfd int, name string) string {
 	p := "/proc/self/fd/" + strconv.Itoa(dirfd)
 	if name != "" {
@@ -420,9 +429,14 @@ func readNames(fd int) ([]string, error) {
 	}
 }
 
-// listXattrs lists the names of p's extended attributes, not following a symlink.
-func listXattrs(p string) ([]string, error) {
-	n, err := unix.Llistxattr(p, nil)
+// listXattrs lists the names of p's extended attributes, not following a
+// symlink at p unless follow.
+func listXattrs(p string, follow bool) ([]string, error) {
+	list := unix.Llistxattr
+	if follow {
+		list = unix.Listxattr
+	}
+	n, err := list(p, nil)
 	if err != nil || n == 0 {
 		if errors.Is(err, unix.ENOTSUP) {
 			err = nil
@@ -430,7 +444,7 @@ func listXattrs(p string) ([]string, error) {
 		return nil, err
 	}
 	buf := make([]byte, n)
-	n, err = unix.Llistxattr(p, buf)
+	n, err = list(p, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -443,9 +457,13 @@ func listXattrs(p string) ([]string, error) {
 	return names, nil
 }
 
-func lgetxattr(p, name string) ([]byte, error) {
+func getXattr(p, name string, follow bool) ([]byte, error) {
+	get := unix.Lgetxattr
+	if follow {
+		get = unix.Getxattr
+	}
 	buf := make([]byte, 64)
-	n, err := unix.Lgetxattr(p, name, buf)
+	n, err := get(p, name, buf)
 	if err != nil {
 		return nil, err
 	}

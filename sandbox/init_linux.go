@@ -298,6 +298,11 @@ func setup(cfg *initConfig) *SetupError {
 		return &SetupError{Op: "make mounts private", Path: "/", Err: err}
 	}
 	root, e := mountRoot(&s.Root, cfg)
+	// The layers are idmapped: the user namespace that gave them their ids is not needed any more.
+	if cfg.Userns > 0 {
+		unix.Close(cfg.Userns)
+		cfg.Userns = 0
+	}
 	if e != nil {
 		return e
 	}

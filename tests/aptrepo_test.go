@@ -310,7 +310,7 @@ func TestHostilePackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo := newAptRepo(t,
-		debSpec{name: "hostile-dev", version: "1", postinst: "mknod /usr/share/evil-null c 1 3"},
+		debSpec{name: "hostile-dev", version: "1", postinst: "mkdir -p /var/lib/hostile-dev\nif mknod /usr/share/evil-null c 1 3; then echo made; else echo refused; fi > /var/lib/hostile-dev/result"},
 		debSpec{name: "hostile-net", version: "1", postinst: fmt.Sprintf(
 			"mkdir -p /var/lib/hostile-net\nif perl -MIO::Socket::INET -e 'exit(IO::Socket::INET->new(PeerAddr=>\"127.0.0.1:%d\",Timeout=>3)?0:1)'; then echo reached > /var/lib/hostile-net/result; else echo unreachable > /var/lib/hostile-net/result; fi", port)},
 		debSpec{name: "hostile-random", version: "1", postinst: "mkdir -p /var/lib/hostile-random\nod -An -N8 -tx8 /dev/urandom > /var/lib/hostile-random/value"},
@@ -321,14 +321,16 @@ func TestHostilePackages(t *testing.T) {
 	)
 	dir := t.TempDir()
 
-	t.Run("device node refused", func(t *testing.T) {
+	t.Run("no device node", func(t *testing.T) {
+		// Root of a build's user namespace cannot make one (mknod needs CAP_MKNOD over the host);
+		// a layer that held one anyway would be refused at capture (builder's TestNormalizeRefuses).
 		f := repo.recipe(t, filepath.Join(dir, "dev"), "hostile-dev", "hostile-dev")
-		r := shed(t, root, nil, "realize", f)
-		if r.code != 1 || !strings.Contains(r.stderr, "device node") {
-			t.Fatalf("exit %d, want 1 with a device node error:\n%s", r.code, r.stderr)
+		j := realize(t, root, f)
+		if b, err := os.ReadFile(filepath.Join(j.Layers[1], "var/lib/hostile-dev/result")); err != nil || strings.TrimSpace(string(b)) != "refused" {
+			t.Errorf("postinst mknod: %q, %v; want refused", b, err)
 		}
-		if regexp.MustCompile(`apt-hostile-dev\s`).MatchString(mustShed(t, root, "store", "ls").stdout) {
-			t.Error("the refused layer was registered")
+		if _, err := os.Lstat(filepath.Join(j.Layers[1], "usr/share/evil-null")); err == nil {
+			t.Error("the layer holds the device node")
 		}
 		mustShed(t, root, "store", "verify")
 	})

@@ -28,6 +28,8 @@ func benchWorkshop(t *testing.T) (file, bound string) {
 	bound = filepath.Join(dir, "project")
 	os.MkdirAll(filepath.Join(bound, "sub"), 0o755)
 	writeFile(t, filepath.Join(bound, "sub", "data"), "granted data\n")
+	// A developer's project: a Bench is its owner in it (a writable grant of root's is refused).
+	chownTree(t, bound, developerUID)
 	file = writeFile(t, filepath.Join(dir, "workshop.toml"), fmt.Sprintf(`name = "bench-jq"
 seed = "debian/bookworm"
 [apt]
@@ -38,6 +40,21 @@ mode = "rw"
 `, bound))
 	realize(t, root, file)
 	return file, bound
+}
+
+// developerUID owns the projects the tests grant to Benches: an ordinary user, as on a laptop.
+const developerUID = 1000
+
+func chownTree(t *testing.T, dir string, uid int) {
+	t.Helper()
+	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, uid)
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestBenchRun(t *testing.T) {
@@ -102,8 +119,10 @@ func TestHostileBench(t *testing.T) {
 	}
 	defer func() { victim.Process.Kill(); victim.Wait() }()
 	checks := map[string]string{
-		"mount":            "mount -t tmpfs none /mnt",
-		"umount a grant":   "umount /work",
+		"remount a ro grant rw": "mount -o remount,bind,rw /work && echo x > /work/data",
+		"mount the host disk":   "mount -t ext4 /dev/vda /mnt || mount -t ext4 /dev/sda /mnt",
+		"mount a cgroup":        "mount -t cgroup -o memory cg /mnt || mount -t cgroup2 cg /mnt",
+		"umount a grant":        "umount /work",
 		"write a ro grant": "echo x > /work/data",
 		"raw socket":       `perl -e 'socket(my $s, 2, 3, 1) or exit 1'`,
 		"ptrace":           fmt.Sprintf(`perl -e 'syscall(101, 16, $ARGV[0]+0, 0, 0) == 0 or exit 1' %d`, victim.Process.Pid), // PTRACE_ATTACH (x86_64) to a host process
@@ -150,7 +169,8 @@ func TestBenchGrants(t *testing.T) {
 	os.Symlink("/etc", filepath.Join(bound, "escape"))
 	refused := []struct{ grant, want string }{
 		{"/etc", "not within any [[grant]]"},
-		{filepath.Join(bound, "escape"), "crosses a symlink"},
+		{filepath.Join(bound, "escape"), "is a symlink"},
+		{filepath.Join(bound, "escape") + "/passwd", "is a symlink"},
 		{filepath.Join(bound, "missing"), "no such file"},
 		{filepath.Dir(bound), "not within any [[grant]]"},
 	}
@@ -168,10 +188,19 @@ func TestBenchGrants(t *testing.T) {
 	}); len(left) != 0 {
 		t.Errorf("refused launches left their inits:\n%s", strings.Join(left, "\n"))
 	}
-	// rw within an rw bound: the write reaches the host directory.
+	// rw within an rw bound: the write reaches the host directory, as the directory's owner's.
 	mustShed(t, root, "bench", "run", "-f", file, "--grant", filepath.Join(bound, "sub")+":/work:rw", "--", "sh", "-c", "echo from-bench > /work/out")
 	if b, err := os.ReadFile(filepath.Join(bound, "sub", "out")); err != nil || string(b) != "from-bench\n" {
 		t.Errorf("rw grant: %q, %v", b, err)
+	}
+	if fi, err := os.Stat(filepath.Join(bound, "sub", "out")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != developerUID {
+		t.Errorf("rw grant: the file written is not the directory owner's (%d): %v", developerUID, fi.Sys())
+	}
+	// A directory of root's, rw: the Bench would be root there, on the host.
+	rootsDir := filepath.Join(bound, "roots")
+	os.Mkdir(rootsDir, 0o755)
+	if r := shed(t, root, nil, "bench", "run", "-f", file, "--grant", rootsDir+":/work:rw", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "it is root's") || !strings.Contains(r.stderr, "shed: hint:") {
+		t.Errorf("rw grant of root's directory: exit %d\n%s", r.code, r.stderr)
 	}
 	// Without --grant, nothing is mounted: grants are bounds, not ambient.
 	if r := shed(t, root, nil, "bench", "run", "-f", file, "--", "ls", bound); r.code == 0 {

@@ -259,7 +259,12 @@ func benchRun(c *cli.Context, argv []string) error {
 		})
 	})
 	if err != nil {
-		if errors.Is(err, bench.ErrGrant) {
+		switch {
+		case errors.Is(err, bench.ErrGrantRoot):
+			return withHint(exitUsage, err, "give the directory to the user the Bench works for (chown -R USER DIR), or grant it :ro")
+		case errors.Is(err, bench.ErrGrantSymlink):
+			return withHint(exitUsage, err, "grants follow no symlink: name the directory it points to, inside the recipe's [[grant]] bounds")
+		case errors.Is(err, bench.ErrGrant):
 			return withHint(exitUsage, err, "a launch may narrow the recipe's [[grant]] bounds (a sub-path, ro instead of rw), never widen them")
 		}
 		return err
