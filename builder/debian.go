@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -157,6 +158,29 @@ func ParsePrintURIs(out []byte) ([]URI, error) {
 // Installed is a package dpkg considers installed.
 type Installed struct {
 	Package, Version, Architecture string
+}
+
+// Unfinished lists the packages of a dpkg status file that an install or
+// removal left half done, as "name (state)": the states and the reinstreq
+// flag that `dpkg --audit` reports.
+func Unfinished(b []byte) ([]string, error) {
+	var out []string
+	err := paragraphs(bytes.NewReader(b), func(f map[string]string) error {
+		st := strings.Fields(f["Status"]) // want flag state
+		if len(st) != 3 {
+			return nil
+		}
+		switch {
+		case st[1] == "reinstreq":
+			out = append(out, f["Package"]+" (needs reinstalling)")
+		case st[2] == "half-installed" || st[2] == "unpacked" || st[2] == "half-configured" ||
+			st[2] == "triggers-awaiting" || st[2] == "triggers-pending":
+			out = append(out, f["Package"]+" ("+st[2]+")")
+		}
+		return nil
+	})
+	slices.Sort(out)
+	return out, err
 }
 
 // ParseStatus reads dpkg's status file and returns the installed packages by name.

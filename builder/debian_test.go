@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +73,40 @@ func TestParseStatus(t *testing.T) {
 	}
 	if len(got) != 1 || got["jq"].Version != "1.6" {
 		t.Errorf("got %v", got)
+	}
+}
+
+func TestUnfinished(t *testing.T) {
+	status := `Package: ok
+Status: install ok installed
+Version: 1
+
+Package: gone
+Status: deinstall ok config-files
+Version: 1
+
+Package: half
+Status: install ok half-configured
+Version: 1
+
+Package: unpacked
+Status: install ok unpacked
+Version: 1
+
+Package: broken
+Status: install reinstreq half-installed
+Version: 1
+
+Package: trig
+Status: install ok triggers-pending
+Version: 1
+`
+	got, err := Unfinished([]byte(status))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"broken (needs reinstalling)", "half (half-configured)", "trig (triggers-pending)", "unpacked (unpacked)"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }

@@ -115,11 +115,11 @@ func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines, pipL
 	candidates := map[string]bool{"/" + rel: true, "/" + resolved: true}
 	owner := ""
 	for i := len(layers) - 1; i >= 0 && owner == ""; i-- {
-		dir := filepath.Join(s.Location(layers[i].Output), "var/lib/dpkg/info")
-		lists, _ := filepath.Glob(filepath.Join(dir, "*.list"))
-		for _, l := range lists {
-			if listHas(l, candidates, lookup) {
-				owner = strings.TrimSuffix(filepath.Base(l), ".list")
+		layer := s.Location(layers[i].Output)
+		names, _ := ReadDirBeneath(layer, "var/lib/dpkg/info")
+		for _, n := range names {
+			if strings.HasSuffix(n, ".list") && listHas(layer, "var/lib/dpkg/info/"+n, candidates, lookup) {
+				owner = strings.TrimSuffix(n, ".list")
 				break
 			}
 		}
@@ -199,8 +199,8 @@ func resolveParents(rel string, lookup func(string) (store.Entry, int, bool)) (s
 
 // listHas reports whether a dpkg .list file names one of the candidates,
 // directly or through a symlinked parent (merged-usr).
-func listHas(list string, candidates map[string]bool, lookup func(string) (store.Entry, int, bool)) bool {
-	b, err := os.ReadFile(list)
+func listHas(layer, list string, candidates map[string]bool, lookup func(string) (store.Entry, int, bool)) bool {
+	b, err := ReadBeneath(layer, list)
 	if err != nil {
 		return false
 	}
@@ -229,7 +229,7 @@ func stackLocations(s *store.Store, layers []*derivation.Derivation) []string {
 // as the top of the stack sees them.
 func dependencyGraph(lowers []string) (map[string][]string, error) {
 	for i := len(lowers) - 1; i >= 0; i-- {
-		b, err := os.ReadFile(filepath.Join(lowers[i], "var/lib/dpkg/status"))
+		b, err := ReadBeneath(lowers[i], "var/lib/dpkg/status")
 		if os.IsNotExist(err) {
 			continue
 		} else if err != nil {
@@ -298,17 +298,39 @@ func shortestChain(g map[string][]string, from, to string) []string {
 	return nil
 }
 
+// pipRecords lists the RECORD files of a pip layer, relative to it:
+// usr/local/lib/python3*/*-packages/*.dist-info/RECORD.
+func pipRecords(layer string) []string {
+	var out []string
+	lib := "usr/local/lib"
+	pys, _ := ReadDirBeneath(layer, lib)
+	for _, py := range pys {
+		if !strings.HasPrefix(py, "python3") {
+			continue
+		}
+		sites, _ := ReadDirBeneath(layer, lib+"/"+py)
+		for _, site := range sites {
+			if !strings.HasSuffix(site, "-packages") {
+				continue
+			}
+			dir := lib + "/" + py + "/" + site
+			dists, _ := ReadDirBeneath(layer, dir)
+			for _, d := range dists {
+				if strings.HasSuffix(d, ".dist-info") {
+					out = append(out, dir+"/"+d+"/RECORD")
+				}
+			}
+		}
+	}
+	return out
+}
+
 // pipOwner finds the distribution installed in a pip layer whose RECORD lists rel (a path in the
 // layer, as a Bench sees it): RECORD paths are relative to the site-packages directory.
 func pipOwner(layer, rel string) (name, version string, ok bool) {
-	records, _ := filepath.Glob(filepath.Join(layer, "usr/local/lib/python3*/*-packages/*.dist-info/RECORD"))
-	for _, rec := range records {
-		site := filepath.Dir(filepath.Dir(rec))
-		siteRel, err := filepath.Rel(layer, site)
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(rec)
+	for _, rec := range pipRecords(layer) {
+		siteRel := path.Dir(path.Dir(rec))
+		b, err := ReadBeneath(layer, rec)
 		if err != nil {
 			continue
 		}

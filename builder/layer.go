@@ -96,7 +96,7 @@ func (b *Builder) buildAptLayer(ctx context.Context, d *derivation.Derivation, l
 // statusOf reads dpkg's status as the top of a layer stack sees it.
 func statusOf(lowers []string) (map[string]Installed, error) {
 	for i := len(lowers) - 1; i >= 0; i-- {
-		b, err := os.ReadFile(filepath.Join(lowers[i], "var/lib/dpkg/status"))
+		b, err := ReadBeneath(lowers[i], "var/lib/dpkg/status")
 		if os.IsNotExist(err) {
 			continue
 		}
@@ -112,7 +112,7 @@ func statusOf(lowers []string) (map[string]Installed, error) {
 // parent) with the lock's packages, the layer derivation's "name=version"
 // arguments.
 func checkInstalled(d *derivation.Derivation, upper string, parent map[string]Installed) error {
-	b, err := os.ReadFile(filepath.Join(upper, "var/lib/dpkg/status"))
+	b, err := ReadBeneath(upper, "var/lib/dpkg/status")
 	if err != nil {
 		return fmt.Errorf("%w: dpkg status not written by the build: %v", ErrBuildFailed, err)
 	}

@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -159,12 +160,9 @@ func releaseDate(ctx context.Context, client *http.Client, mirror, suite string)
 var codenameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^VERSION_CODENAME=("?)([a-z]+)("?)$`) })
 
 func osCodename(root string) (string, error) {
-	for _, f := range []string{"etc/os-release", "usr/lib/os-release"} {
-		p, ok := beneath(root, f)
-		if !ok {
-			continue
-		}
-		b, err := os.ReadFile(p)
+	// Debian's /etc/os-release is a symlink to ../usr/lib/os-release, which is read instead.
+	for _, f := range []string{"usr/lib/os-release", "etc/os-release"} {
+		b, err := ReadBeneath(root, f)
 		if err != nil {
 			continue
 		}
@@ -293,16 +291,18 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 		}
 	}
 	entries := map[string]PackageEntry{}
-	lists, _ := filepath.Glob(filepath.Join(upper, "var/lib/apt/lists/*_Packages"))
-	for _, l := range lists {
-		f, err := os.Open(l)
+	names, _ := ReadDirBeneath(upper, "var/lib/apt/lists")
+	for _, l := range names {
+		if !strings.HasSuffix(l, "_Packages") {
+			continue
+		}
+		b, err := ReadBeneath(upper, "var/lib/apt/lists/"+l)
 		if err != nil {
 			return nil, err
 		}
-		found, err := IndexByFilename(f, want)
-		f.Close()
+		found, err := IndexByFilename(bytes.NewReader(b), want)
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", filepath.Base(l), err)
+			return nil, fmt.Errorf("read %s: %w", l, err)
 		}
 		for k, v := range found {
 			entries[k] = v

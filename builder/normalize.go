@@ -469,21 +469,3 @@ func getXattr(p, name string, follow bool) ([]byte, error) {
 	}
 	return buf[:n], nil
 }
-
-// beneath resolves rel under root without following any symlink in a parent
-// component; ok is false when a parent is a symlink or missing.
-func beneath(root, rel string) (string, bool) {
-	p := root
-	parts := strings.Split(rel, "/")
-	for i, part := range parts {
-		p = path.Join(p, part)
-		if i == len(parts)-1 {
-			break
-		}
-		fi, err := os.Lstat(p)
-		if err != nil || !fi.IsDir() {
-			return "", false
-		}
-	}
-	return p, true
-}

@@ -159,7 +159,7 @@ func (b *Builder) resolvePip(ctx context.Context, r *recipe.Recipe, lock *recipe
 	if code != 0 {
 		return nil, fmt.Errorf("%w %s against %s:\n%s", ErrPipResolve, strings.Join(reqs, " "), r.Pip.Index, pipErrors(log.String()))
 	}
-	report, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	report, err := ReadBeneath(dir, "report.json")
 	if err != nil {
 		return nil, fmt.Errorf("%w: pip wrote no report: %v\n%s", ErrPipResolve, err, log.String())
 	}

@@ -32,6 +32,8 @@ type Observed struct {
 	Allowed, Refused []string
 	// Grants are the grants the Bench was launched with.
 	Grants []bench.Grant
+	// Unfinished are the packages that dpkg left half installed or half configured, as "name (state)".
+	Unfinished []string
 }
 
 // PipDist is an installed Python distribution.
@@ -170,7 +172,7 @@ func Observe(s *store.Store, rec *bench.Record) (*Observed, error) {
 	}
 	base := map[string]builder.Installed{}
 	for i := len(lowers) - 1; i >= 0; i-- {
-		if b, err := os.ReadFile(filepath.Join(lowers[i], "var/lib/dpkg/status")); err == nil {
+		if b, err := builder.ReadBeneath(lowers[i], "var/lib/dpkg/status"); err == nil {
 			if base, err = builder.ParseStatus(b); err != nil {
 				return nil, err
 			}
@@ -180,6 +182,9 @@ func Observe(s *store.Store, rec *bench.Record) (*Observed, error) {
 	if b, err := v.readFile("/var/lib/dpkg/status"); err == nil {
 		now, err := builder.ParseStatus(b)
 		if err != nil {
+			return nil, fmt.Errorf("the Bench's dpkg status: %w", err)
+		}
+		if obs.Unfinished, err = builder.Unfinished(b); err != nil {
 			return nil, fmt.Errorf("the Bench's dpkg status: %w", err)
 		}
 		auto := autoInstalled(v)

@@ -88,6 +88,10 @@ func (rs *Records) VersionOf(file string) (string, int, bool) {
 // (pinned to the versions installed), plus the destinations its proxy refused; locked; diffed against
 // the current record of its Workshop. Nothing of the Bench's files but dpkg's, apt's and pip's own
 // records is read, and nothing of them is kept.
+// ErrUnfinished refuses a proposal from a Bench whose dpkg state has packages half installed or half
+// configured.
+var ErrUnfinished = errors.New("unfinished package operations")
+
 func (sv *Supervisor) Propose(ctx context.Context, nameOrID string) (*Proposal, string, error) {
 	rec, err := bench.Find(sv.Store, nameOrID)
 	if err != nil {
@@ -115,6 +119,11 @@ func (sv *Supervisor) Propose(ctx context.Context, nameOrID string) (*Proposal, 
 	obs, err := Observe(sv.Store, rec)
 	if err != nil {
 		return nil, "", err
+	}
+	if len(obs.Unfinished) > 0 {
+		// A recipe names packages; it cannot say "half configured". Promoting would record what the
+		// Bench never got working.
+		return nil, "", fmt.Errorf("%w: bench %s: dpkg left %s", ErrUnfinished, rec.Name, strings.Join(obs.Unfinished, ", "))
 	}
 	p := &Proposal{ID: randomID(), Workshop: base.Name, Base: baseN, Bench: rec.Name, Created: time.Now().UTC().Truncate(time.Second)}
 	for _, g := range obs.Grants {

@@ -333,6 +333,9 @@ func proposeCommand() *cli.Command {
 				return err
 			}
 			p, diff, err := sv.Propose(c.Context, rec.ID)
+			if errors.Is(err, supervisor.ErrUnfinished) {
+				return withHint(exitFailure, err, "finish or undo it in the Bench (`dpkg --configure -a`, `apt-get -f install`, or remove the package), then propose again")
+			}
 			if err != nil {
 				return err
 			}
