@@ -123,11 +123,11 @@ func TestHostileBench(t *testing.T) {
 		"mount the host disk":   "mount -t ext4 /dev/vda /mnt || mount -t ext4 /dev/sda /mnt",
 		"mount a cgroup":        "mount -t cgroup -o memory cg /mnt || mount -t cgroup2 cg /mnt",
 		"umount a grant":        "umount /work",
-		"write a ro grant": "echo x > /work/data",
-		"raw socket":       `perl -e 'socket(my $s, 2, 3, 1) or exit 1'`,
-		"ptrace":           fmt.Sprintf(`perl -e 'syscall(101, 16, $ARGV[0]+0, 0, 0) == 0 or exit 1' %d`, victim.Process.Pid), // PTRACE_ATTACH (x86_64) to a host process
-		"mknod":            "mknod /root/sda b 8 0",
-		"reach the host":   fmt.Sprintf(`perl -MIO::Socket::INET -e 'exit(IO::Socket::INET->new(PeerAddr=>"127.0.0.1:%d",Timeout=>2)?0:1)'`, port),
+		"write a ro grant":      "echo x > /work/data",
+		"raw socket":            `perl -e 'socket(my $s, 2, 3, 1) or exit 1'`,
+		"ptrace":                fmt.Sprintf(`perl -e 'syscall(101, 16, $ARGV[0]+0, 0, 0) == 0 or exit 1' %d`, victim.Process.Pid), // PTRACE_ATTACH (x86_64) to a host process
+		"mknod":                 "mknod /root/sda b 8 0",
+		"reach the host":        fmt.Sprintf(`perl -MIO::Socket::INET -e 'exit(IO::Socket::INET->new(PeerAddr=>"127.0.0.1:%d",Timeout=>2)?0:1)'`, port),
 	}
 	// The perl checks must succeed as root on the host (in a chroot of the
 	// same seed; they write nothing), so that their failure in a Bench means

@@ -123,7 +123,9 @@ sleep 0.5`},
 	}
 	// The daemon died with the build: nobody writes the layer, now or later.
 	daemon := func() []string {
-		return procsWhere(func(pid string, argv []string) bool { return strings.Contains(strings.Join(argv, " "), "shed-hostile-daemon") })
+		return procsWhere(func(pid string, argv []string) bool {
+			return strings.Contains(strings.Join(argv, " "), "shed-hostile-daemon")
+		})
 	}
 	if left := daemon(); len(left) > 0 {
 		t.Errorf("the build's daemon survived it:\n%s", strings.Join(left, "\n"))
