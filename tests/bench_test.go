@@ -526,3 +526,70 @@ func TestBenchResize(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchGrantSwaps: while Benches launch with a grant, another process keeps swapping the bound,
+// a parent of it and the granted directory itself for symlinks to another directory. Every launch
+// gets the real directory or a clear refusal, never the other one.
+func TestBenchGrantSwaps(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	orig, bound := benchWorkshop(t)
+	writeFile(t, filepath.Join(bound, "sub", "marker"), "real\n")
+	// The recipe and its lock, out of the tree that is swapped.
+	file := filepath.Join(t.TempDir(), "workshop.toml")
+	for _, f := range []string{"workshop.toml", "workshop.lock"} {
+		writeFile(t, filepath.Join(filepath.Dir(file), f), string(must(os.ReadFile(filepath.Join(filepath.Dir(orig), f)))))
+	}
+	other := t.TempDir()
+	writeFile(t, filepath.Join(other, "sub", "marker"), "other\n")
+	writeFile(t, filepath.Join(other, "project", "sub", "marker"), "other\n")
+	chownTree(t, other, developerUID)
+	parent := filepath.Dir(bound)
+	swaps := []struct{ path, target string }{
+		{bound, other},                // the bound itself
+		{parent, filepath.Dir(other)}, // a parent of it (other/project/sub exists there too)
+		{filepath.Join(bound, "sub"), filepath.Join(other, "sub")}, // the granted directory
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s := swaps[i%len(swaps)]
+			aside := s.path + ".real"
+			if os.Rename(s.path, aside) != nil {
+				continue
+			}
+			os.Symlink(s.target, s.path)
+			time.Sleep(2 * time.Millisecond)
+			os.Remove(s.path)
+			os.Rename(aside, s.path)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	counts := map[string]int{}
+	for i := 0; i < 40; i++ {
+		r := shed(t, root, nil, "bench", "run", "-f", file, "--grant", filepath.Join(bound, "sub")+":/work", "--", "cat", "/work/marker")
+		switch {
+		case r.code == 0 && r.stdout == "real\n":
+			counts["real"]++
+		case r.code == 2 && strings.Contains(r.stderr, "grant refused") && strings.Contains(r.stderr, "shed: hint:"):
+			counts["refused"]++
+		default:
+			close(stop)
+			<-done
+			t.Fatalf("launch %d while the grant was swapped: exit %d\n%s%s", i, r.code, r.stdout, r.stderr)
+		}
+	}
+	close(stop)
+	<-done
+	if counts["real"] == 0 {
+		t.Errorf("no launch got the directory: %v", counts)
+	}
+	t.Logf("launches: %v", counts)
+}
