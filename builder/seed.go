@@ -52,8 +52,10 @@ func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation,
 	// The proxy is given in the environment, which apt reads: mmdebstrap
 	// would write an --aptopt into the seed's apt.conf.d, and a seed must not
 	// carry how it was built.
-	argv := []string{"/usr/bin/mmdebstrap", "--variant=minbase", "--hook-dir=" + mmdebstrapHooks,
-		suite, seedTarget, mirror}
+	// mmdebstrap mounts /proc, /sys and /dev into the seed while it installs: in a mount namespace of
+	// its own (unshare), since the sandbox's tree is not its to change.
+	argv := []string{"/usr/bin/unshare", "--mount", "--propagation", "unchanged", "--",
+		"/usr/bin/mmdebstrap", "--variant=minbase", "--hook-dir=" + mmdebstrapHooks, suite, seedTarget, mirror}
 	spec := &sandbox.Spec{
 		Root: sandbox.Root{Host: true},
 		// The seed's files land with the owners mmdebstrap gives them (root's as root's): the

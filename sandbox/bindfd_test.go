@@ -90,17 +90,18 @@ func TestBindCannotBeUnmounted(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("grant dir\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The command is root of its own user and mount namespaces: it may mount (and unmount) what it
-	// mounted itself, which shows that the refusals below are the kernel's locks, not a lack of means.
+	// The command is root of its own user namespace: in a mount namespace of its own it may mount (and
+	// unmount) what it mounted itself, which shows that the refusals are the kernel's locks.
 	script := `umount /etc/which; echo "umount $?"; umount -l /etc/which; echo "umount -l $?"
 		umount -l /run/grant; echo "umount dir $?"
 		unshare -U -m sh -c 'umount -l /etc/which' 2>/dev/null; echo "userns umount $?"
-		mkdir /tmp/own && mount -t tmpfs own /tmp/own && umount /tmp/own; echo "own mount $?"
+		mkdir /tmp/own && unshare -m sh -c 'mount -t tmpfs own /tmp/own && umount /tmp/own && umount /etc/which'; echo "own mount $?"
+		unshare -m sh -c 'mount -t tmpfs own /tmp/own && umount /tmp/own'; echo "own mount $?"
 		cat /etc/which; cat /run/grant/f 2>&1`
 	spec := readOnlySpec(t, "sh", "-c", script)
 	spec.Binds = []sandbox.Bind{{Source: file, Target: "/etc/which"}, {Source: dir, Target: "/run/grant", Writable: true}}
 	r := run(t, spec)
-	for _, want := range []string{"umount 1\n", "umount -l 1\n", "umount dir 1\n", "userns umount 1\n", "own mount 0\n", "grant\ngrant dir\n"} {
+	for _, want := range []string{"umount 1\n", "umount -l 1\n", "umount dir 1\n", "userns umount 1\n", "own mount 1\nown mount 0\n", "grant\ngrant dir\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in %q (stderr %q)", want, r.stdout, r.stderr)
 		}

@@ -7,16 +7,20 @@ import (
 )
 
 // The command (and each Exec'd one) runs as root of a user namespace of its own, whose ids 0..65535
-// are the sandbox's range of host ids, with a mount namespace of its own that is a copy of init's (so
-// every mount is locked, see root_linux.go). Its root has every capability over what the namespace
-// owns (its files: chown, setuid bits, users and groups for dpkg) and none over the host: the mount,
-// pid, network, uts and ipc namespaces, the cgroups and the devices are the host user namespace's.
+// are the sandbox's range of host ids. Its root has every capability over what that namespace owns
+// (its files: chown, setuid bits, users and groups for dpkg) and none over the host: the mount, pid,
+// network, uts and ipc namespaces, the cgroups and the devices belong to the host's user namespace.
+// So it can neither mount nor unmount nor remount anything of the sandbox's tree (init's mount
+// namespace); a mount namespace it makes itself (unshare -m) is a copy in which the kernel locks
+// every mount (MNT_LOCKED and the MNT_LOCK_* flags): it cannot unmount one to see what it covers,
+// or make a read-only one writable. (A mount namespace of the command's own, made at its fork, would
+// give it the same, and cost a copy and a teardown of the tree per command.)
 
-// commandAttr is how init forks a command: into its user and mount namespaces, as uid and gid there.
+// commandAttr is how init forks a command: into its user namespace, as uid and gid there.
 func commandAttr(cfg *initConfig, uid, gid uint32) *syscall.SysProcAttr {
 	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(cfg.IDBase), Size: IDsPerSandbox}}
 	return &syscall.SysProcAttr{
-		Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
+		Cloneflags:  unix.CLONE_NEWUSER,
 		UidMappings: ids,
 		GidMappings: ids,
 		// adduser, su, apt's drop to _apt: the sandbox's root sets groups of its own ids.

@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -59,12 +57,9 @@ func acquireIDs() (*idRange, error) {
 	if err := os.MkdirAll(idDir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox ids: %w", err)
 	}
-	// Start anywhere, so that a slot just given back is rarely the next one taken.
-	var b [4]byte
-	rand.Read(b[:])
-	start := int(binary.LittleEndian.Uint32(b[:]) % idSlots)
-	for i := range idSlots {
-		slot := (start + i) % idSlots
+	// The lowest free slot: as few slots (and kept namespaces, see userns) as sandboxes have ever
+	// run at once.
+	for slot := range idSlots {
 		f, err := os.OpenFile(filepath.Join(idDir, strconv.Itoa(slot)+".lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox ids: %w", err)
@@ -201,7 +196,9 @@ func (m idMapping) String() string { return fmt.Sprintf("%d-%d-%d", m.inside, m.
 // userns returns a descriptor of a user namespace with these maps, for idmapped mounts (the kernel
 // copies the maps into the mount: the namespace is not needed after). Making one needs a process that
 // enters it; that costs about a millisecond, so each one is made once and kept, as a bind mount of its
-// nsfs file under idDir (as ip-netns keeps network namespaces), until the host reboots.
+// nsfs file under idDir (as ip-netns keeps network namespaces), until the host reboots: one per slot
+// ever used (slots are taken lowest first, so as many as sandboxes ever ran at once), and one per
+// slot and owner of a grant mapped to its owner (IDsOwner).
 func userns(uid, gid idMapping) (*os.File, error) {
 	file := filepath.Join(idDir, "userns-u"+uid.String()+"-g"+gid.String())
 	if f, err := openUserns(file); err == nil {

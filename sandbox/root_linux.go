@@ -18,10 +18,9 @@ import (
 //   - The overlay itself is made here, in the host's user namespace, so that it keeps its markers in
 //     trusted.overlay.* xattrs as every store path has them (an overlay made inside a user namespace
 //     uses user.overlay.*), and only the host can set them.
-//   - Everything is mounted before the command exists; the command then gets a copy of this mount
-//     namespace owned by its own user namespace, in which the kernel locks every mount (MNT_LOCKED and
-//     the MNT_LOCK_* flags): it cannot unmount one to see what it covers, or remount a read-only one
-//     writable.
+//   - Everything is mounted before the command exists, in a mount namespace of the host's user
+//     namespace, where the command (root of a user namespace of its own) has no capability: it can
+//     change none of these mounts (see command_linux.go).
 
 const noSuidDev = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
 

@@ -777,29 +777,33 @@ func TestSignalsAreForwarded(t *testing.T) {
 	}
 }
 
-// TestMountsLocked: root of the sandbox has every capability of its own user namespace, and its own
-// mount namespace, so it may mount over its own view; but every mount init made is locked there: none
-// can be unmounted (to show what it covers) or made writable again.
+// TestMountsLocked: root of the sandbox has every capability of its own user namespace, but none over
+// the sandbox's mount namespace (the host's user namespace owns it): it can change no mount of it. In
+// a mount namespace of its own it may mount over its view; every mount init made is locked there:
+// none can be unmounted (to show what it covers) or made writable again.
 func TestMountsLocked(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
 	in := t.TempDir()
-	script := `grep CapEff /proc/self/status
-		mkdir /tmp/m && mount -t tmpfs none /tmp/m && echo own-mount
-		mount -o remount,rw / && echo ROOT-RW; touch /rootfile 2>/dev/null && echo ROOT-WRITTEN
+	tries := `mount -o remount,rw / && echo ROOT-RW; touch /rootfile 2>/dev/null && echo ROOT-WRITTEN
 		mount -o remount,bind,rw /run/in && echo BIND-RW; touch /run/in/x 2>/dev/null && echo BIND-WRITTEN
 		mount -o remount,bind,suid /run/in && echo BIND-SUID
-		umount /proc && echo PROC-UNMOUNTED; umount -l /dev && echo DEV-UNMOUNTED
+		umount /proc && echo PROC-UNMOUNTED; umount -l /dev && echo DEV-UNMOUNTED; umount -l /run/in && echo BIND-UNMOUNTED
 		mount -t proc proc /tmp/m && echo NEW-PROC; mount -t sysfs sys /tmp/m && echo SYSFS
 		mount -t cgroup -o memory cg /tmp/m && echo CGROUP1; mount -t cgroup2 cg /tmp/m && echo CGROUP2
+		mount -t tmpfs none /tmp/m && echo SHARED-MOUNT`
+	script := `grep CapEff /proc/self/status; mkdir /tmp/m
+		` + tries + `
+		unshare -m sh -c 'mount -t tmpfs none /tmp/m && echo own-mount && umount /tmp/m
+			` + strings.ReplaceAll(tries, "SHARED-MOUNT", "own-mount-again") + `'
 		true`
 	spec := readOnlySpec(t, "sh", "-c", script)
 	spec.Binds = []sandbox.Bind{{Source: in, Target: "/run/in"}}
 	r := run(t, spec)
-	if !strings.Contains(r.stdout, "CapEff:\t000001ffffffffff") || !strings.Contains(r.stdout, "own-mount\n") {
-		t.Errorf("got %q %q, want every capability (of the user namespace) and a mount of its own", r.stdout, r.stderr)
+	if !strings.Contains(r.stdout, "CapEff:\t000001ffffffffff") || !strings.Contains(r.stdout, "own-mount\nown-mount-again\n") {
+		t.Errorf("got %q %q, want every capability (of the user namespace) and mounts of its own in a mount namespace of its own", r.stdout, r.stderr)
 	}
-	for _, bad := range []string{"ROOT-RW", "ROOT-WRITTEN", "BIND-RW", "BIND-WRITTEN", "BIND-SUID", "PROC-UNMOUNTED", "DEV-UNMOUNTED", "NEW-PROC", "SYSFS", "CGROUP1", "CGROUP2"} {
+	for _, bad := range []string{"ROOT-RW", "ROOT-WRITTEN", "BIND-RW", "BIND-WRITTEN", "BIND-SUID", "PROC-UNMOUNTED", "DEV-UNMOUNTED", "BIND-UNMOUNTED", "NEW-PROC", "SYSFS", "CGROUP1", "CGROUP2", "SHARED-MOUNT"} {
 		if strings.Contains(r.stdout, bad) {
 			t.Errorf("%s: the sandbox did it:\n%s", bad, r.stdout)
 		}
