@@ -40,7 +40,8 @@ func cmdBench() *cli.Command {
 		Name:  "bench",
 		Usage: "launch and manage Benches: disposable sandboxes of a Workshop",
 		Description: "A Bench is an overlay of the Workshop's store layers (read-only) and an empty upper layer,\n" +
-			"in fresh mount, pid, uts, ipc and network namespaces, with no capabilities. Its writes are\n" +
+			"in fresh mount, pid, uts, ipc and network namespaces, as root of a user namespace of its own\n" +
+			"(root over its files, nothing over the host's). Its writes are\n" +
 			"thrown away when the command exits, unless --keep.",
 		Subcommands: []*cli.Command{
 			{

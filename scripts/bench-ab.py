@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Compare two shed binaries on one Bench launch, alternately, in one run.
+
+Usage: scripts/bench-ab.py OLD NEW RECIPE [PAIRS]
+
+Runs `BIN bench run --offline -f RECIPE -- /bin/true` with OLD and NEW alternately (the order swapped
+every pair, so drift hits both alike), PAIRS times (default 300), and prints the medians, the tenth and
+ninetieth percentiles, the CPU time (user + system) of each, and the median of the pairwise differences.
+The store is SHED_ROOT's; realize RECIPE first.
+"""
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+
+def main():
+    if len(sys.argv) < 4:
+        print(__doc__.strip(), file=sys.stderr)
+        sys.exit(2)
+    bins = {"old": sys.argv[1], "new": sys.argv[2]}
+    args = ["bench", "run", "--offline", "-f", sys.argv[3], "--", "/bin/true"]
+    pairs = int(sys.argv[4]) if len(sys.argv) > 4 else 300
+    wall = {k: [] for k in bins}
+    cpu = {k: [] for k in bins}
+    for i in range(pairs):
+        for k in (("old", "new") if i % 2 == 0 else ("new", "old")):
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            subprocess.run([bins[k]] + args, check=True)
+            wall[k].append((time.perf_counter() - t) * 1000)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[k].append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000)
+    for k in bins:
+        v = sorted(wall[k])
+        print(f"{k} ({bins[k]}): median {statistics.median(v):.2f} ms, p10 {v[len(v) // 10]:.2f}, "
+              f"p90 {v[len(v) * 9 // 10]:.2f}; CPU median {statistics.median(cpu[k]):.2f} ms")
+    d = [n - o for n, o in zip(wall["new"], wall["old"])]
+    print(f"new - old, pair by pair: median {statistics.median(d):+.2f} ms over {pairs} pairs")
+
+
+if __name__ == "__main__":
+    main()
