@@ -54,7 +54,12 @@ func acquireIDs() (*idRange, error) {
 	if poolChecked.err != nil {
 		return nil, poolChecked.err
 	}
-	if err := os.MkdirAll(idDir, 0o700); err != nil {
+	// /run/toolshed is also the supervisor's socket directory, which every user reaches (0755); the
+	// ids are root's alone.
+	if err := os.MkdirAll(filepath.Dir(idDir), 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox ids: %w", err)
+	}
+	if err := os.Mkdir(idDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("sandbox ids: %w", err)
 	}
 	// The lowest free slot: as few slots (and kept namespaces, see userns) as sandboxes have ever
@@ -255,23 +260,11 @@ func keepUserns(file string, uid, gid idMapping) error {
 	}
 	defer func() {
 		_ = unix.Kill(pid, unix.SIGKILL)
-		var ws unix.WaitStatus
-		for {
-			if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
-				break
-			}
-		}
+		_, _ = waitPid(pid)
 	}()
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		break
+	ws, err := waitPid(pid)
+	if err != nil {
+		return err
 	}
 	if !ws.Stopped() {
 		return fmt.Errorf("holder did not stop (status %#x)", ws)

@@ -452,16 +452,9 @@ func startCommand(cfg *initConfig, stdio [3]uintptr) (int, *SetupError) {
 
 // enterCgroups moves the command, stopped by ptrace after execve, into its cgroups and lets it run.
 func enterCgroups(pid int, procs []int) *SetupError {
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return &SetupError{Op: "join cgroup", Detail: "wait for the command to stop", Err: err}
-		}
-		break
+	ws, err := waitPid(pid)
+	if err != nil {
+		return &SetupError{Op: "join cgroup", Detail: "wait for the command to stop", Err: err}
 	}
 	if !ws.Stopped() {
 		return &SetupError{Op: "join cgroup", Detail: fmt.Sprintf("command did not stop after exec (status %#x)", ws)}
@@ -476,6 +469,17 @@ func enterCgroups(pid int, procs []int) *SetupError {
 		return &SetupError{Op: "join cgroup", Detail: "resume the command", Err: err}
 	}
 	return nil
+}
+
+// waitPid waits for a change of the child pid (its exit, or a ptrace stop), past EINTR.
+func waitPid(pid int) (unix.WaitStatus, error) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err != unix.EINTR {
+			return ws, err
+		}
+	}
 }
 
 // lookPath resolves a name without a slash in the PATH of the command's environment, inside the sandbox.

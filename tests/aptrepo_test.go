@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // aptRepo is a local, signed apt repository served over loopback: real
@@ -315,6 +318,10 @@ func TestHostilePackages(t *testing.T) {
 			"mkdir -p /var/lib/hostile-net\nif perl -MIO::Socket::INET -e 'exit(IO::Socket::INET->new(PeerAddr=>\"127.0.0.1:%d\",Timeout=>3)?0:1)'; then echo reached > /var/lib/hostile-net/result; else echo unreachable > /var/lib/hostile-net/result; fi", port)},
 		debSpec{name: "hostile-random", version: "1", postinst: "mkdir -p /var/lib/hostile-random\nod -An -N8 -tx8 /dev/urandom > /var/lib/hostile-random/value"},
 		debSpec{name: "hostile-setuid", version: "1", files: map[string]string{"usr/bin/hostile-su": "#!/bin/sh\n"}, modes: map[string]os.FileMode{"usr/bin/hostile-su": 0o755 | os.ModeSetuid}},
+		debSpec{name: "capped", version: "1", depends: "libcap2-bin, acl",
+			files:    map[string]string{"usr/bin/capped": "#!/bin/sh\n", "usr/share/capped/file": "x\n"},
+			modes:    map[string]os.FileMode{"usr/bin/capped": 0o755},
+			postinst: "setcap cap_net_raw+ep /usr/bin/capped\nsetfacl -m u:1234:r /usr/share/capped/file"},
 		debSpec{name: "hostile-link", version: "1",
 			symlinks: map[string]string{"usr/share/hostile-link/etc": "/etc", "usr/share/hostile-link/host": hostDir},
 			postinst: "echo pwned > /usr/share/hostile-link/etc/hostile-was-here\nln -s " + hostDir + " /var/lib/hostile-link-out"},
@@ -358,6 +365,27 @@ func TestHostilePackages(t *testing.T) {
 			}
 		}
 	})
+	t.Run("file capabilities and ACLs kept", func(t *testing.T) {
+		// Set by the build's root, in its user namespace, through the idmapped upper: stored as host
+		// root's would be (a version 2 capability, no namespace root id; the ACL's uid as is).
+		f := repo.recipe(t, filepath.Join(dir, "cap"), "capped", "capped")
+		j := realize(t, root, f)
+		layer := j.Layers[len(j.Layers)-1]
+		buf := make([]byte, 64)
+		n, err := unix.Lgetxattr(filepath.Join(layer, "usr/bin/capped"), "security.capability", buf)
+		if err != nil || n != 20 || binary.LittleEndian.Uint32(buf) != 0x02000001 || binary.LittleEndian.Uint32(buf[4:])&(1<<13) == 0 {
+			t.Errorf("security.capability on disk: % x, %v; want version 2, effective, cap_net_raw", buf[:max(n, 0)], err)
+		}
+		n, err = unix.Lgetxattr(filepath.Join(layer, "usr/share/capped/file"), "system.posix_acl_access", buf)
+		if err != nil || !aclHasUser(buf[:max(n, 0)], 1234) {
+			t.Errorf("system.posix_acl_access on disk: % x, %v; want an entry for user 1234", buf[:max(n, 0)], err)
+		}
+		mustShed(t, root, "store", "verify", "--check-contents")
+		r := mustShed(t, root, "bench", "run", "--offline", "-f", f, "--", "sh", "-c", "getcap /usr/bin/capped; getfacl -cn /usr/share/capped/file")
+		if !strings.Contains(r.stdout, "/usr/bin/capped cap_net_raw=ep") || !strings.Contains(r.stdout, "user:1234:r--") {
+			t.Errorf("in a Bench:\n%s%s", r.stdout, r.stderr)
+		}
+	})
 	t.Run("setuid kept, symlink not followed out", func(t *testing.T) {
 		f := repo.recipe(t, filepath.Join(dir, "su"), "hostile-su", "hostile-setuid", "hostile-link")
 		j := realize(t, root, f)
@@ -383,4 +411,17 @@ func TestHostilePackages(t *testing.T) {
 			t.Errorf("host directory behind a symlink has %d entries", len(ents))
 		}
 	})
+}
+
+// aclHasUser reports whether an xattr-encoded POSIX ACL has an ACL_USER entry for uid.
+func aclHasUser(b []byte, uid uint32) bool {
+	if len(b) < 4 {
+		return false
+	}
+	for e := b[4:]; len(e) >= 8; e = e[8:] {
+		if binary.LittleEndian.Uint16(e) == 2 && binary.LittleEndian.Uint32(e[4:]) == uid { // ACL_USER
+			return true
+		}
+	}
+	return false
 }

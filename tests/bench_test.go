@@ -180,6 +180,19 @@ func TestBenchGrants(t *testing.T) {
 			t.Errorf("--grant %s: exit %d, want 2 with %q:\n%s", c.grant, r.code, c.want, r.stderr)
 		}
 	}
+	// A recipe whose bound is a symlink, or lies under one, opens nothing through it: the bound names
+	// a path, and every component of it must be a real directory.
+	links := t.TempDir()
+	os.Symlink(bound, filepath.Join(links, "project"))              // the bound itself
+	os.Symlink(filepath.Dir(bound), filepath.Join(links, "parent")) // a parent of it
+	for _, b := range []string{filepath.Join(links, "project"), filepath.Join(links, "parent", "project")} {
+		lf := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), strings.Replace(string(must(os.ReadFile(file))), fmt.Sprintf("path = %q", bound), fmt.Sprintf("path = %q", b), 1))
+		writeFile(t, filepath.Join(filepath.Dir(lf), "workshop.lock"), string(must(os.ReadFile(filepath.Join(filepath.Dir(file), "workshop.lock")))))
+		r := shed(t, root, nil, "bench", "run", "-f", lf, "--grant", b+"/sub:/work:rw", "--", "cat", "/work/data")
+		if r.code != 2 || !strings.Contains(r.stderr, "is a symlink") || strings.Contains(r.stdout, "granted") {
+			t.Errorf("bound %s through a symlink: exit %d\n%s%s", b, r.code, r.stdout, r.stderr)
+		}
+	}
 	// shed starts a Bench's init while it realizes the Workshop: a refused launch leaves none behind
 	// (shed ends it, and it would die with shed anyway; sandbox's TestPrestartEnds checks the former).
 	if left := procsWhere(func(pid string, argv []string) bool {

@@ -52,20 +52,7 @@ apt-get -q update >/dev/null
 apt-get -q install -y git sudo openssh-client man-db build-essential postgresql python3-venv python3-pip > /tmp/apt.log 2>&1 || { tail -30 /tmp/apt.log; exit 1; }
 pip install -q --break-system-packages --root-user-action=ignore --index-url http://%s/simple/ --trusted-host %s shedtest-gamma
 %s
-python3 - <<'PY'
-import socket
-s = socket.socket(socket.AF_UNIX)
-s.connect("/run/shed/propose.sock")
-s.sendall(b"POST /propose HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
-resp = b""
-while True:
-    b = s.recv(65536)
-    if not b:
-        break
-    resp += b
-print(resp.decode())
-PY
-`, host, host, benchWorkChecks)
+%s`, host, host, benchWorkChecks, proposeFromInside)
 	r := via(t, sock, 0, "", "bench", "run", "-f", "work", "--name", "worker", "--", "sh", "-c", agent)
 	if r.code != 0 {
 		t.Fatalf("the agent's Bench: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)

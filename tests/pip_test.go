@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -101,10 +102,15 @@ func TestPipWorkshop(t *testing.T) {
 	file2 := pipRecipe(t, idx, "py2", "shedtest-gamma", "shedtest-alpha==2.0")
 	mustShed(t, root, "lock", file2)
 	idx.ResetDownloads()
+	// Other tests share the store, and one of them may have fetched gamma already.
+	wantGamma := 1
+	if regexp.MustCompile(`-`+regexp.QuoteMeta(gamma1)+`\s`).MatchString(mustShed(t, root, "store", "ls").stdout) {
+		wantGamma = 0
+	}
 	j2 := realize(t, root, file2)
-	if idx.Downloads(alpha2) != 0 || idx.Downloads(gamma1) != 1 {
-		t.Errorf("second recipe: %s downloaded %d times (want 0: it is in the store), %s %d times (want 1); fetched %q",
-			alpha2, idx.Downloads(alpha2), gamma1, idx.Downloads(gamma1), j2.Fetched)
+	if idx.Downloads(alpha2) != 0 || idx.Downloads(gamma1) != wantGamma {
+		t.Errorf("second recipe: %s downloaded %d times (want 0: it is in the store), %s %d times (want %d); fetched %q",
+			alpha2, idx.Downloads(alpha2), gamma1, idx.Downloads(gamma1), wantGamma, j2.Fetched)
 	}
 	if j2.Layers[1] != j.Layers[1] {
 		t.Errorf("the two recipes do not share their apt layer: %s, %s", j2.Layers[1], j.Layers[1])

@@ -99,6 +99,23 @@ func via(t *testing.T, sock string, uid int, stdin string, args ...string) resul
 	return r
 }
 
+// proposeFromInside is what an agent in a Bench runs to propose: a POST to the propose socket, whose
+// answer (the proposal and its diff) it prints.
+const proposeFromInside = `python3 - <<'PY'
+import socket
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/shed/propose.sock")
+s.sendall(b"POST /propose HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
+resp = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    resp += b
+print(resp.decode())
+PY
+`
+
 // promote confirms a proposal as a human would: at a terminal (script(1)),
 // typing yes.
 func promote(t *testing.T, sock, id string) (string, error) {
@@ -146,18 +163,8 @@ s = socket.socket(socket.AF_UNIX)
 s.connect("/run/shed/propose.sock")
 s.sendall(b"POST /promote HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
 print("promote:", s.recv(100).decode().split("\r\n")[0])
-s = socket.socket(socket.AF_UNIX)
-s.connect("/run/shed/propose.sock")
-s.sendall(b"POST /propose HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
-resp = b""
-while True:
-    b = s.recv(65536)
-    if not b:
-        break
-    resp += b
-print(resp.decode())
 PY
-`, host, host, canary)
+%s`, host, host, canary, proposeFromInside)
 	r := via(t, sock, 0, "", "bench", "run", "-f", "loop", "--name", "agent", "--", "sh", "-c", agent)
 	if r.code != 0 {
 		t.Fatalf("the agent's Bench: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
