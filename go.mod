@@ -17,6 +17,7 @@ require (
 	github.com/vbauerster/mpb/v8 v8.16.2
 	github.com/zeebo/blake3 v0.2.4
 	golang.org/x/crypto v0.41.0
+	golang.org/x/net v0.42.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
 	oras.land/oras-go/v2 v2.7.0
@@ -43,7 +44,6 @@ require (
 	github.com/vbatts/go-mtree v0.6.1-0.20250911112631-8307d76bc1b9 // indirect
 	github.com/vbauerster/cupwriter v0.0.5 // indirect
 	github.com/xrash/smetrics v0.0.0-20250705151800-55b8f293f342 // indirect
-	golang.org/x/net v0.42.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/tools v0.32.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect

@@ -104,7 +104,7 @@ func TestPipWorkshop(t *testing.T) {
 	idx.ResetDownloads()
 	// Other tests share the store, and one of them may have fetched gamma already.
 	wantGamma := 1
-	if regexp.MustCompile(`-`+regexp.QuoteMeta(gamma1)+`\s`).MatchString(mustShed(t, root, "store", "ls").stdout) {
+	if regexp.MustCompile(`-` + regexp.QuoteMeta(gamma1) + `\s`).MatchString(mustShed(t, root, "store", "ls").stdout) {
 		wantGamma = 0
 	}
 	j2 := realize(t, root, file2)
