@@ -155,7 +155,9 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		spec.Root.Lowers = append(spec.Root.Lowers, s.Location(l))
 	}
 	if opts.Keep {
+		// Kept to be read (proposals), never run: with host ids, nothing in it is root's on the host.
 		spec.Root.Upper, spec.Root.Work = filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+		spec.Root.UpperHostIDs = true
 		for _, d := range []string{spec.Root.Upper, spec.Root.Work} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				return 0, err

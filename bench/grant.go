@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -22,11 +25,13 @@ type Grant struct {
 // ErrGrant marks a grant that is refused.
 var ErrGrant = errors.New("grant refused")
 
-// Refusals that say more (each is also ErrGrant): a symlink on the way, and a
-// writable grant of a directory that root owns.
+// Refusals that say more (each is also ErrGrant): a symlink on the way, a
+// writable grant of a directory that root owns, and a directory whose group
+// is not one of its owner's.
 var (
 	ErrGrantSymlink = fmt.Errorf("%w", ErrGrant)
 	ErrGrantRoot    = fmt.Errorf("%w", ErrGrant)
+	ErrGrantGroup   = fmt.Errorf("%w", ErrGrant)
 )
 
 // ParseGrant reads --grant HOSTPATH[:BENCHPATH][:ro|rw] (default ro, bench
@@ -80,9 +85,12 @@ type resolved struct {
 // the bound's path, whatever is swapped there meanwhile. The Bench mounts that
 // descriptor: a path swapped after the check cannot redirect the mount.
 //
-// A Bench acts as the granted directory's owner in it (sandbox.IDsOwner). A
-// writable grant of a directory that root owns is refused: the Bench could
-// leave setuid-root files there, on the host.
+// A Bench acts as the granted directory's owner in it (sandbox.IDsOwner: its
+// uid and gid are the Bench's root). So the directory's group must be one of
+// its owner's groups, or the Bench would have that group's access there (read
+// its files, leave setgid files of it) that the owner has not; and a writable
+// grant of a directory that root owns is refused: the Bench could leave
+// setuid-root files there, on the host.
 func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 	var out []resolved
 	closeAll := func() {
@@ -127,6 +135,11 @@ func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 			closeAll()
 			return nil, fmt.Errorf("%w: %s rw: it is root's, and a Bench is its grant's owner there: it could leave setuid-root files on the host", ErrGrantRoot, g.Host)
 		}
+		if err := ownersGroup(st.Uid, st.Gid); err != nil {
+			fd.Close()
+			closeAll()
+			return nil, fmt.Errorf("%w: %s: %v", ErrGrantGroup, g.Host, err)
+		}
 		out = append(out, resolved{g, fd})
 	}
 	return out, nil
@@ -141,6 +154,23 @@ func boundsOf(r *recipe.Recipe) string {
 		b = append(b, g.Path+" "+g.Mode)
 	}
 	return "its bounds: " + strings.Join(b, ", ")
+}
+
+// ownersGroup checks that gid is one of the groups of the user uid (primary or
+// supplementary, as /etc/passwd and /etc/group say).
+func ownersGroup(uid, gid uint32) error {
+	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
+	if err != nil {
+		return fmt.Errorf("its owner, uid %d, has no account on this host, so which groups it may act as is unknown", uid)
+	}
+	groups, err := u.GroupIds()
+	if err != nil {
+		return fmt.Errorf("the groups of its owner %s: %v", u.Username, err)
+	}
+	if !slices.Contains(groups, strconv.FormatUint(uint64(gid), 10)) {
+		return fmt.Errorf("its group, gid %d, is not one of its owner %s's groups: a Bench acting as the owner would have that group's access", gid, u.Username)
+	}
+	return nil
 }
 
 // openNoSymlinks opens the absolute, clean path p from / without following a

@@ -72,7 +72,11 @@ func mountRoot(r *Root, cfg *initConfig) (int, *SetupError) {
 		}
 		held = append(held, tree)
 	case r.Upper != "":
-		tree, e := diskUpper(fs, r.Upper, r.Work, cfg.Userns)
+		userns := cfg.Userns
+		if r.UpperHostIDs {
+			userns = -1
+		}
+		tree, e := diskUpper(fs, r.Upper, r.Work, userns, cfg.IDBase)
 		if e != nil {
 			return -1, e
 		}
@@ -129,16 +133,25 @@ func asSandboxRoot(base uint32, fn func() *SetupError) *SetupError {
 	return fn()
 }
 
-// diskUpper gives the overlay an upper and work directory on disk through one idmapped mount of the
-// directory that holds both (overlayfs wants them on one mount), opened beneath it without following a
-// symlink. It returns that mount, for the caller to close once the overlay is created.
-func diskUpper(fs int, upper, work string, userns int) (int, *SetupError) {
+// diskUpper gives the overlay an upper and work directory on disk through one mount of the directory that
+// holds both (overlayfs wants them on one mount), idmapped with userns unless it is -1, opened beneath it
+// without following a symlink. Without the idmap, the upper's root is given to the sandbox's root (host
+// id base), which the root of the sandbox's tree then is. It returns that mount, for the caller to close
+// once the overlay is created.
+func diskUpper(fs int, upper, work string, userns int, base uint32) (int, *SetupError) {
 	parent := commonDir(upper, work)
 	tree, e := cloneTree(parent, 0, noSuidDev, userns)
 	if e != nil {
 		return -1, e
 	}
-	if e := setUpper(fs, tree, parent, strings.TrimPrefix(upper, parent), strings.TrimPrefix(work, parent)); e != nil {
+	rel := strings.TrimPrefix(strings.TrimPrefix(upper, parent), "/")
+	if userns < 0 {
+		if err := unix.Fchownat(tree, rel, int(base), int(base), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			unix.Close(tree)
+			return -1, &SetupError{Op: "mount overlay", Path: upper, Detail: "give the upper to the sandbox's root", Err: err}
+		}
+	}
+	if e := setUpper(fs, tree, parent, rel, strings.TrimPrefix(work, parent)); e != nil {
 		unix.Close(tree)
 		return -1, e
 	}

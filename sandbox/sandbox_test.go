@@ -460,8 +460,15 @@ func TestBindIDs(t *testing.T) {
 	spec.Binds = []sandbox.Bind{{Source: mk(0o755, 0), Target: "/run/b", Writable: true, IDs: sandbox.IDsOwner}}
 	_, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{})
 	var se *sandbox.SetupError
-	if !errors.As(err, &se) || !errors.Is(err, unix.EPERM) || !strings.Contains(se.Detail, "setuid-root") {
+	if !errors.As(err, &se) || !errors.Is(err, unix.EPERM) || !strings.Contains(se.Detail, "setgid-root files") {
 		t.Errorf("writable owner-mapped bind of root's: got %v, want a SetupError (EPERM) that says why", err)
+	}
+	// Group root's, too: the sandbox would be group root there.
+	groupRoots := mk(0o755, 1000)
+	os.Chown(groupRoots, 1000, 0)
+	spec.Binds = []sandbox.Bind{{Source: groupRoots, Target: "/run/b", Writable: true, IDs: sandbox.IDsOwner}}
+	if _, err := sandbox.Run(context.Background(), spec, sandbox.Stdio{}); !errors.Is(err, unix.EPERM) {
+		t.Errorf("writable owner-mapped bind of group root's: got %v, want EPERM", err)
 	}
 	// Read-only, it is root's to read, and locked read-only.
 	ro := mk(0o755, 0)
@@ -951,6 +958,30 @@ func TestUserNamespace(t *testing.T) {
 		}
 		if st.Uid != c.uid || st.Gid != c.gid || st.Mode&0o7777 != c.mode || st.Mode&unix.S_IFMT != c.kind {
 			t.Errorf("%s on disk: %d:%d mode %o, want %d:%d mode %o type %o", c.path, st.Uid, st.Gid, st.Mode, c.uid, c.gid, c.mode, c.kind)
+		}
+	}
+}
+
+// TestUpperHostIDs: an upper kept with host ids holds the sandbox's files with its range's host ids, so
+// nothing of it is root's on the host; inside, it is the sandbox root's as ever.
+func TestUpperHostIDs(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	spec, upper := writableSpec(t, "sh", "-c", `stat -c %u:%g /; echo x > /etc/new && cp /bin/busybox /etc/suid && chmod 4755 /etc/suid
+		touch /etc/f && chown 1234:5678 /etc/f; tr -s ' ' < /proc/self/uid_map`)
+	spec.Root.UpperHostIDs = true
+	r := run(t, spec)
+	var base uint32
+	if _, err := fmt.Sscanf(strings.SplitN(r.stdout, "\n", 2)[1], " 0 %d", &base); err != nil || !strings.HasPrefix(r.stdout, "0:0\n") || r.code != 0 {
+		t.Fatalf("got %q %q (exit %d)", r.stdout, r.stderr, r.code)
+	}
+	for _, c := range []struct {
+		path     string
+		uid, gid uint32
+	}{{".", base, base}, {"etc/new", base, base}, {"etc/suid", base, base}, {"etc/f", base + 1234, base + 5678}} {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(upper, c.path), &st); err != nil || st.Uid != c.uid || st.Gid != c.gid {
+			t.Errorf("%s on disk: %d:%d (%v), want %d:%d", c.path, st.Uid, st.Gid, err, c.uid, c.gid)
 		}
 	}
 }

@@ -73,6 +73,11 @@ type Root struct {
 	// command nor the host can reach it): the sandbox's writes live in memory and vanish with it, and
 	// teardown syncs no disk. It needs Lowers and excludes Upper and Work.
 	UpperTmpfs bool
+	// UpperHostIDs keeps host ids in an Upper on disk: what the sandbox writes is owned there by its
+	// range of host ids, not by the ids it chose, so no file of it is root's (or setuid root) on the
+	// host. For an upper that is only read afterwards, as a Bench's kept with --keep; a build's upper
+	// (the default, idmapped) holds the owners a store path keeps. Only with Upper.
+	UpperHostIDs bool
 	// UpperSize caps the tmpfs upper in bytes (a write beyond fails with ENOSPC); 0 is tmpfs's default,
 	// half of RAM. Only with UpperTmpfs. The pages count against Limits.MemoryBytes of the writer.
 	UpperSize int64
@@ -114,8 +119,9 @@ const (
 	// there, so never for a directory anyone else can reach.
 	IDsSandbox
 	// IDsOwner: the owner (uid and gid) of the source itself is the sandbox's root; other ids appear as
-	// nobody. For grants: the sandbox acts as that owner in the directory. A writable bind whose source
-	// host root owns is refused (the sandbox could make setuid-root files on the host).
+	// nobody. For grants: the sandbox acts as that owner and group in the directory (the caller checks
+	// that the group is one of the owner's). A writable bind whose source host root owns, or group
+	// root, is refused (the sandbox could make setuid- or setgid-root files on the host).
 	IDsOwner
 )
 
@@ -329,6 +335,8 @@ func (r *Root) validate() error {
 		return specErr("root.upperSize", "must not be negative")
 	case r.UpperSize > 0 && !r.UpperTmpfs:
 		return specErr("root.upperSize", "goes only with root.upperTmpfs")
+	case r.UpperHostIDs && r.Upper == "":
+		return specErr("root.upperHostIDs", "goes only with root.upper")
 	case len(r.Lowers) > MaxLowers:
 		return specErr("root.lowers", "%d lowers, the kernel allows at most %d", len(r.Lowers), MaxLowers)
 	}

@@ -123,6 +123,7 @@ func TestValidateRejects(t *testing.T) {
 			s.Root = sandbox.Root{Lowers: []string{"/seed"}, UpperTmpfs: true, UpperSize: -1}
 		}, "root.upperSize", "negative"},
 		{"upper size without tmpfs", func(s *sandbox.Spec) { s.Root.UpperSize = 1 << 20 }, "root.upperSize", "only with root.upperTmpfs"},
+		{"upper host ids without upper", func(s *sandbox.Spec) { s.Root = sandbox.Root{Lowers: []string{"/seed"}, UpperTmpfs: true, UpperHostIDs: true} }, "root.upperHostIDs", "only with root.upper"},
 		{"bind source and fd", func(s *sandbox.Spec) { s.Binds[1].SourceFD = os.Stdin }, "binds[1].sourceFD", "excludes source"},
 		{"bind without source", func(s *sandbox.Spec) { s.Binds[0].Source = "" }, "binds[0].source", "one of source and sourceFD"},
 		{"relative control", func(s *sandbox.Spec) { s.Control = "control.sock" }, "control", "absolute"},

@@ -450,10 +450,10 @@ func openBind(b Bind, ids *idRange, sandboxNS *os.File) (tree int, file bool, er
 	case IDsSandbox:
 		ns = sandboxNS
 	case IDsOwner:
-		if b.Writable && st.Uid == 0 {
+		if b.Writable && (st.Uid == 0 || st.Gid == 0) {
 			unix.Close(tree)
 			return -1, false, &SetupError{Op: "bind", Path: name,
-				Detail: "writable, and owned by host root: the sandbox would act as root in it and could make setuid-root files on the host; chown it to the user the sandbox works for",
+				Detail: "writable, and owned by host root or group root: the sandbox would act as them in it and could make setuid- or setgid-root files on the host; chown it to the user the sandbox works for and a group of theirs",
 				Err:    unix.EPERM}
 		}
 		base := ids.mapping().outside

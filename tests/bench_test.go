@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -29,7 +30,7 @@ func benchWorkshop(t *testing.T) (file, bound string) {
 	os.MkdirAll(filepath.Join(bound, "sub"), 0o755)
 	writeFile(t, filepath.Join(bound, "sub", "data"), "granted data\n")
 	// A developer's project: a Bench is its owner in it (a writable grant of root's is refused).
-	chownTree(t, bound, developerUID)
+	chownTree(t, bound, developer(t))
 	file = writeFile(t, filepath.Join(dir, "workshop.toml"), fmt.Sprintf(`name = "bench-jq"
 seed = "debian/bookworm"
 [apt]
@@ -42,16 +43,50 @@ mode = "rw"
 	return file, bound
 }
 
-// developerUID owns the projects the tests grant to Benches: an ordinary user, as on a laptop.
-const developerUID = 1000
+// developerName is the user whose projects the tests grant to Benches: an ordinary user, as on a
+// laptop, made by the tests where the host does not have it.
+const developerName = "shed-test-dev"
 
-func chownTree(t *testing.T, dir string, uid int) {
+var dev struct {
+	once     sync.Once
+	uid, gid int
+	err      error
+}
+
+// developer returns the test developer's uid and primary gid, making the user the first time.
+func developer(t *testing.T) account {
+	t.Helper()
+	dev.once.Do(func() {
+		if _, err := user.Lookup(developerName); err != nil {
+			if out, err := exec.Command("useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", developerName).CombinedOutput(); err != nil {
+				dev.err = fmt.Errorf("useradd %s: %v %s", developerName, err, out)
+				return
+			}
+		}
+		u, err := user.Lookup(developerName)
+		if err != nil {
+			dev.err = err
+			return
+		}
+		dev.uid, _ = strconv.Atoi(u.Uid)
+		dev.gid, _ = strconv.Atoi(u.Gid)
+	})
+	if dev.err != nil {
+		t.Fatal(dev.err)
+	}
+	return account{dev.uid, dev.gid}
+}
+
+// account is a host user's uid and gid.
+type account struct{ uid, gid int }
+
+func chownTree(t *testing.T, dir string, u account) {
 	t.Helper()
 	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
-		return os.Lchown(p, uid, uid)
+		return os.Lchown(p, u.uid, u.gid)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +113,22 @@ func TestBenchRun(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "jq-1.6") || strings.Contains(r.stdout, "debris") {
 		t.Errorf("a second Bench saw the first one's writes: %q", r.stdout)
 	}
-	// --keep keeps the upper until `bench rm`.
-	mustShed(t, root, "bench", "run", "-f", file, "--keep", "--name", "kept-one", "--", "sh", "-c", "echo kept > /root/note")
+	// --keep keeps the upper until `bench rm`, with host ids: a setuid-root file of the Bench is a file
+	// of an id of its range on the host's disk, not root's.
+	mustShed(t, root, "bench", "run", "-f", file, "--keep", "--name", "kept-one", "--", "sh", "-c", "echo kept > /root/note; cp /bin/sh /root/suid; chmod 4755 /root/suid")
 	ls := mustShed(t, root, "bench", "ls").stdout
 	if !strings.Contains(ls, "kept-one") || !strings.Contains(ls, "exited 0") {
 		t.Errorf("bench ls:\n%s", ls)
+	}
+	suid, _ := filepath.Glob(filepath.Join(root, "benches", "*", "upper", "root", "suid"))
+	for _, p := range suid {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil || st.Uid < 0x70000000 || st.Mode&syscall.S_ISUID == 0 {
+			t.Errorf("the kept Bench's setuid file on the host: uid %d mode %o (%v); want an id of its range", st.Uid, st.Mode, err)
+		}
+	}
+	if len(suid) != 1 {
+		t.Errorf("kept uppers with the setuid file: %q", suid)
 	}
 	mustShed(t, root, "bench", "rm", "kept-one")
 	if strings.Contains(mustShed(t, root, "bench", "ls").stdout, "kept-one") {
@@ -206,8 +252,23 @@ func TestBenchGrants(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(bound, "sub", "out")); err != nil || string(b) != "from-bench\n" {
 		t.Errorf("rw grant: %q, %v", b, err)
 	}
-	if fi, err := os.Stat(filepath.Join(bound, "sub", "out")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != developerUID {
-		t.Errorf("rw grant: the file written is not the directory owner's (%d): %v", developerUID, fi.Sys())
+	if fi, err := os.Stat(filepath.Join(bound, "sub", "out")); err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != developer(t).uid || int(fi.Sys().(*syscall.Stat_t).Gid) != developer(t).gid {
+		t.Errorf("rw grant: the file written is not the directory owner's (%v): %v", developer(t), fi.Sys())
+	}
+	// A directory whose group is not one of its owner's (here root), or whose owner has no account:
+	// the Bench would act as that group, or as nobody knows whom.
+	groupRoot, noAccount := filepath.Join(bound, "group-root"), filepath.Join(bound, "no-account")
+	os.Mkdir(groupRoot, 0o755)
+	os.Chown(groupRoot, developer(t).uid, 0)
+	os.Mkdir(noAccount, 0o755)
+	os.Chown(noAccount, 4242, 4242)
+	for _, c := range []struct{ grant, want string }{
+		{groupRoot + ":/work:rw", "is not one of its owner"}, {groupRoot + ":/work:ro", "is not one of its owner"},
+		{noAccount + ":/work:ro", "has no account"},
+	} {
+		if r := shed(t, root, nil, "bench", "run", "-f", file, "--grant", c.grant, "--", "true"); r.code != 2 || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "shed: hint:") {
+			t.Errorf("--grant %s: exit %d, want 2 with %q:\n%s", c.grant, r.code, c.want, r.stderr)
+		}
 	}
 	// A directory of root's, rw: the Bench would be root there, on the host.
 	rootsDir := filepath.Join(bound, "roots")
@@ -556,7 +617,7 @@ func TestBenchGrantSwaps(t *testing.T) {
 	other := t.TempDir()
 	writeFile(t, filepath.Join(other, "sub", "marker"), "other\n")
 	writeFile(t, filepath.Join(other, "project", "sub", "marker"), "other\n")
-	chownTree(t, other, developerUID)
+	chownTree(t, other, developer(t))
 	parent := filepath.Dir(bound)
 	swaps := []struct{ path, target string }{
 		{bound, other},                // the bound itself

@@ -220,7 +220,7 @@ func newSentinels(t *testing.T) *sentinels {
 	os.Symlink("precious", filepath.Join(s.dir, "link"))
 	os.Link(s.file, filepath.Join(s.dir, "hard"))
 	unix.Lsetxattr(s.file, "user.sentinel", []byte("1"), 0)
-	os.Lchown(filepath.Join(s.dir, "su"), developerUID, developerUID)
+	os.Lchown(filepath.Join(s.dir, "su"), developer(t).uid, developer(t).gid)
 	s.before = s.snapshot(t)
 	return s
 }

@@ -263,6 +263,8 @@ func benchRun(c *cli.Context, argv []string) error {
 		switch {
 		case errors.Is(err, bench.ErrGrantRoot):
 			return withHint(exitUsage, err, "give the directory to the user the Bench works for (chown -R USER DIR), or grant it :ro")
+		case errors.Is(err, bench.ErrGrantGroup):
+			return withHint(exitUsage, err, "give the directory to a group of its owner's (chgrp GROUP DIR; `id OWNER` lists them), and to a user of this host")
 		case errors.Is(err, bench.ErrGrantSymlink):
 			return withHint(exitUsage, err, "grants follow no symlink: name the directory it points to, inside the recipe's [[grant]] bounds")
 		case errors.Is(err, bench.ErrGrant):
