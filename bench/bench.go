@@ -167,8 +167,8 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		spec.Root.UpperTmpfs = true
 	}
 	for _, g := range grants {
-		// The granted directory's owner is the Bench's root there (sandbox.IDsOwner).
-		spec.Binds = append(spec.Binds, sandbox.Bind{SourceFD: g.fd, Target: g.Bench, Writable: g.Mode == "rw", IDs: sandbox.IDsOwner})
+		// The granted directory's owner is the Bench's root there (or, root's, it shows as to any user).
+		spec.Binds = append(spec.Binds, sandbox.Bind{SourceFD: g.fd, Target: g.Bench, Writable: g.Mode == "rw", IDs: g.ids})
 	}
 	var px *proxy.Proxy
 	netLog, err := os.OpenFile(filepath.Join(dir, "network.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

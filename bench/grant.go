@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/sandbox"
 )
 
 // Grant is a host directory or file mounted into a Bench.
@@ -74,7 +75,8 @@ func underAny(p string, roots ...string) bool {
 // resolved is a grant checked against the recipe and opened.
 type resolved struct {
 	Grant
-	fd *os.File // O_PATH descriptor of the host path, opened beneath its bound
+	fd  *os.File        // O_PATH descriptor of the host path, opened beneath its bound
+	ids sandbox.BindIDs // how its owners appear in the Bench
 }
 
 // resolveGrants checks each requested grant against the recipe's [[grant]]
@@ -90,7 +92,8 @@ type resolved struct {
 // its owner's groups, or the Bench would have that group's access there (read
 // its files, leave setgid files of it) that the owner has not; and a writable
 // grant of a directory that root owns is refused: the Bench could leave
-// setuid-root files there, on the host.
+// setuid-root files there, on the host. A directory of root's, read-only,
+// shows with host ids (sandbox.IDsHost): as to any user, not to root.
 func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 	var out []resolved
 	closeAll := func() {
@@ -135,12 +138,17 @@ func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 			closeAll()
 			return nil, fmt.Errorf("%w: %s rw: it is root's, and a Bench is its grant's owner there: it could leave setuid-root files on the host", ErrGrantRoot, g.Host)
 		}
-		if err := ownersGroup(st.Uid, st.Gid); err != nil {
+		ids := sandbox.IDsOwner
+		if st.Uid == 0 {
+			// Root's (and so read-only): the Bench sees it as any user of the host would, not as
+			// root, who reads every file of it.
+			ids = sandbox.IDsHost
+		} else if err := ownersGroup(st.Uid, st.Gid); err != nil {
 			fd.Close()
 			closeAll()
 			return nil, fmt.Errorf("%w: %s: %v", ErrGrantGroup, g.Host, err)
 		}
-		out = append(out, resolved{g, fd})
+		out = append(out, resolved{Grant: g, fd: fd, ids: ids})
 	}
 	return out, nil
 }

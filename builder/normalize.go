@@ -141,7 +141,12 @@ func (o *output) empty(rel string) error {
 }
 
 func (o *output) normalize() error {
-	root := o.fd
+	// A descriptor of its own: a directory's read offset is shared by every user of one descriptor.
+	root, err := unix.Openat(o.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("build output %s: %w", o.path, err)
+	}
+	defer unix.Close(root)
 	var st unix.Stat_t
 	if err := unix.Fstat(root, &st); err != nil {
 		return fmt.Errorf("build output %s: %w", o.path, err)

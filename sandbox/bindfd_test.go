@@ -99,7 +99,7 @@ func TestBindCannotBeUnmounted(t *testing.T) {
 		unshare -m sh -c 'mount -t tmpfs own /tmp/own && umount /tmp/own'; echo "own mount $?"
 		cat /etc/which; cat /run/grant/f 2>&1`
 	spec := readOnlySpec(t, "sh", "-c", script)
-	spec.Binds = []sandbox.Bind{{Source: file, Target: "/etc/which"}, {Source: dir, Target: "/run/grant", Writable: true}}
+	spec.Binds = []sandbox.Bind{{Source: file, Target: "/etc/which"}, {Source: dir, Target: "/run/grant", Writable: true, IDs: sandbox.IDsSandbox}}
 	r := run(t, spec)
 	for _, want := range []string{"umount 1\n", "umount -l 1\n", "umount dir 1\n", "userns umount 1\n", "own mount 1\nown mount 0\n", "grant\ngrant dir\n"} {
 		if !strings.Contains(r.stdout, want) {

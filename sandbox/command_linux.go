@@ -45,8 +45,11 @@ func confine() *SetupError {
 	if _, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
 		return &SetupError{Op: "keyctl", Detail: "join a new session keyring", Err: e}
 	}
-	if err := loadSeccomp(); err != nil {
+	listener, err := loadSeccomp()
+	if err != nil {
 		return &SetupError{Op: "seccomp", Err: err}
 	}
+	// This thread's own clones into a new user namespace (the commands) go through init's answer.
+	go notifyNamespaces(listener, unix.Gettid())
 	return nil
 }

@@ -56,6 +56,13 @@ func TestConfined(t *testing.T) {
 		{"init_module", `/run/probe syscall init_module | grep -qv 'operation not permitted'`, ""},
 		{"kexec_file_load", `/run/probe syscall kexec_file_load | grep -qv 'operation not permitted'`, ""},
 		{"the i386 ABI", `/run/probe syscall i386 | grep -q ': ok$'`, ""},
+		// A user, network or cgroup namespace of its own, where it would have the capabilities the
+		// host's user namespace keeps (netfilter, tc, xfrm through netlink).
+		{"make a user namespace", `unshare -U true`, ""},
+		{"make a network namespace", `unshare -n true`, ""},
+		{"make a cgroup namespace", `unshare -C true`, ""},
+		{"make them at once", `unshare -U -n -m true`, ""},
+		{"clone3, whose flags no filter reads", `/run/probe syscall clone3 | grep -qv 'function not implemented'`, ""},
 		// This kernel has no x32 ABI: the host gets ENOSYS too, so only the sandbox's answer is checked.
 		{"the x32 ABI", `/run/probe syscall x32 | grep -qv 'function not implemented'`, "-"},
 	}
@@ -71,8 +78,10 @@ func TestConfined(t *testing.T) {
 			t.Errorf("%s: want refused in:\n%s%s", c.name, r.stdout, r.stderr)
 		}
 	}
-	// What a package manager needs over its own files is there.
+	// What a package manager needs over its own files is there, and the namespaces that give nothing of
+	// the host's.
 	for _, ok := range []string{
+		`unshare -m true && unshare -p -f true && unshare -u true && unshare -i true`,
 		`touch /tmp/f && chown 1234:5678 /tmp/f && chmod 4755 /tmp/f && test -u /tmp/f && stat -c %u:%g /tmp/f | grep -qx 1234:5678`,
 		`/run/probe setuid | grep -q ': ok$'`,
 	} {

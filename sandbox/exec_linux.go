@@ -278,9 +278,10 @@ type execJob struct {
 
 // serveControl is init's main loop when the sandbox has a control socket, in place of reap: on this
 // locked thread it reaps every child, and forks each Exec'd command, so that it inherits this thread's
-// no_new_privs and bounding set and has this thread as its ptrace tracer (for the cgroups) exactly as
-// the main command does; a wait4(-1) on another thread would also steal those ptrace stops. It returns
-// the main command's exit code when it exits; init's exit then takes every Exec'd process with it.
+// no_new_privs, session keyring and seccomp filter and has this thread as its ptrace tracer (for the
+// cgroups) exactly as the main command does; a wait4(-1) on another thread would also steal those
+// ptrace stops. It returns the main command's exit code when it exits; init's exit then takes every
+// Exec'd process with it.
 func serveControl(cfg *initConfig, pid int) (int, error) {
 	// SIGCHLD wakes the loop; a child that exited before this is found by the first pass below.
 	chld := make(chan os.Signal, 1)

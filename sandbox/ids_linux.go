@@ -41,18 +41,41 @@ type idRange struct {
 // ErrNoIDs is returned when every slot of host ids is held by a live sandbox.
 var ErrNoIDs = errors.New("no free range of host ids for a sandbox")
 
-var poolChecked struct {
-	once sync.Once
-	err  error
+// checkHost checks, once per process, what every sandbox needs of the host: a kernel recent enough, and
+// a pool of ids that no user of this host has.
+var checkHost = sync.OnceValue(func() error {
+	if err := checkKernel(); err != nil {
+		return err
+	}
+	return checkPool()
+})
+
+// minKernel is the first Linux that takes overlay layers from detached (idmapped) mounts, by descriptor
+// (layers by descriptor came in 6.13, detached mounts as layers and O_PATH descriptors in 6.15).
+var minKernel = [2]int{6, 15}
+
+func checkKernel() error {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return err
+	}
+	release := unix.ByteSliceToString(u.Release[:])
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
+		return fmt.Errorf("kernel release %q: %w", release, err)
+	}
+	if major < minKernel[0] || major == minKernel[0] && minor < minKernel[1] {
+		return fmt.Errorf("sandboxes need Linux %d.%d or later (overlay layers from detached idmapped mounts); this is %s", minKernel[0], minKernel[1], release)
+	}
+	return nil
 }
 
 // acquireIDs takes a free slot. A slot is free when no process holds its lock and the init recorded in
 // it is gone: a shed killed by SIGKILL drops the lock a moment before the kernel kills its sandbox, and
 // the sandbox's init disappears only once every process of its pid namespace has.
 func acquireIDs() (*idRange, error) {
-	poolChecked.once.Do(func() { poolChecked.err = checkPool() })
-	if poolChecked.err != nil {
-		return nil, poolChecked.err
+	if err := checkHost(); err != nil {
+		return nil, err
 	}
 	// /run/toolshed is also the supervisor's socket directory, which every user reaches (0755); the
 	// ids are root's alone.
@@ -61,6 +84,14 @@ func acquireIDs() (*idRange, error) {
 	}
 	if err := os.Mkdir(idDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("sandbox ids: %w", err)
+	}
+	// Whoever controls this directory decides which sandboxes share ids: it must be root's alone.
+	var st unix.Stat_t
+	if err := unix.Lstat(idDir, &st); err != nil {
+		return nil, fmt.Errorf("sandbox ids: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
+		return nil, fmt.Errorf("sandbox ids: %s must be a directory of root's, mode 0700 (it is %o, uid %d): remove it, and shed makes it again", idDir, st.Mode, st.Uid)
 	}
 	// The lowest free slot: as few slots (and kept namespaces, see userns) as sandboxes have ever
 	// run at once.
@@ -79,21 +110,25 @@ func acquireIDs() (*idRange, error) {
 		}
 		return &idRange{slot: slot, base: idBase + uint32(slot)*IDsPerSandbox, lock: f}, nil
 	}
-	return nil, fmt.Errorf("%w: all %d are in use", ErrNoIDs, idSlots)
+	return nil, fmt.Errorf("%w: all %d are in use (%s/N.lock, held by running sandboxes); wait for some to end", ErrNoIDs, idSlots, idDir)
 }
 
 // mapping is the range as one line of a uid_map: the sandbox's 0.. are host base...
 func (r *idRange) mapping() idMapping { return idMapping{0, r.base, IDsPerSandbox} }
 
-// record writes the init that uses the slot (its pid and start time), for the next taker to check.
-func (r *idRange) record(pid int) {
-	if r == nil {
-		return
+// record writes the init that uses the slot (its pid and start time), for the next taker to check:
+// without it, a slot could be taken again while the processes of a killed shed's sandbox are dying.
+func (r *idRange) record(pid int) error {
+	start, err := startTime(pid)
+	if err == nil {
+		if err = r.lock.Truncate(0); err == nil {
+			_, err = r.lock.WriteAt([]byte(fmt.Sprintf("%d %d\n", pid, start)), 0)
+		}
 	}
-	if start, err := startTime(pid); err == nil {
-		_ = r.lock.Truncate(0)
-		_, _ = r.lock.WriteAt([]byte(fmt.Sprintf("%d %d\n", pid, start)), 0)
+	if err != nil {
+		return fmt.Errorf("sandbox ids: record the init of slot %d: %w", r.slot, err)
 	}
+	return nil
 }
 
 // release gives the slot back: call it once every process of the sandbox is dead.
@@ -164,7 +199,7 @@ func checkPool() error {
 				return nil
 			}
 			if id, err := strconv.ParseUint(parts[2], 10, 32); err == nil && id >= lo && id < hi {
-				return fmt.Errorf("sandbox ids %d-%d include id %d of %s (%s)", lo, hi-1, id, f, parts[0])
+				return fmt.Errorf("sandbox ids %d-%d include id %d of %s (%s): give it an id below %d", lo, hi-1, id, f, parts[0], lo)
 			}
 			return nil
 		}); err != nil {
@@ -234,7 +269,11 @@ func openUserns(file string) (*os.File, error) {
 	var sfs unix.Statfs_t
 	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil || sfs.Type != unix.NSFS_MAGIC {
 		f.Close()
-		return nil, errors.New("not a namespace")
+		return nil, fmt.Errorf("%s is not a namespace (%v)", file, err)
+	}
+	if t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE); err != nil || t != unix.CLONE_NEWUSER {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a user namespace (%v)", file, err)
 	}
 	return f, nil
 }
@@ -258,17 +297,17 @@ func keepUserns(file string, uid, gid idMapping) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		_ = unix.Kill(pid, unix.SIGKILL)
-		_, _ = waitPid(pid)
-	}()
 	ws, err := waitPid(pid)
 	if err != nil {
 		return err
 	}
-	if !ws.Stopped() {
+	if !ws.Stopped() { // it exited, and is reaped: its pid may be another process's already
 		return fmt.Errorf("holder did not stop (status %#x)", ws)
 	}
+	defer func() {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		_, _ = waitPid(pid)
+	}()
 	tree, err := unix.OpenTree(unix.AT_FDCWD, fmt.Sprintf("/proc/%d/ns/user", pid), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("open_tree: %w", err)

@@ -78,8 +78,8 @@ func Init() {
 	if len(os.Args) == 0 || os.Args[0] != initArg0 || os.Getenv(initEnv) != "1" {
 		return
 	}
-	// Some of init's work is per thread (no_new_privs, the capability bounding set, being the
-	// command's ptrace tracer): keep all of it, and the fork of the command, on this one thread.
+	// Some of init's work is per thread (no_new_privs, the keyring, the seccomp filter, the fsuid,
+	// being the command's ptrace tracer): keep all of it, and the fork of the command, on this thread.
 	runtime.LockOSThread()
 	os.Exit(runInit())
 }

@@ -115,6 +115,10 @@ func createAs(fs int, base uint32) *SetupError {
 func asSandboxRoot(base uint32, fn func() *SetupError) *SetupError {
 	_ = unix.Setfsuid(int(base))
 	_ = unix.Setfsgid(int(base))
+	// setfsuid says nothing of failure but returns the id in force: ask with an id that is never set.
+	if uid, _ := unix.SetfsuidRetUid(-1); uid != int(base) {
+		return &SetupError{Op: "setfsuid", Detail: fmt.Sprintf("the file system ids are %d, not the sandbox root's %d", uid, base), Err: unix.EPERM}
+	}
 	defer func() {
 		_ = unix.Setfsuid(0)
 		_ = unix.Setfsgid(0)
@@ -140,6 +144,13 @@ func asSandboxRoot(base uint32, fn func() *SetupError) *SetupError {
 // once the overlay is created.
 func diskUpper(fs int, upper, work string, userns int, base uint32) (int, *SetupError) {
 	parent := commonDir(upper, work)
+	// The clone below is of parent's mount alone: a mount on upper or work would not be in it, and the
+	// directory it covers would be used instead.
+	for _, d := range []string{upper, work} {
+		if e := notMountPoint(d); e != nil {
+			return -1, e
+		}
+	}
 	tree, e := cloneTree(parent, 0, noSuidDev, userns)
 	if e != nil {
 		return -1, e
@@ -176,6 +187,21 @@ func setUpper(fs, tree int, parent, upper, work string) *SetupError {
 		if err != nil {
 			return &SetupError{Op: "mount overlay", Path: p, Detail: fsDetail(fs, d[0]), Err: err}
 		}
+	}
+	return nil
+}
+
+// notMountPoint refuses a directory that is a mount point (its mount differs from its parent's).
+func notMountPoint(dir string) *SetupError {
+	var a, b unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &a); err != nil {
+		return &SetupError{Op: "mount overlay", Path: dir, Detail: "statx", Err: err}
+	}
+	if err := unix.Statx(unix.AT_FDCWD, filepath.Dir(dir), unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &b); err != nil {
+		return &SetupError{Op: "mount overlay", Path: filepath.Dir(dir), Detail: "statx", Err: err}
+	}
+	if a.Mnt_id != b.Mnt_id {
+		return &SetupError{Op: "mount overlay", Path: dir, Detail: "upper and work must not be mount points", Err: unix.EINVAL}
 	}
 	return nil
 }
@@ -248,14 +274,32 @@ func cloneTree(path string, flags int, attr uint64, userns int) (int, *SetupErro
 		ma.Userns_fd = uint64(userns)
 	}
 	if err := unix.MountSetattr(fd, "", uint(unix.AT_EMPTY_PATH|(flags&unix.AT_RECURSIVE)), &ma); err != nil {
-		unix.Close(fd)
 		detail := "mount_setattr"
 		if userns >= 0 {
 			detail = "mount_setattr (idmap)"
+			if err == unix.EINVAL {
+				detail = "idmapped mount: " + idmapUnsupported(fd)
+			}
 		}
+		unix.Close(fd)
 		return -1, &SetupError{Op: "clone mount", Path: path, Detail: detail, Err: err}
 	}
 	return fd, nil
+}
+
+// idmapUnsupported names the file system under fd, for an idmapped mount it refused.
+func idmapUnsupported(fd int) string {
+	var sfs unix.Statfs_t
+	if unix.Fstatfs(fd, &sfs) != nil {
+		return "its file system may not support them"
+	}
+	names := map[int64]string{unix.NFS_SUPER_MAGIC: "nfs", unix.OVERLAYFS_SUPER_MAGIC: "overlay",
+		unix.FUSE_SUPER_MAGIC: "fuse", 0xff534d42: "cifs", 0xfe534d42: "smb2", 0x2fc12fc1: "zfs", unix.V9FS_MAGIC: "9p"}
+	name, ok := names[int64(sfs.Type)]
+	if !ok {
+		name = fmt.Sprintf("type %#x", sfs.Type)
+	}
+	return fmt.Sprintf("the file system (%s) does not support them; ext4, xfs, btrfs and tmpfs do (put the store and grants there)", name)
 }
 
 // A fresh /proc, a small /dev, and tmpfs on /tmp and /run (scratch that must not land in the upper).

@@ -36,55 +36,152 @@ var deniedSyscalls = append([]uintptr{
 	unix.SYS_LOOKUP_DCOOKIE,
 }, archDeniedSyscalls...)
 
-// seccompFilter assembles the filter: check the ABI, then each denied number.
+// nsFlags are the namespaces a sandbox may not make. Root of its own user namespace could otherwise make
+// a user or network namespace that it owns, and in it reach what the host's user namespace keeps to
+// itself: netfilter, traffic control and xfrm over netlink (where most user-namespace kernel exploits of
+// recent years are), a cgroup2 view of the host. Mount, pid, uts and ipc namespaces stay allowed
+// (mmdebstrap makes a mount namespace).
+const nsFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
+
+// seccompFilter assembles the filter: check the ABI, refuse each denied call, refuse clone3 (its flags
+// are behind a pointer, which a filter cannot read: ENOSYS, after which glibc uses clone, as with
+// Docker's profile), refuse unshare with nsFlags, and hand clone with nsFlags to init (user
+// notification): init itself forks every command into a new user namespace from the filtered thread,
+// and allows that for its own thread only (notifyNamespaces).
 func seccompFilter() ([]bpf.RawInstruction, error) {
 	if auditArch == 0 {
 		return nil, errors.New("no seccomp filter for this architecture")
 	}
 	const (
-		offNr   = 0 // struct seccomp_data: int nr; u32 arch; ...
+		offNr   = 0 // struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6]
 		offArch = 4
+		offArg0 = 16 // the low half on a little-endian machine (amd64, arm64)
 	)
-	n := len(deniedSyscalls)
-	// Layout: 0 load arch, 1 check it, 2 load nr, 3 check the x32 bit, 4..4+n-1 the deny list,
-	// then allow, deny (EPERM), wrong ABI (ENOSYS).
-	allow := 4 + n
-	deny, wrongABI := allow+1, allow+2
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: offArch, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: auditArch, SkipTrue: uint8(wrongABI - 2)},
-		bpf.LoadAbsolute{Off: offNr, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: abiBit, SkipTrue: uint8(wrongABI - 4)},
+	var a filterAsm
+	a.op(bpf.LoadAbsolute{Off: offArch, Size: 4})
+	a.jump(bpf.JumpNotEqual, auditArch, "wrong abi")
+	a.op(bpf.LoadAbsolute{Off: offNr, Size: 4})
+	a.jump(bpf.JumpBitsSet, abiBit, "wrong abi")
+	for _, nr := range deniedSyscalls {
+		a.jump(bpf.JumpEqual, uint32(nr), "deny")
 	}
-	for i, nr := range deniedSyscalls {
-		pc := 4 + i
-		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipTrue: uint8(deny - pc - 1)})
-	}
-	prog = append(prog,
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
-	)
-	if wrongABI-2 > 255 {
-		return nil, fmt.Errorf("seccomp filter: %d denied calls do not fit one jump", n)
+	a.jump(bpf.JumpEqual, unix.SYS_CLONE3, "wrong abi")
+	a.jump(bpf.JumpEqual, unix.SYS_UNSHARE, "unshare")
+	a.jump(bpf.JumpEqual, unix.SYS_CLONE, "clone")
+	a.op(bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
+	a.label("unshare")
+	a.op(bpf.LoadAbsolute{Off: offArg0, Size: 4})
+	a.jump(bpf.JumpBitsSet, nsFlags, "deny")
+	a.op(bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
+	a.label("clone")
+	a.op(bpf.LoadAbsolute{Off: offArg0, Size: 4})
+	a.jump(bpf.JumpBitsSet, nsFlags, "notify")
+	a.op(bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
+	a.label("notify")
+	a.op(bpf.RetConstant{Val: unix.SECCOMP_RET_USER_NOTIF})
+	a.label("deny")
+	a.op(bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)})
+	a.label("wrong abi")
+	a.op(bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)})
+	prog, err := a.resolve()
+	if err != nil {
+		return nil, err
 	}
 	return bpf.Assemble(prog)
 }
 
+// filterAsm is a classic BPF program with forward jumps to labels, resolved at the end.
+type filterAsm struct {
+	prog   []bpf.Instruction
+	jumps  map[int]string // instruction index -> label it jumps to when true
+	labels map[string]int
+}
+
+func (a *filterAsm) op(i bpf.Instruction) { a.prog = append(a.prog, i) }
+
+func (a *filterAsm) jump(cond bpf.JumpTest, val uint32, label string) {
+	if a.jumps == nil {
+		a.jumps = map[int]string{}
+	}
+	a.jumps[len(a.prog)] = label
+	a.prog = append(a.prog, bpf.JumpIf{Cond: cond, Val: val})
+}
+
+func (a *filterAsm) label(name string) {
+	if a.labels == nil {
+		a.labels = map[string]int{}
+	}
+	a.labels[name] = len(a.prog)
+}
+
+func (a *filterAsm) resolve() ([]bpf.Instruction, error) {
+	for at, label := range a.jumps {
+		target, ok := a.labels[label]
+		skip := target - at - 1
+		if !ok || skip < 0 || skip > 255 {
+			return nil, fmt.Errorf("seccomp filter: jump from %d to %q (%d) does not fit", at, label, target)
+		}
+		j := a.prog[at].(bpf.JumpIf)
+		j.SkipTrue = uint8(skip)
+		a.prog[at] = j
+	}
+	return a.prog, nil
+}
+
 // loadSeccomp installs the filter on the calling thread (init's locked thread), from which every
-// command is forked. It needs no_new_privs (set before) unless the caller has CAP_SYS_ADMIN.
-func loadSeccomp() error {
+// command is forked, and returns the listener of its user notifications. It needs no_new_privs (set
+// before) unless the caller has CAP_SYS_ADMIN.
+func loadSeccomp() (int, error) {
 	raw, err := seccompFilter()
 	if err != nil {
-		return err
+		return -1, err
 	}
 	filters := make([]unix.SockFilter, len(raw))
 	for i, r := range raw {
 		filters[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	prog := unix.SockFprog{Len: uint16(len(filters)), Filter: &filters[0]}
-	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); e != 0 {
-		return e
+	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&prog)))
+	if e != 0 {
+		return -1, e
 	}
-	return nil
+	return int(fd), nil
+}
+
+// seccompNotif and seccompNotifResp are the kernel's struct seccomp_notif and seccomp_notif_resp.
+type seccompNotif struct {
+	ID    uint64
+	Pid   uint32
+	Flags uint32
+	Data  [64]byte // struct seccomp_data
+}
+
+type seccompNotifResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
+// notifyNamespaces answers the filter's notifications, a clone asking for a namespace in nsFlags: it
+// lets the call go on when it is init's own (the thread tid, which forks the commands; a thread id
+// cannot be had by another live thread of the pid namespace), and refuses it (EPERM) for everyone
+// else: the sandbox's processes inherit the filter, and so the listener. It returns when the
+// listener is closed, or init exits.
+func notifyNamespaces(listener, tid int) {
+	for {
+		var n seccompNotif
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n))); e != 0 {
+			if e == unix.EINTR || e == unix.ENOENT {
+				continue
+			}
+			return
+		}
+		r := seccompNotifResp{ID: n.ID, Error: -int32(unix.EPERM)}
+		if int(n.Pid) == tid {
+			r.Error, r.Flags = 0, unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+		}
+		// ENOENT: the caller is gone (killed) meanwhile.
+		_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&r)))
+	}
 }

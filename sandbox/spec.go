@@ -111,7 +111,8 @@ type BindIDs int
 const (
 	// IDsHost (the default): as the host's ids, which the sandbox does not have: root's files appear
 	// owned by nobody (65534), and the sandbox reaches them by their "other" permission bits only.
-	// What the sandbox writes is owned by its own host ids. For inputs: fetched files, configuration.
+	// Read-only only (what a sandbox wrote with its range's host ids would be the next sandbox's). For
+	// inputs: fetched files, configuration.
 	IDsHost BindIDs = iota
 	// IDsSandbox: host ids 0..IDsPerSandbox-1 on the source are the sandbox's own 0..IDsPerSandbox-1,
 	// so root's files are the sandbox root's, and what it writes lands with the ids it chose. For a
@@ -207,6 +208,11 @@ func (s *Spec) Validate() error {
 		if b.IDs < IDsHost || b.IDs > IDsOwner {
 			return specErr(f+".ids", "unknown value %d", b.IDs)
 		}
+		if b.Writable && b.IDs == IDsHost {
+			// Files written there would be owned by the range's host ids, which the next sandbox of
+			// that range has.
+			return specErr(f+".ids", "a writable bind needs IDsSandbox or IDsOwner: files the sandbox wrote with host ids would be the next sandbox's")
+		}
 		if j, ok := seen[b.Target]; ok {
 			return specErr(f+".target", "duplicate of binds[%d].target", j)
 		}
@@ -225,8 +231,8 @@ func (s *Spec) Validate() error {
 			return specErr("hostname", "%s", err)
 		}
 	}
-	if s.UID >= IDsPerSandbox || s.GID >= IDsPerSandbox {
-		return specErr("uid", "uid %d and gid %d must be below %d (the sandbox's ids)", s.UID, s.GID, IDsPerSandbox)
+	if err := checkIDs(s.UID, s.GID); err != nil {
+		return err
 	}
 	if s.Limits.MemoryBytes < 0 {
 		return specErr("limits.memoryBytes", "must not be negative")
@@ -242,10 +248,21 @@ func (s *Spec) Validate() error {
 
 // Validate checks the request without any system call, as Spec.Validate checks the same fields.
 func (r *ExecRequest) Validate() error {
-	if r.UID >= IDsPerSandbox || r.GID >= IDsPerSandbox {
-		return specErr("uid", "uid %d and gid %d must be below %d (the sandbox's ids)", r.UID, r.GID, IDsPerSandbox)
+	if err := checkIDs(r.UID, r.GID); err != nil {
+		return err
 	}
 	return checkCommand(r.Argv, r.Env, r.Dir)
+}
+
+// checkIDs checks UID and GID of a Spec or an ExecRequest: the sandbox has ids below IDsPerSandbox.
+func checkIDs(uid, gid uint32) error {
+	if uid >= IDsPerSandbox {
+		return specErr("uid", "%d: the sandbox's ids are 0 to %d", uid, IDsPerSandbox-1)
+	}
+	if gid >= IDsPerSandbox {
+		return specErr("gid", "%d: the sandbox's ids are 0 to %d", gid, IDsPerSandbox-1)
+	}
+	return nil
 }
 
 // checkCommand checks Argv, Env and Dir of a Spec or an ExecRequest.

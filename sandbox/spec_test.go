@@ -15,7 +15,7 @@ func validSpec() sandbox.Spec {
 		Root: sandbox.Root{Lowers: []string{"/store/seed", "/store/layer"}, Upper: "/build/upper", Work: "/build/work"},
 		Binds: []sandbox.Bind{
 			{Source: "/store/debs", Target: "/run/in"},
-			{Source: "/build/out", Target: "/run/out", Writable: true},
+			{Source: "/build/out", Target: "/run/out", Writable: true, IDs: sandbox.IDsSandbox},
 		},
 		Network: sandbox.Network{Listen: []string{"127.0.0.1:3128", "[::1]:8080", "127.0.0.2:0"}},
 		Argv:    []string{"apt-get", "install", "-y"},
@@ -123,7 +123,12 @@ func TestValidateRejects(t *testing.T) {
 			s.Root = sandbox.Root{Lowers: []string{"/seed"}, UpperTmpfs: true, UpperSize: -1}
 		}, "root.upperSize", "negative"},
 		{"upper size without tmpfs", func(s *sandbox.Spec) { s.Root.UpperSize = 1 << 20 }, "root.upperSize", "only with root.upperTmpfs"},
-		{"upper host ids without upper", func(s *sandbox.Spec) { s.Root = sandbox.Root{Lowers: []string{"/seed"}, UpperTmpfs: true, UpperHostIDs: true} }, "root.upperHostIDs", "only with root.upper"},
+		{"writable bind with host ids", func(s *sandbox.Spec) { s.Binds[1].IDs = sandbox.IDsHost }, "binds[1].ids", "needs IDsSandbox or IDsOwner"},
+		{"uid beyond the sandbox's", func(s *sandbox.Spec) { s.UID = 65536 }, "uid", "0 to 65535"},
+		{"gid beyond the sandbox's", func(s *sandbox.Spec) { s.GID = 70000 }, "gid", "0 to 65535"},
+		{"upper host ids without upper", func(s *sandbox.Spec) {
+			s.Root = sandbox.Root{Lowers: []string{"/seed"}, UpperTmpfs: true, UpperHostIDs: true}
+		}, "root.upperHostIDs", "only with root.upper"},
 		{"bind source and fd", func(s *sandbox.Spec) { s.Binds[1].SourceFD = os.Stdin }, "binds[1].sourceFD", "excludes source"},
 		{"bind without source", func(s *sandbox.Spec) { s.Binds[0].Source = "" }, "binds[0].source", "one of source and sourceFD"},
 		{"relative control", func(s *sandbox.Spec) { s.Control = "control.sock" }, "control", "absolute"},

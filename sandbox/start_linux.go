@@ -134,7 +134,10 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
 	pd.cmd, pd.sync, pd.Pid = cmd, parentEnd, cmd.Process.Pid
-	ids.record(pd.Pid)
+	if err := ids.record(pd.Pid); err != nil {
+		pd.abort()
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
 	return pd, nil
 }
 

@@ -84,14 +84,14 @@ func (rs *Records) VersionOf(file string) (string, int, bool) {
 	return parts[0], n, true
 }
 
-// Propose derives a proposal from the Bench named nameOrID: its recipe, plus the packages it installed
-// (pinned to the versions installed), plus the destinations its proxy refused; locked; diffed against
-// the current record of its Workshop. Nothing of the Bench's files but dpkg's, apt's and pip's own
-// records is read, and nothing of them is kept.
 // ErrUnfinished refuses a proposal from a Bench whose dpkg state has packages half installed or half
 // configured.
 var ErrUnfinished = errors.New("unfinished package operations")
 
+// Propose derives a proposal from the Bench named nameOrID: its recipe, plus the packages it installed
+// (pinned to the versions installed), plus the destinations its proxy refused; locked; diffed against
+// the current record of its Workshop. Nothing of the Bench's files but dpkg's, apt's and pip's own
+// records is read, and nothing of them is kept.
 func (sv *Supervisor) Propose(ctx context.Context, nameOrID string) (*Proposal, string, error) {
 	rec, err := bench.Find(sv.Store, nameOrID)
 	if err != nil {

@@ -169,6 +169,7 @@ func TestHostileBench(t *testing.T) {
 		"mount the host disk":   "mount -t ext4 /dev/vda /mnt || mount -t ext4 /dev/sda /mnt",
 		"mount a cgroup":        "mount -t cgroup -o memory cg /mnt || mount -t cgroup2 cg /mnt",
 		"umount a grant":        "umount /work",
+		"a network namespace":   "unshare -n true || unshare -U -r -n true",
 		"write a ro grant":      "echo x > /work/data",
 		"raw socket":            `perl -e 'socket(my $s, 2, 3, 1) or exit 1'`,
 		"ptrace":                fmt.Sprintf(`perl -e 'syscall(101, 16, $ARGV[0]+0, 0, 0) == 0 or exit 1' %d`, victim.Process.Pid), // PTRACE_ATTACH (x86_64) to a host process
@@ -275,6 +276,13 @@ func TestBenchGrants(t *testing.T) {
 	os.Mkdir(rootsDir, 0o755)
 	if r := shed(t, root, nil, "bench", "run", "-f", file, "--grant", rootsDir+":/work:rw", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "it is root's") || !strings.Contains(r.stderr, "shed: hint:") {
 		t.Errorf("rw grant of root's directory: exit %d\n%s", r.code, r.stderr)
+	}
+	// Read-only, a directory of root's shows as to any user: its 0600 files stay root's.
+	writeFile(t, filepath.Join(rootsDir, "secret"), "root only\n")
+	os.Chmod(filepath.Join(rootsDir, "secret"), 0o600)
+	writeFile(t, filepath.Join(rootsDir, "public"), "anyone\n")
+	if r := shed(t, root, nil, "bench", "run", "-f", file, "--grant", rootsDir+":/work:ro", "--", "sh", "-c", "cat /work/public; cat /work/secret"); r.code == 0 || r.stdout != "anyone\n" {
+		t.Errorf("ro grant of root's directory: exit %d, %q %q; want the public file only", r.code, r.stdout, r.stderr)
 	}
 	// Without --grant, nothing is mounted: grants are bounds, not ambient.
 	if r := shed(t, root, nil, "bench", "run", "-f", file, "--", "ls", bound); r.code == 0 {

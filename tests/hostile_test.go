@@ -82,6 +82,8 @@ try write-init-root sh -c 'echo escaped > /proc/1/root%[5]s/escaped'
 try core-pattern sh -c 'echo "|/bin/sh -c touch %[3]s" > /proc/sys/kernel/core_pattern'
 try keyring perl -e 'my $id = syscall(250, 10, -3, "user", "shed-hostile-key", 0); exit($id > 0 ? 0 : 1)'
 try abstract-socket perl -MSocket -e 'socket(my $s, AF_UNIX, SOCK_STREAM, 0) or die; connect($s, pack_sockaddr_un("\0%[6]s")) or exit 1'
+try userns unshare -U true
+try netns unshare -n true
 try open-by-handle perl -e 'exit(syscall(304, -100, 0, 0) == -1 && $! == 1 ? 1 : 0)'
 # A daemon that outlives the script, holding and writing its output.
 (setsid sh -c 'exec 3>>/var/lib/hostile/daemon.out; echo shed-hostile-daemon > /dev/null; while :; do echo late >&3; sleep 0.05; done' </dev/null >/dev/null 2>&1 &)
