@@ -249,6 +249,8 @@ func (c *capture) entry(dirfd int, name, rel string, st *unix.Stat_t) error {
 			return fmt.Errorf("%w: %s is a device node (%d:%d); layers hold files, not devices", ErrHostileLayer, rel, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 		}
 	case unix.S_IFREG:
+		// Only regular files: overlayfs makes its whiteouts as hard links of one inode of its work
+		// directory, so a whiteout's other links are always outside the upper, and harmless.
 		if st.Nlink > 1 {
 			k := inodeKey{st.Dev, st.Ino}
 			l := c.links[k]
