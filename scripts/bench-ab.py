@@ -6,12 +6,17 @@ Usage: scripts/bench-ab.py OLD NEW RECIPE [PAIRS]
 Runs `BIN bench run --offline -f RECIPE -- /bin/true` with OLD and NEW alternately (the order swapped
 every pair, so drift hits both alike), PAIRS times (default 300), and prints the medians, the tenth and
 ninetieth percentiles, the CPU time (user + system) of each, and the median of the pairwise differences.
-The store is SHED_ROOT's; realize RECIPE first.
+The store is SHED_ROOT's; realize RECIPE first. Both binaries are copied afresh into one temporary
+directory first: the same binary under two names differed by 0.9-1.6 ms here when one was the linker's
+output and the other a copy (how the page cache holds a file changes what its start costs).
 """
+import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -19,7 +24,11 @@ def main():
     if len(sys.argv) < 4:
         print(__doc__.strip(), file=sys.stderr)
         sys.exit(2)
-    bins = {"old": sys.argv[1], "new": sys.argv[2]}
+    tmp = tempfile.mkdtemp(prefix="bench-ab-")
+    bins = {}
+    for k, src in (("old", sys.argv[1]), ("new", sys.argv[2])):
+        bins[k] = os.path.join(tmp, k)
+        shutil.copy2(src, bins[k])
     args = ["bench", "run", "--offline", "-f", sys.argv[3], "--", "/bin/true"]
     pairs = int(sys.argv[4]) if len(sys.argv) > 4 else 300
     wall = {k: [] for k in bins}
@@ -34,10 +43,11 @@ def main():
             cpu[k].append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000)
     for k in bins:
         v = sorted(wall[k])
-        print(f"{k} ({bins[k]}): median {statistics.median(v):.2f} ms, p10 {v[len(v) // 10]:.2f}, "
+        print(f"{k} ({sys.argv[1 if k == 'old' else 2]}): median {statistics.median(v):.2f} ms, p10 {v[len(v) // 10]:.2f}, "
               f"p90 {v[len(v) * 9 // 10]:.2f}; CPU median {statistics.median(cpu[k]):.2f} ms")
     d = [n - o for n, o in zip(wall["new"], wall["old"])]
     print(f"new - old, pair by pair: median {statistics.median(d):+.2f} ms over {pairs} pairs")
+    shutil.rmtree(tmp)
 
 
 if __name__ == "__main__":
