@@ -75,7 +75,7 @@ func underAny(p string, roots ...string) bool {
 // resolved is a grant checked against the recipe and opened.
 type resolved struct {
 	Grant
-	fd  *os.File        // O_PATH descriptor of the host path, opened beneath its bound
+	fd  *os.File        // O_PATH descriptor of the host path, opened from / with no symlink
 	ids sandbox.BindIDs // how its owners appear in the Bench
 }
 

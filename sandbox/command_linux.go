@@ -50,18 +50,6 @@ func confine() *SetupError {
 		return &SetupError{Op: "seccomp", Err: err}
 	}
 	// This thread's own clones into a new user namespace (the commands) go through init's answer.
-	notifier <- [2]int{listener, unix.Gettid()}
+	go notifyNamespaces(listener, unix.Gettid())
 	return nil
-}
-
-// notifier hands the filter's listener and the forking thread to the goroutine that answers its
-// notifications, which init starts first thing: its thread then exists before the first fork waits
-// on it.
-var notifier = make(chan [2]int, 1)
-
-func startNotifier() {
-	go func() {
-		n := <-notifier
-		notifyNamespaces(n[0], n[1])
-	}()
 }

@@ -98,7 +98,6 @@ func runInit() int {
 	// exists, a signal waits in the channel.
 	sigs := make(chan os.Signal, 8)
 	sigReady := make(chan struct{})
-	startNotifier()
 	go func() {
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 		close(sigReady)
