@@ -27,11 +27,10 @@ type controlled struct {
 	stdin   *os.File
 }
 
-// startControlled starts spec, whose command must print "ready" and then wait on stdin, with a control
-// socket in a fresh directory.
-func startControlled(t *testing.T, spec *sandbox.Spec) *controlled {
+// startPiped starts spec with its stdin and its combined stdout and stderr on pipes; the cleanup
+// closes stdin and waits (Wait may also be called by the test).
+func startPiped(t *testing.T, spec *sandbox.Spec) (p *sandbox.Process, out *bufio.Scanner, stdin *os.File) {
 	t.Helper()
-	spec.Control = filepath.Join(t.TempDir(), "control.sock")
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -40,19 +39,28 @@ func startControlled(t *testing.T, spec *sandbox.Spec) *controlled {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := sandbox.Start(context.Background(), spec, sandbox.Stdio{Stdin: stdinR, Stdout: outW, Stderr: outW})
+	p, err = sandbox.Start(context.Background(), spec, sandbox.Stdio{Stdin: stdinR, Stdout: outW, Stderr: outW})
 	stdinR.Close()
 	outW.Close()
 	if err != nil {
+		stdinW.Close()
+		outR.Close()
 		t.Fatal(err)
 	}
-	c := &controlled{p: p, control: spec.Control, stdin: stdinW}
 	t.Cleanup(func() {
-		c.stdin.Close()
+		stdinW.Close()
 		p.Wait()
 		outR.Close()
 	})
-	lines := bufio.NewScanner(outR)
+	return p, bufio.NewScanner(outR), stdinW
+}
+
+// startControlled starts spec, whose command must print "ready" and then wait on stdin, with a control
+// socket in a fresh directory.
+func startControlled(t *testing.T, spec *sandbox.Spec) *controlled {
+	t.Helper()
+	spec.Control = filepath.Join(t.TempDir(), "control.sock")
+	p, lines, stdin := startPiped(t, spec)
 	if !lines.Scan() || lines.Text() != "ready" {
 		t.Fatalf("got %q, want ready", lines.Text())
 	}
@@ -61,7 +69,7 @@ func startControlled(t *testing.T, spec *sandbox.Spec) *controlled {
 			t.Logf("main command: %s", lines.Text())
 		}
 	}()
-	return c
+	return &controlled{p: p, control: spec.Control, stdin: stdin}
 }
 
 type execResult struct {
@@ -291,16 +299,8 @@ func TestExecNotFromInside(t *testing.T) {
 	spec = readOnlySpec(t, "sh", "-c", script)
 	spec.Binds = []sandbox.Bind{{SourceFD: openBeneath(t, filepath.Dir(dir), filepath.Base(dir)), Target: "/run/ctl"}, probeBind(t)}
 	spec.Control = control
-	stdinR, stdinW, _ := os.Pipe()
 	var out bytes.Buffer
-	outR, outW, _ := os.Pipe()
-	p, err := sandbox.Start(context.Background(), spec, sandbox.Stdio{Stdin: stdinR, Stdout: outW, Stderr: outW})
-	stdinR.Close()
-	outW.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(outR)
+	p, lines, stdinW := startPiped(t, spec)
 	untilReady := func() string {
 		var b strings.Builder
 		for lines.Scan() && lines.Text() != "ready" {
@@ -324,7 +324,6 @@ func TestExecNotFromInside(t *testing.T) {
 	if code, err := p.Wait(); err != nil || code != 0 {
 		t.Fatalf("%d, %v:\n%s", code, err, out.String())
 	}
-	outR.Close()
 	if !strings.HasPrefix(first, "0 1 2 3 \n") {
 		t.Errorf("the command's descriptors: got %q, want 0 1 2 and ls's own", strings.SplitN(first, "\n", 2)[0])
 	}

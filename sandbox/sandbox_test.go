@@ -892,15 +892,8 @@ func TestUserNamespace(t *testing.T) {
 	var all []started
 	for range 4 {
 		spec, _ := writableSpec(t, "sh", "-c", "tr -s ' ' < /proc/self/uid_map; tr -s ' ' < /proc/self/gid_map; echo ready; read x")
-		inR, inW, _ := os.Pipe()
-		outR, outW, _ := os.Pipe()
-		p, err := sandbox.Start(context.Background(), spec, sandbox.Stdio{Stdin: inR, Stdout: outW, Stderr: outW})
-		inR.Close()
-		outW.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := started{p: p, out: bufio.NewScanner(outR), in: inW}
+		var s started
+		s.p, s.out, s.in = startPiped(t, spec)
 		var maps []string
 		for s.out.Scan() && s.out.Text() != "ready" {
 			maps = append(maps, s.out.Text())
