@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 
@@ -55,6 +56,18 @@ func ReadBeneath(root, rel string) ([]byte, error) {
 		err = fmt.Errorf("read %s: larger than %d bytes", f.Name(), maxBeneath)
 	}
 	return b, err
+}
+
+// ReadTop reads rel from the topmost of layers (bottom first) that has it, as an overlay of them
+// shows it, following no symlink. If none has it, the error satisfies errors.Is(err, fs.ErrNotExist).
+func ReadTop(layers []string, rel string) ([]byte, error) {
+	for i := len(layers) - 1; i >= 0; i-- {
+		b, err := ReadBeneath(layers[i], rel)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return b, err
+		}
+	}
+	return nil, &os.PathError{Op: "read", Path: rel, Err: fs.ErrNotExist}
 }
 
 // ReadDirBeneath lists the directory rel under root (sorted), following no symlink on the way.

@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path"
 	"path/filepath"
 	"slices"
@@ -129,12 +129,12 @@ func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines, pipL
 	}
 	pkgName, _, _ := strings.Cut(owner, ":") // libc6:amd64
 	ex.Manager, ex.Package = "apt", pkgName
-	status, err := statusOf(stackLocations(s, layers))
+	status, err := StatusOf(stackLocations(s, layers))
 	if err != nil {
 		return nil, err
 	}
 	ex.Version = status[pkgName].Version
-	seedStatus, _ := statusOf([]string{s.Location(layers[0].Output)})
+	seedStatus, _ := StatusOf([]string{s.Location(layers[0].Output)})
 	_, ex.InSeed = seedStatus[pkgName]
 
 	for i, p := range r.Apt.Packages {
@@ -228,34 +228,31 @@ func stackLocations(s *store.Store, layers []*derivation.Derivation) []string {
 // dependencyGraph reads Depends and Pre-Depends of the installed packages,
 // as the top of the stack sees them.
 func dependencyGraph(lowers []string) (map[string][]string, error) {
-	for i := len(lowers) - 1; i >= 0; i-- {
-		b, err := ReadBeneath(lowers[i], "var/lib/dpkg/status")
-		if os.IsNotExist(err) {
-			continue
-		} else if err != nil {
-			return nil, err
-		}
-		g := map[string][]string{}
-		provides := map[string][]string{}
-		err = paragraphs(bytes.NewReader(b), func(f map[string]string) error {
-			name := f["Package"]
-			for _, field := range []string{"Pre-Depends", "Depends"} {
-				g[name] = append(g[name], depNames(f[field])...)
-			}
-			for _, p := range depNames(f["Provides"]) {
-				provides[p] = append(provides[p], name)
-			}
-			return nil
-		})
-		// A dependency on a virtual package reaches its providers.
-		for name, ds := range g {
-			for _, d := range ds {
-				g[name] = append(g[name], provides[d]...)
-			}
-		}
-		return g, err
+	g := map[string][]string{}
+	b, err := ReadTop(lowers, "var/lib/dpkg/status")
+	if errors.Is(err, fs.ErrNotExist) {
+		return g, nil
+	} else if err != nil {
+		return nil, err
 	}
-	return map[string][]string{}, nil
+	provides := map[string][]string{}
+	err = paragraphs(bytes.NewReader(b), func(f map[string]string) error {
+		name := f["Package"]
+		for _, field := range []string{"Pre-Depends", "Depends"} {
+			g[name] = append(g[name], depNames(f[field])...)
+		}
+		for _, p := range depNames(f["Provides"]) {
+			provides[p] = append(provides[p], name)
+		}
+		return nil
+	})
+	// A dependency on a virtual package reaches its providers.
+	for name, ds := range g {
+		for _, d := range ds {
+			g[name] = append(g[name], provides[d]...)
+		}
+	}
+	return g, err
 }
 
 // depNames extracts package names from "a (>= 1), b | c, d:any".

@@ -2,8 +2,10 @@ package builder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -67,7 +69,7 @@ func (b *Builder) buildAptLayer(ctx context.Context, d *derivation.Derivation, l
 	}
 	slices.Sort(files)
 	argv = append(argv, files...)
-	parentStatus, err := statusOf(lowers)
+	parentStatus, err := StatusOf(lowers)
 	if err != nil {
 		return err
 	}
@@ -93,19 +95,17 @@ func (b *Builder) buildAptLayer(ctx context.Context, d *derivation.Derivation, l
 	return o.moveTo(out)
 }
 
-// statusOf reads dpkg's status as the top of a layer stack sees it.
-func statusOf(lowers []string) (map[string]Installed, error) {
-	for i := len(lowers) - 1; i >= 0; i-- {
-		b, err := ReadBeneath(lowers[i], "var/lib/dpkg/status")
-		if os.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return ParseStatus(b)
+// StatusOf reads dpkg's status as the top of a layer stack (bottom first) sees it; a stack with
+// none has no packages.
+func StatusOf(lowers []string) (map[string]Installed, error) {
+	b, err := ReadTop(lowers, "var/lib/dpkg/status")
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]Installed{}, nil
 	}
-	return map[string]Installed{}, nil
+	if err != nil {
+		return nil, err
+	}
+	return ParseStatus(b)
 }
 
 // checkInstalled compares what dpkg installed (new or changed against the

@@ -170,19 +170,9 @@ func Observe(s *store.Store, rec *bench.Record) (*Observed, error) {
 	for _, l := range rec.Layers {
 		lowers = append(lowers, s.Location(l))
 	}
-	base := map[string]builder.Installed{}
-	for i := len(lowers) - 1; i >= 0; i-- {
-		b, err := builder.ReadBeneath(lowers[i], "var/lib/dpkg/status")
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("the Bench's layers: %w", err)
-		}
-		if base, err = builder.ParseStatus(b); err != nil {
-			return nil, err
-		}
-		break
+	base, err := builder.StatusOf(lowers)
+	if err != nil {
+		return nil, fmt.Errorf("the Bench's layers: %w", err)
 	}
 	if b, err := v.readFile("/var/lib/dpkg/status"); err == nil {
 		now, err := builder.ParseStatus(b)
