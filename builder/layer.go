@@ -19,7 +19,8 @@ import (
 
 // buildEnv is the environment of every build: nothing from the host, so no
 // host secret can reach a build, and SOURCE_DATE_EPOCH so that tools that
-// honour it (pip, py_compile, gzip...) write the same bytes every time.
+// honour it (pip, py_compile, gzip...) write the same bytes every time. Each
+// of extra ("NAME=value") is added, or replaces the variable of that name.
 func buildEnv(d *derivation.Derivation, extra ...string) []string {
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -29,6 +30,10 @@ func buildEnv(d *derivation.Derivation, extra ...string) []string {
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env)
+	for _, x := range extra {
+		name, _, _ := strings.Cut(x, "=")
+		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, name+"=") })
+	}
 	return append(env, extra...)
 }
 

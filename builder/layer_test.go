@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -47,5 +48,29 @@ func TestCheckInstalled(t *testing.T) {
 				t.Fatalf("got %v, want an ErrBuildFailed naming %q", err, c.wantErr)
 			}
 		})
+	}
+}
+
+// TestBuildEnv: a build's environment is fixed; an extra variable is added, or replaces the one of
+// its name (a seed's HOME), so that no program sees two values.
+func TestBuildEnv(t *testing.T) {
+	d := &derivation.Derivation{Env: map[string]string{"SOURCE_DATE_EPOCH": "1"}}
+	env := buildEnv(d, "HOME=/tmp", "http_proxy=http://p")
+	var homes []string
+	for _, e := range env {
+		if strings.HasPrefix(e, "HOME=") {
+			homes = append(homes, e)
+		}
+	}
+	if len(homes) != 1 || homes[0] != "HOME=/tmp" {
+		t.Errorf("HOME: got %q, want only HOME=/tmp", homes)
+	}
+	for _, want := range []string{"SOURCE_DATE_EPOCH=1", "http_proxy=http://p", "TZ=UTC"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("%s missing from %q", want, env)
+		}
+	}
+	if plain := buildEnv(d); !slices.Contains(plain, "HOME=/root") {
+		t.Errorf("without extras, HOME is not /root: %q", plain)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 
 	"toolshed.dev/shed/derivation"
@@ -63,13 +62,8 @@ func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation,
 		Binds:   []sandbox.Bind{{Source: dir, Target: seedTarget, Writable: true, IDs: sandbox.IDsSandbox}},
 		Network: sandbox.Network{Listen: []string{proxyAddr}},
 		Argv:    argv,
-		Env:     buildEnv(d, "http_proxy=http://"+proxyAddr, "https_proxy=http://"+proxyAddr),
-	}
-	// The host's /root is not the sandbox's to read (dpkg looks for ~/.dpkg.cfg there).
-	for i, e := range spec.Env {
-		if strings.HasPrefix(e, "HOME=") {
-			spec.Env[i] = "HOME=/tmp"
-		}
+		// The host's /root is not the sandbox's to read (dpkg looks for ~/.dpkg.cfg there).
+		Env: buildEnv(d, "HOME=/tmp", "http_proxy=http://"+proxyAddr, "https_proxy=http://"+proxyAddr),
 	}
 	code, err := runWithProxy(ctx, spec, []proxy.Rule{rule}, private, log)
 	if err != nil {
