@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"toolshed.dev/shed/debian"
 
 	"toolshed.dev/shed/derivation"
 	"toolshed.dev/shed/sandbox"
@@ -102,26 +103,26 @@ func (b *Builder) buildAptLayer(ctx context.Context, d *derivation.Derivation, l
 
 // StatusOf reads dpkg's status as the top of a layer stack (bottom first) sees it; a stack with
 // none has no packages.
-func StatusOf(lowers []string) (map[string]Installed, error) {
+func StatusOf(lowers []string) (map[string]debian.Installed, error) {
 	b, err := ReadTop(lowers, "var/lib/dpkg/status")
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]Installed{}, nil
+		return map[string]debian.Installed{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return ParseStatus(b)
+	return debian.ParseStatus(b)
 }
 
 // checkInstalled compares what dpkg installed (new or changed against the
 // parent) with the lock's packages, the layer derivation's "name=version"
 // arguments.
-func checkInstalled(d *derivation.Derivation, upper string, parent map[string]Installed) error {
+func checkInstalled(d *derivation.Derivation, upper string, parent map[string]debian.Installed) error {
 	b, err := ReadBeneath(upper, "var/lib/dpkg/status")
 	if err != nil {
 		return fmt.Errorf("%w: dpkg status not written by the build: %v", ErrBuildFailed, err)
 	}
-	now, err := ParseStatus(b)
+	now, err := debian.ParseStatus(b)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"toolshed.dev/shed/debian"
 
 	"toolshed.dev/shed/derivation"
 )
@@ -14,7 +15,7 @@ import (
 // TestCheckInstalled: what dpkg installed (new or changed against the parent)
 // must be exactly the lock's packages.
 func TestCheckInstalled(t *testing.T) {
-	parent := map[string]Installed{"libc6": {"libc6", "2.36", "amd64"}, "old": {"old", "1", "all"}}
+	parent := map[string]debian.Installed{"libc6": {Package: "libc6", Version: "2.36", Architecture: "amd64"}, "old": {Package: "old", Version: "1", Architecture: "all"}}
 	status := func(pkgs ...string) string {
 		var b strings.Builder
 		for _, p := range pkgs {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"toolshed.dev/shed/debian"
 
 	"toolshed.dev/shed/derivation"
 	"toolshed.dev/shed/proxy"
@@ -150,7 +151,7 @@ func releaseDate(ctx context.Context, client *http.Client, mirror, suite string)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("fetch %s: %w", u, err)
 	}
-	d, err := ReleaseDate(body)
+	d, err := debian.ReleaseDate(body)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%s: %w", u, err)
 	}
@@ -273,7 +274,7 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 	if code != 0 {
 		return nil, fmt.Errorf("%w: %s", ErrResolve, aptErrors(out.String()))
 	}
-	uris, err := ParsePrintURIs([]byte(out.String()))
+	uris, err := debian.ParsePrintURIs([]byte(out.String()))
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +291,7 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 			return nil, fmt.Errorf("%w: apt wants %s, which is from none of the recipe's repositories", ErrResolve, u.URL)
 		}
 	}
-	entries := map[string]PackageEntry{}
+	entries := map[string]debian.PackageEntry{}
 	names, _ := ReadDirBeneath(upper, "var/lib/apt/lists")
 	for _, l := range names {
 		if !strings.HasSuffix(l, "_Packages") {
@@ -300,7 +301,7 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 		if err != nil {
 			return nil, err
 		}
-		found, err := IndexByFilename(bytes.NewReader(b), want)
+		found, err := debian.IndexByFilename(bytes.NewReader(b), want)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", l, err)
 		}

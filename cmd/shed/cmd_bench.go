@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"toolshed.dev/shed/proposal"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -250,12 +251,12 @@ func benchRun(c *cli.Context, argv []string) error {
 			Argv: argv, Env: env, Limits: limits, Stdio: stdio, Init: pending,
 			// The agent's one way to shed: a proposal, which a human then reads and confirms.
 			Propose: func(ctx context.Context, id string) (string, error) {
-				sv := supervisor.New(w.s, &builder.Builder{Store: w.s, Log: logger(c)})
+				sv := proposal.New(w.s, &builder.Builder{Store: w.s, Log: logger(c)})
 				p, diff, err := sv.Propose(ctx, id)
 				if err != nil {
 					return "", err
 				}
-				return supervisor.Visible(diff) + fmt.Sprintf("shed: proposal %s: an operator promotes it with `shed workshop promote %s`\n", p.ID, p.ID), nil
+				return proposal.Visible(diff) + fmt.Sprintf("shed: proposal %s: an operator promotes it with `shed workshop promote %s`\n", p.ID, p.ID), nil
 			},
 		})
 	})

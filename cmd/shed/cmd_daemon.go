@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"toolshed.dev/shed/records"
 
 	"github.com/urfave/cli/v2"
 
@@ -38,7 +39,7 @@ func cmdDaemon() *cli.Command {
 				return err
 			}
 			root := s.Root()
-			rs := supervisor.OpenRecords(root)
+			rs := records.Open(root)
 			s.Close()
 			ln, err := supervisor.Listen(c.String("socket"))
 			if err != nil {
@@ -51,7 +52,7 @@ func cmdDaemon() *cli.Command {
 				if slices.ContainsFunc(args, func(a string) bool { return a == "--root" || strings.HasPrefix(a, "--root=") }) {
 					return report(stdio[2], withHint(exitUsage, errors.New("--root: the supervisor owns its store"), "leave --root out"))
 				}
-				if err := rs.Authorize(p, args); err != nil {
+				if err := supervisor.Authorize(rs, p, args); err != nil {
 					return report(stdio[2], withHint(exitUsage, err, "`shed workshop ls` lists the records you may use; an operator decides the rest"))
 				}
 				ctx = context.WithValue(ctx, callerKey{}, p)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"toolshed.dev/shed/records"
 
 	"github.com/urfave/cli/v2"
 
@@ -54,7 +55,7 @@ func loadRecipeFile(c *cli.Context, file string) (*recipe.Recipe, error) {
 // file is accepted; anything that exists as a file, or is not a record, is a file. A user (not an
 // operator) of the supervisor names records only: no file of theirs is read as root.
 func resolveRecord(c *cli.Context, file string) string {
-	rs := supervisor.OpenRecords(c.String("root"))
+	rs := records.Open(c.String("root"))
 	if p := peer(c); p != nil && !p.Operator {
 		if v, err := rs.Current(file); err == nil {
 			return rs.File(v.Name, v.N)
@@ -62,7 +63,7 @@ func resolveRecord(c *cli.Context, file string) string {
 		return filepath.Join(c.String("root"), "workshops", "no-such-record", filepath.Base(file))
 	}
 	path := hostPath(c, file)
-	if _, err := os.Stat(path); err == nil || !supervisor.IsName(file) {
+	if _, err := os.Stat(path); err == nil || !records.IsName(file) {
 		return path
 	}
 	if v, err := rs.Current(file); err == nil {

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"toolshed.dev/shed/why"
 
 	"github.com/urfave/cli/v2"
 
-	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/recipe"
 )
 
@@ -50,8 +50,8 @@ func cmdWhy() *cli.Command {
 			if err != nil {
 				return err
 			}
-			ex, err := builder.Explain(s, r, plan, aptLines, pipLines, c.Args().Get(1))
-			if errors.Is(err, builder.ErrNoSuchFile) {
+			ex, err := why.Explain(s, r, plan, aptLines, pipLines, c.Args().Get(1))
+			if errors.Is(err, why.ErrNoSuchFile) {
 				return withHint(exitFailure, err, "paths are as a Bench sees them, e.g. /usr/bin/jq")
 			} else if err != nil {
 				return err

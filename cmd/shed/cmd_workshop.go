@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"toolshed.dev/shed/proposal"
+	"toolshed.dev/shed/records"
 
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/urfave/cli/v2"
@@ -51,11 +53,11 @@ func cmdWorkshop() *cli.Command {
 					if _, _, err := lockedPlan(c, s, r, false); err != nil {
 						return err
 					}
-					files, err := supervisor.ReadFiles(r)
+					files, err := records.ReadFiles(r)
 					if err != nil {
 						return err
 					}
-					v, err := supervisor.OpenRecords(s.Root()).Add(c.Context, supervisor.Version{Name: r.Name, By: caller(c), Users: c.StringSlice("allow")}, files, nil)
+					v, err := records.Open(s.Root()).Add(c.Context, records.Version{Name: r.Name, By: caller(c), Users: c.StringSlice("allow")}, files, nil)
 					if err != nil {
 						return withHint(exitFailure, err, "`shed workshop ls` lists the records; a record changes through `shed bench propose` and `shed workshop promote`")
 					}
@@ -81,7 +83,7 @@ func cmdWorkshop() *cli.Command {
 						return err
 					}
 					defer s.Close()
-					v, err := supervisor.OpenRecords(s.Root()).Allow(c.Args().First(), c.Args().Slice()[1:])
+					v, err := records.Open(s.Root()).Allow(c.Args().First(), c.Args().Slice()[1:])
 					if err != nil {
 						return recordErr(err)
 					}
@@ -96,12 +98,12 @@ func cmdWorkshop() *cli.Command {
 				Name:  "ls",
 				Usage: "list the Workshop records",
 				Action: func(c *cli.Context) error {
-					rs := supervisor.OpenRecords(c.String("root"))
+					rs := records.Open(c.String("root"))
 					names, err := rs.Names()
 					if err != nil {
 						return err
 					}
-					var vs []*supervisor.Version
+					var vs []*records.Version
 					for _, n := range names {
 						v, err := rs.Current(n)
 						if err != nil {
@@ -149,7 +151,7 @@ func cmdWorkshop() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("workshop log wants a record NAME")
 					}
-					vs, err := supervisor.OpenRecords(c.String("root")).Log(c.Args().First())
+					vs, err := records.Open(c.String("root")).Log(c.Args().First())
 					if err != nil {
 						return recordErr(err)
 					}
@@ -174,7 +176,7 @@ func cmdWorkshop() *cli.Command {
 					if c.NArg() < 1 || c.NArg() > 3 {
 						return usageError("workshop diff wants NAME [A [B]]")
 					}
-					rs := supervisor.OpenRecords(c.String("root"))
+					rs := records.Open(c.String("root"))
 					cur, err := rs.Current(c.Args().First())
 					if err != nil {
 						return recordErr(err)
@@ -200,7 +202,7 @@ func cmdWorkshop() *cli.Command {
 							FromFile: fmt.Sprintf("a/%s (version %d)", f, a), ToFile: fmt.Sprintf("b/%s (version %d)", f, b), Context: 3})
 						out.WriteString(ud)
 					}
-					_, err = fmt.Fprint(c.App.Writer, supervisor.Visible(out.String()))
+					_, err = fmt.Fprint(c.App.Writer, proposal.Visible(out.String()))
 					return err
 				},
 			},
@@ -225,12 +227,12 @@ func cmdWorkshop() *cli.Command {
 						return err
 					}
 					defer s.Close()
-					sv := supervisor.New(s, newBuilder(c, s, false))
+					sv := proposal.New(s, newBuilder(c, s, false))
 					p, diff, err := sv.Get(c.Args().First())
 					if err != nil {
 						return withHint(exitUsage, err, "`shed bench propose BENCH` prints a proposal's id")
 					}
-					fmt.Fprint(c.App.Writer, supervisor.Visible(diff))
+					fmt.Fprint(c.App.Writer, proposal.Visible(diff))
 					in, ok := c.App.Reader.(*os.File)
 					if !ok || !term.IsTerminal(int(in.Fd())) {
 						return withHint(exitUsage, errors.New("promotion needs a human at a terminal: stdin is not one"),
@@ -265,12 +267,12 @@ func cmdWorkshop() *cli.Command {
 	}
 }
 
-func recordVersion(c *cli.Context, n int) (*supervisor.Records, *supervisor.Version, error) {
+func recordVersion(c *cli.Context, n int) (*records.Workshops, *records.Version, error) {
 	if c.NArg() != 1 {
 		return nil, nil, usageError("want a record NAME")
 	}
-	rs := supervisor.OpenRecords(c.String("root"))
-	var v *supervisor.Version
+	rs := records.Open(c.String("root"))
+	var v *records.Version
 	var err error
 	if n > 0 {
 		v, err = rs.Get(c.Args().First(), n)
@@ -281,7 +283,7 @@ func recordVersion(c *cli.Context, n int) (*supervisor.Records, *supervisor.Vers
 }
 
 func recordErr(err error) error {
-	if errors.Is(err, supervisor.ErrNoRecord) {
+	if errors.Is(err, records.ErrNoRecord) {
 		return withHint(exitUsage, err, "`shed workshop ls` lists the records; `shed workshop add FILE` makes one")
 	}
 	return err
@@ -327,13 +329,13 @@ func proposeCommand() *cli.Command {
 				return err
 			}
 			defer s.Close()
-			sv := supervisor.New(s, newBuilder(c, s, false))
+			sv := proposal.New(s, newBuilder(c, s, false))
 			rec, err := ownBench(c, s, c.Args().First())
 			if err != nil {
 				return err
 			}
 			p, diff, err := sv.Propose(c.Context, rec.ID)
-			if errors.Is(err, supervisor.ErrUnfinished) {
+			if errors.Is(err, proposal.ErrUnfinished) {
 				return withHint(exitFailure, err, "finish or undo it in the Bench (`dpkg --configure -a`, `apt-get -f install`, or remove the package), then propose again")
 			}
 			if err != nil {
@@ -342,7 +344,7 @@ func proposeCommand() *cli.Command {
 			if c.Bool("json") {
 				return printJSON(c, map[string]any{"proposal": p, "diff": diff})
 			}
-			fmt.Fprint(c.App.Writer, supervisor.Visible(diff))
+			fmt.Fprint(c.App.Writer, proposal.Visible(diff))
 			fmt.Fprintf(c.App.ErrWriter, "shed: proposal %s: promote with `shed workshop promote %s`\n", p.ID, p.ID)
 			return nil
 		},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"toolshed.dev/shed/records"
 
 	"github.com/urfave/cli/v2"
 
@@ -11,7 +12,6 @@ import (
 	"toolshed.dev/shed/cache"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/store"
-	"toolshed.dev/shed/supervisor"
 )
 
 // newBuilder makes a builder for the store, with progress on stderr and, with
@@ -75,7 +75,7 @@ func (w *workshop) realize(c *cli.Context, offline bool) error {
 	top := plan.Layers[len(plan.Layers)-1]
 	// Each version of a record is a root of its own, so a promotion never makes the previous one
 	// collectable while someone may still launch it.
-	if name, n, ok := supervisor.OpenRecords(w.s.Root()).VersionOf(w.r.File); ok {
+	if name, n, ok := records.Open(w.s.Root()).VersionOf(w.r.File); ok {
 		if err := ensureRoot(c, w.s, fmt.Sprintf("workshop-%s-v%d", name, n), top); err != nil {
 			return err
 		}

@@ -1,4 +1,6 @@
-package builder
+// Package why answers `shed why`: which layer of a Workshop holds a file, which package owns it,
+// and which recipe line brought that package in.
+package why
 
 import (
 	"bufio"
@@ -10,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/debian"
 
 	"toolshed.dev/shed/derivation"
 	"toolshed.dev/shed/recipe"
@@ -116,7 +120,7 @@ func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines, pipL
 	owner := ""
 	for i := len(layers) - 1; i >= 0 && owner == ""; i-- {
 		layer := s.Location(layers[i].Output)
-		names, _ := ReadDirBeneath(layer, "var/lib/dpkg/info")
+		names, _ := builder.ReadDirBeneath(layer, "var/lib/dpkg/info")
 		for _, n := range names {
 			if strings.HasSuffix(n, ".list") && listHas(layer, "var/lib/dpkg/info/"+n, candidates, lookup) {
 				owner = strings.TrimSuffix(n, ".list")
@@ -129,12 +133,12 @@ func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines, pipL
 	}
 	pkgName, _, _ := strings.Cut(owner, ":") // libc6:amd64
 	ex.Manager, ex.Package = "apt", pkgName
-	status, err := StatusOf(stackLocations(s, layers))
+	status, err := builder.StatusOf(stackLocations(s, layers))
 	if err != nil {
 		return nil, err
 	}
 	ex.Version = status[pkgName].Version
-	seedStatus, _ := StatusOf([]string{s.Location(layers[0].Output)})
+	seedStatus, _ := builder.StatusOf([]string{s.Location(layers[0].Output)})
 	_, ex.InSeed = seedStatus[pkgName]
 
 	for i, p := range r.Apt.Packages {
@@ -200,7 +204,7 @@ func resolveParents(rel string, lookup func(string) (store.Entry, int, bool)) (s
 // listHas reports whether a dpkg .list file names one of the candidates,
 // directly or through a symlinked parent (merged-usr).
 func listHas(layer, list string, candidates map[string]bool, lookup func(string) (store.Entry, int, bool)) bool {
-	b, err := ReadBeneath(layer, list)
+	b, err := builder.ReadBeneath(layer, list)
 	if err != nil {
 		return false
 	}
@@ -229,14 +233,14 @@ func stackLocations(s *store.Store, layers []*derivation.Derivation) []string {
 // as the top of the stack sees them.
 func dependencyGraph(lowers []string) (map[string][]string, error) {
 	g := map[string][]string{}
-	b, err := ReadTop(lowers, "var/lib/dpkg/status")
+	b, err := builder.ReadTop(lowers, "var/lib/dpkg/status")
 	if errors.Is(err, fs.ErrNotExist) {
 		return g, nil
 	} else if err != nil {
 		return nil, err
 	}
 	provides := map[string][]string{}
-	err = paragraphs(bytes.NewReader(b), func(f map[string]string) error {
+	err = debian.Paragraphs(bytes.NewReader(b), func(f map[string]string) error {
 		name := f["Package"]
 		for _, field := range []string{"Pre-Depends", "Depends"} {
 			g[name] = append(g[name], depNames(f[field])...)
@@ -300,18 +304,18 @@ func shortestChain(g map[string][]string, from, to string) []string {
 func pipRecords(layer string) []string {
 	var out []string
 	lib := "usr/local/lib"
-	pys, _ := ReadDirBeneath(layer, lib)
+	pys, _ := builder.ReadDirBeneath(layer, lib)
 	for _, py := range pys {
 		if !strings.HasPrefix(py, "python3") {
 			continue
 		}
-		sites, _ := ReadDirBeneath(layer, lib+"/"+py)
+		sites, _ := builder.ReadDirBeneath(layer, lib+"/"+py)
 		for _, site := range sites {
 			if !strings.HasSuffix(site, "-packages") {
 				continue
 			}
 			dir := lib + "/" + py + "/" + site
-			dists, _ := ReadDirBeneath(layer, dir)
+			dists, _ := builder.ReadDirBeneath(layer, dir)
 			for _, d := range dists {
 				if strings.HasSuffix(d, ".dist-info") {
 					out = append(out, dir+"/"+d+"/RECORD")
@@ -327,7 +331,7 @@ func pipRecords(layer string) []string {
 func pipOwner(layer, rel string) (name, version string, ok bool) {
 	for _, rec := range pipRecords(layer) {
 		siteRel := path.Dir(path.Dir(rec))
-		b, err := ReadBeneath(layer, rec)
+		b, err := builder.ReadBeneath(layer, rec)
 		if err != nil {
 			continue
 		}

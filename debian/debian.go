@@ -1,4 +1,6 @@
-package builder
+// Package debian reads Debian's own formats: a signed InRelease, Packages indexes, apt-get --print-uris
+// output and dpkg's status file.
+package debian
 
 import (
 	"bufio"
@@ -17,9 +19,9 @@ import (
 // status file are all deb822 paragraphs ("Key: value" lines, continuation
 // lines start with a space, paragraphs separated by blank lines).
 
-// paragraphs calls fn with each paragraph's fields. Continuation lines are
+// Paragraphs calls fn with each paragraph's fields. Continuation lines are
 // appended to the field's value with a newline, as deb822 specifies.
-func paragraphs(r io.Reader, fn func(map[string]string) error) error {
+func Paragraphs(r io.Reader, fn func(map[string]string) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	fields := map[string]string{}
@@ -96,7 +98,7 @@ type PackageEntry struct {
 // apt's --print-uris gives only MD5.
 func IndexByFilename(r io.Reader, want map[string]bool) (map[string]PackageEntry, error) {
 	found := map[string]PackageEntry{}
-	err := paragraphs(r, func(f map[string]string) error {
+	err := Paragraphs(r, func(f map[string]string) error {
 		fn := f["Filename"]
 		if !want[fn] {
 			return nil
@@ -165,7 +167,7 @@ type Installed struct {
 // flag that `dpkg --audit` reports.
 func Unfinished(b []byte) ([]string, error) {
 	var out []string
-	err := paragraphs(bytes.NewReader(b), func(f map[string]string) error {
+	err := Paragraphs(bytes.NewReader(b), func(f map[string]string) error {
 		st := strings.Fields(f["Status"]) // want flag state
 		if len(st) != 3 {
 			return nil
@@ -186,7 +188,7 @@ func Unfinished(b []byte) ([]string, error) {
 // ParseStatus reads dpkg's status file and returns the installed packages by name.
 func ParseStatus(b []byte) (map[string]Installed, error) {
 	pkgs := map[string]Installed{}
-	err := paragraphs(bytes.NewReader(b), func(f map[string]string) error {
+	err := Paragraphs(bytes.NewReader(b), func(f map[string]string) error {
 		if f["Status"] != "install ok installed" {
 			return nil
 		}

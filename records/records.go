@@ -1,4 +1,6 @@
-package supervisor
+// Package records keeps the canonical Workshop records: every promoted version of each Workshop's
+// recipe and lock, added by compare-and-swap.
+package records
 
 import (
 	"context"
@@ -19,18 +21,18 @@ import (
 	"toolshed.dev/shed/recipe"
 )
 
-// Records are the canonical Workshop records, written only here (by the supervisor, or by root's CLI
+// Workshops are the canonical Workshop records, written only here (by the supervisor, or by root's CLI
 // when there is no supervisor): for each Workshop, every promoted version of its recipe and lock.
 //
 //	<root>/workshops/<name>/<N>/workshop.toml, workshop.lock, version.json (and the recipe's key files)
 //	<root>/workshops/<name>/current     the current version's number
 //	<root>/workshops/<name>.lock        flock-held while a version is added: versions are compare-and-swap
-type Records struct {
+type Workshops struct {
 	dir string
 }
 
-// OpenRecords returns the records of the store at root.
-func OpenRecords(root string) *Records { return &Records{dir: filepath.Join(root, "workshops")} }
+// Open returns the records of the store at root.
+func Open(root string) *Workshops { return &Workshops{dir: filepath.Join(root, "workshops")} }
 
 // Version is one version of a Workshop record.
 type Version struct {
@@ -57,20 +59,20 @@ var recordNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustComp
 // IsName reports whether s could name a record (a recipe's name).
 func IsName(s string) bool { return recordNameRE().MatchString(s) }
 
-func (rs *Records) nameDir(name string) string { return filepath.Join(rs.dir, name) }
+func (rs *Workshops) nameDir(name string) string { return filepath.Join(rs.dir, name) }
 
 // Dir returns the directory of version n of name, which holds workshop.toml and workshop.lock.
-func (rs *Records) Dir(name string, n int) string {
+func (rs *Workshops) Dir(name string, n int) string {
 	return filepath.Join(rs.nameDir(name), strconv.Itoa(n))
 }
 
 // File returns the recipe file of version n.
-func (rs *Records) File(name string, n int) string {
+func (rs *Workshops) File(name string, n int) string {
 	return filepath.Join(rs.Dir(name, n), "workshop.toml")
 }
 
 // Current returns the current version of name.
-func (rs *Records) Current(name string) (*Version, error) {
+func (rs *Workshops) Current(name string) (*Version, error) {
 	if !IsName(name) {
 		return nil, fmt.Errorf("%w: %q", ErrNoRecord, name)
 	}
@@ -88,7 +90,7 @@ func (rs *Records) Current(name string) (*Version, error) {
 }
 
 // Get returns version n of name.
-func (rs *Records) Get(name string, n int) (*Version, error) {
+func (rs *Workshops) Get(name string, n int) (*Version, error) {
 	b, err := os.ReadFile(filepath.Join(rs.Dir(name, n), "version.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s version %d", ErrNoRecord, name, n)
@@ -103,7 +105,7 @@ func (rs *Records) Get(name string, n int) (*Version, error) {
 }
 
 // Names lists the records.
-func (rs *Records) Names() ([]string, error) {
+func (rs *Workshops) Names() ([]string, error) {
 	ents, err := os.ReadDir(rs.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -120,7 +122,7 @@ func (rs *Records) Names() ([]string, error) {
 }
 
 // Log returns every version of name, oldest first.
-func (rs *Records) Log(name string) ([]*Version, error) {
+func (rs *Workshops) Log(name string) ([]*Version, error) {
 	cur, err := rs.Current(name)
 	if err != nil {
 		return nil, err
@@ -167,7 +169,7 @@ func ReadFiles(r *recipe.Recipe) (*Files, error) {
 // not exist yet), and makes it current. Two racing adds on one base: exactly one wins, the other gets
 // ErrConflict. check, if set, runs under the record's lock before anything is written (it is how a
 // promotion makes its confirmation single-use).
-func (rs *Records) Add(ctx context.Context, v Version, f *Files, check func() error) (*Version, error) {
+func (rs *Workshops) Add(ctx context.Context, v Version, f *Files, check func() error) (*Version, error) {
 	if !IsName(v.Name) {
 		return nil, fmt.Errorf("record name %q: lowercase letters, digits, '.', '_' and '-'", v.Name)
 	}
@@ -240,7 +242,7 @@ func (rs *Records) Add(ctx context.Context, v Version, f *Files, check func() er
 
 // Allow sets who (besides operators) may realize and launch name: users by name, groups as @group.
 // It changes the current version's record, under the record's lock.
-func (rs *Records) Allow(name string, users []string) (*Version, error) {
+func (rs *Workshops) Allow(name string, users []string) (*Version, error) {
 	lk, err := os.OpenFile(rs.nameDir(name)+".lock", os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoRecord, name)
@@ -260,4 +262,21 @@ func (rs *Records) Allow(name string, users []string) (*Version, error) {
 		return nil, err
 	}
 	return v, os.Rename(f+".tmp", f)
+}
+
+// VersionOf says which record version a recipe file is, if it is one.
+func (rs *Workshops) VersionOf(file string) (string, int, bool) {
+	rel, err := filepath.Rel(rs.dir, file)
+	if err != nil {
+		return "", 0, false
+	}
+	parts := strings.Split(rel, string(filepath.Separator))
+	if len(parts) != 3 || parts[2] != "workshop.toml" {
+		return "", 0, false
+	}
+	var n int
+	if _, err := fmt.Sscan(parts[1], &n); err != nil {
+		return "", 0, false
+	}
+	return parts[0], n, true
 }

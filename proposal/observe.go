@@ -1,4 +1,4 @@
-package supervisor
+package proposal
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"toolshed.dev/shed/debian"
 
 	"golang.org/x/sys/unix"
 
@@ -25,7 +26,7 @@ import (
 type Observed struct {
 	// Apt are the packages installed in the Bench that apt marks as manually installed and that the
 	// layers did not have (or had at another version), with the versions installed.
-	Apt []builder.Installed
+	Apt []debian.Installed
 	// Pip are the distributions installed as requested (a REQUESTED marker) that the layers did not have.
 	Pip []PipDist
 	// Allowed and Refused are the destinations (host or host:port) the Bench's proxy allowed and refused.
@@ -175,11 +176,11 @@ func Observe(s *store.Store, rec *bench.Record) (*Observed, error) {
 		return nil, fmt.Errorf("the Bench's layers: %w", err)
 	}
 	if b, err := v.readFile("/var/lib/dpkg/status"); err == nil {
-		now, err := builder.ParseStatus(b)
+		now, err := debian.ParseStatus(b)
 		if err != nil {
 			return nil, fmt.Errorf("the Bench's dpkg status: %w", err)
 		}
-		if obs.Unfinished, err = builder.Unfinished(b); err != nil {
+		if obs.Unfinished, err = debian.Unfinished(b); err != nil {
 			return nil, fmt.Errorf("the Bench's dpkg status: %w", err)
 		}
 		auto := autoInstalled(v)
@@ -189,7 +190,7 @@ func Observe(s *store.Store, rec *bench.Record) (*Observed, error) {
 			}
 			obs.Apt = append(obs.Apt, p)
 		}
-		slices.SortFunc(obs.Apt, func(a, b builder.Installed) int { return strings.Compare(a.Package, b.Package) })
+		slices.SortFunc(obs.Apt, func(a, b debian.Installed) int { return strings.Compare(a.Package, b.Package) })
 	}
 
 	for _, lib := range []string{"/usr/local/lib", "/usr/lib"} {

@@ -1,4 +1,4 @@
-package supervisor
+package proposal
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"toolshed.dev/shed/records"
 	"unicode"
 
 	"github.com/pmezard/go-difflib/difflib"
@@ -51,37 +52,20 @@ var (
 	ErrNothing    = errors.New("the Bench installed nothing the recipe lacks")
 )
 
-// Supervisor holds what the privileged side owns: the store, the records, the proposals.
-type Supervisor struct {
+// Proposals are the proposals of a store, made from Benches and promoted into its records.
+type Proposals struct {
 	Store   *store.Store
-	Records *Records
+	Records *records.Workshops
 	Builder *builder.Builder // locks proposals (network to the mirror and the index)
 }
 
-// New returns the supervisor of s.
-func New(s *store.Store, b *builder.Builder) *Supervisor {
-	return &Supervisor{Store: s, Records: OpenRecords(s.Root()), Builder: b}
+// New returns the proposals of s.
+func New(s *store.Store, b *builder.Builder) *Proposals {
+	return &Proposals{Store: s, Records: records.Open(s.Root()), Builder: b}
 }
 
-func (sv *Supervisor) proposalDir(id string) string {
+func (sv *Proposals) proposalDir(id string) string {
 	return filepath.Join(sv.Store.Root(), "proposals", id)
-}
-
-// VersionOf says which record version a recipe file is, if it is one.
-func (rs *Records) VersionOf(file string) (string, int, bool) {
-	rel, err := filepath.Rel(rs.dir, file)
-	if err != nil {
-		return "", 0, false
-	}
-	parts := strings.Split(rel, string(filepath.Separator))
-	if len(parts) != 3 || parts[2] != "workshop.toml" {
-		return "", 0, false
-	}
-	var n int
-	if _, err := fmt.Sscan(parts[1], &n); err != nil {
-		return "", 0, false
-	}
-	return parts[0], n, true
 }
 
 // ErrUnfinished refuses a proposal from a Bench whose dpkg state has packages half installed or half
@@ -92,7 +76,7 @@ var ErrUnfinished = errors.New("unfinished package operations")
 // (pinned to the versions installed), plus the destinations its proxy refused; locked; diffed against
 // the current record of its Workshop. Nothing of the Bench's files but dpkg's, apt's and pip's own
 // records is read, and nothing of them is kept.
-func (sv *Supervisor) Propose(ctx context.Context, nameOrID string) (*Proposal, string, error) {
+func (sv *Proposals) Propose(ctx context.Context, nameOrID string) (*Proposal, string, error) {
 	rec, err := bench.Find(sv.Store, nameOrID)
 	if err != nil {
 		return nil, "", err
@@ -105,14 +89,14 @@ func (sv *Supervisor) Propose(ctx context.Context, nameOrID string) (*Proposal, 
 	baseFile, baseN := rec.Workshop, 0
 	if cur, err := sv.Records.Current(launched.Name); err == nil {
 		baseFile, baseN = sv.Records.File(cur.Name, cur.N), cur.N
-	} else if !errors.Is(err, ErrNoRecord) {
+	} else if !errors.Is(err, records.ErrNoRecord) {
 		return nil, "", err
 	}
 	base, err := recipe.Load(baseFile, recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
 	if err != nil {
 		return nil, "", err
 	}
-	files, err := ReadFiles(base)
+	files, err := records.ReadFiles(base)
 	if err != nil {
 		return nil, "", err
 	}
@@ -249,7 +233,7 @@ func (sv *Supervisor) Propose(ctx context.Context, nameOrID string) (*Proposal, 
 
 // diff is what the human reads: a header (what the proposal adds, what it widens), then the unified
 // diffs of the recipe and the lock.
-func (sv *Supervisor) diff(p *Proposal, oldRecipe, newRecipe, oldLock, newLock []byte) string {
+func (sv *Proposals) diff(p *Proposal, oldRecipe, newRecipe, oldLock, newLock []byte) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "proposal %s for Workshop %s, version %d, from Bench %s\n", p.ID, p.Workshop, p.Base, p.Bench)
 	if len(p.Widens) > 0 {
@@ -280,7 +264,7 @@ func sha(s string) string {
 }
 
 // Get returns a proposal and its diff.
-func (sv *Supervisor) Get(id string) (*Proposal, string, error) {
+func (sv *Proposals) Get(id string) (*Proposal, string, error) {
 	if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
 		return nil, "", fmt.Errorf("%w: %q", ErrNoProposal, id)
 	}
@@ -306,7 +290,7 @@ func (sv *Supervisor) Get(id string) (*Proposal, string, error) {
 // human saw and confirmed: the proposal's files must still give exactly that diff against the record
 // version it was made for, that version must still be current, and the proposal must not have been
 // promoted before. Racing promotions of one base: exactly one wins.
-func (sv *Supervisor) Promote(ctx context.Context, id, confirmed, by string) (*Version, error) {
+func (sv *Proposals) Promote(ctx context.Context, id, confirmed, by string) (*records.Version, error) {
 	p, diff, err := sv.Get(id)
 	if err != nil {
 		return nil, err
@@ -329,7 +313,7 @@ func (sv *Supervisor) Promote(ctx context.Context, id, confirmed, by string) (*V
 	if err != nil {
 		return nil, err
 	}
-	files, err := ReadFiles(r)
+	files, err := records.ReadFiles(r)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +332,7 @@ func (sv *Supervisor) Promote(ctx context.Context, id, confirmed, by string) (*V
 		}
 	}
 	used := filepath.Join(dir, "used")
-	return sv.Records.Add(ctx, Version{Name: p.Workshop, Base: base, By: by, Proposal: id, Users: users}, files, func() error {
+	return sv.Records.Add(ctx, records.Version{Name: p.Workshop, Base: base, By: by, Proposal: id, Users: users}, files, func() error {
 		f, err := os.OpenFile(used, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if errors.Is(err, os.ErrExist) {
 			return ErrUsed
