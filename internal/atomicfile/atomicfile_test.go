@@ -1,0 +1,156 @@
+package atomicfile_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"toolshed.dev/shed/internal/atomicfile"
+)
+
+// entries lists the names in dir.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestWriteFile(t *testing.T) {
+	old := syscall.Umask(0o077) // the mode is perm, whatever the umask
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	f := filepath.Join(dir, "config.toml")
+	for _, c := range []struct {
+		data string
+		perm os.FileMode
+	}{{"one\n", 0o644}, {"two, longer\n", 0o600}, {"", 0o640}} {
+		if err := atomicfile.WriteFile(f, []byte(c.data), c.perm); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != c.data || st.Mode().Perm() != c.perm {
+			t.Errorf("got %q mode %04o, want %q mode %04o", b, st.Mode().Perm(), c.data, c.perm)
+		}
+	}
+	if got := entries(t, dir); len(got) != 1 {
+		t.Errorf("the directory holds %q, want the file alone", got)
+	}
+}
+
+// TestWriteFileConcurrent: writers racing on one path all succeed, and the file is one write, whole.
+func TestWriteFileConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "workshop.lock")
+	const n = 32
+	writes := make([][]byte, n)
+	for i := range writes {
+		// Large and different in every byte, so that a mix of two writes would show.
+		writes[i] = bytes.Repeat([]byte{byte('A' + i)}, 256<<10+i)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = atomicfile.WriteFile(f, writes[i], 0o644)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("writer %d: %v", i, err)
+		}
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := false
+	for _, w := range writes {
+		whole = whole || bytes.Equal(b, w)
+	}
+	if !whole {
+		t.Errorf("the file (%d bytes) is none of the writes", len(b))
+	}
+	if got := entries(t, dir); len(got) != 1 {
+		t.Errorf("the directory holds %q, want the file alone", got)
+	}
+}
+
+func TestWriteFileFails(t *testing.T) {
+	dir := t.TempDir()
+	// A missing directory.
+	missing := filepath.Join(dir, "gone", "version.json")
+	if err := atomicfile.WriteFile(missing, []byte("x"), 0o644); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("into a missing directory: %v, want an error naming %s", err, missing)
+	}
+	// The rename fails after the temporary file was written (the path is a directory, which a file
+	// cannot replace): the temporary file is removed, the directory kept.
+	target := filepath.Join(dir, "current")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := atomicfile.WriteFile(target, []byte("2\n"), 0o644); err == nil || !strings.Contains(err.Error(), target) {
+		t.Errorf("over a directory: %v, want an error naming %s", err, target)
+	}
+	if got := entries(t, dir); fmt.Sprint(got) != "[current]" {
+		t.Errorf("after the failures the directory holds %q, want [current]", got)
+	}
+	// A directory we may not write (root may write anything: this case runs as other users).
+	if os.Geteuid() != 0 {
+		ro := filepath.Join(dir, "ro")
+		if err := os.Mkdir(ro, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		if err := atomicfile.WriteFile(filepath.Join(ro, "f"), []byte("x"), 0o644); err == nil {
+			t.Error("a write into a read-only directory succeeded")
+		}
+		if got := entries(t, ro); len(got) != 0 {
+			t.Errorf("the read-only directory holds %q", got)
+		}
+	}
+	if err := atomicfile.SyncDir(filepath.Join(dir, "gone")); err == nil {
+		t.Error("SyncDir of a missing directory succeeded")
+	}
+}
+
+func TestMkdirAll(t *testing.T) {
+	dir := t.TempDir()
+	d := filepath.Join(dir, "a", "b", "c")
+	if err := atomicfile.MkdirAll(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(d); err != nil || !st.IsDir() {
+		t.Fatalf("%s: %v", d, err)
+	}
+	if err := atomicfile.MkdirAll(d, 0o700); err != nil {
+		t.Errorf("again: %v", err)
+	}
+	f := filepath.Join(dir, "file")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := atomicfile.MkdirAll(filepath.Join(f, "x"), 0o700); err == nil {
+		t.Error("a directory under a file was made")
+	}
+}
