@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/apex/log v1.9.0
 	github.com/google/go-cmp v0.7.0
-	github.com/google/renameio/v2 v2.0.2
 	github.com/klauspost/pgzip v1.2.6
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/image-spec v1.1.1

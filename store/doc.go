@@ -9,5 +9,6 @@
 // operation sweeps. See docs/architecture.md for the on-disk layout and the
 // crash model.
 //
-// This package imports no other package of the project.
+// This package imports no other package of the project but internal/atomicfile, the one way shed
+// replaces a file.
 package store

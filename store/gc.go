@@ -202,7 +202,7 @@ func deadInOrder(infos map[Path]*PathInfo, live map[Path]bool) []Path {
 
 // sweep removes debris: bytes in store/ with no record (a crash between rename
 // and registration), manifests with no record, staging directories of dead
-// processes, trash, and renameio temporaries. Caller holds gc.lock exclusively.
+// processes, trash, and temporary files of dead writers. Caller holds gc.lock exclusively.
 func (s *Store) sweep(infos map[Path]*PathInfo, live map[Path]bool) (int, error) {
 	n := 0
 	storeDir := filepath.Join(s.root, dirStore)
@@ -240,7 +240,7 @@ func (s *Store) sweep(infos map[Path]*PathInfo, live map[Path]bool) (int, error)
 	for _, e := range ents {
 		name := e.Name()
 		switch {
-		case strings.HasPrefix(name, "."): // renameio temporary of a dead writer
+		case strings.HasPrefix(name, "."): // atomicfile temporary of a dead writer
 			// A live writer's temporary is renamed away within milliseconds;
 			// only remove those old enough to be a dead writer's.
 			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {

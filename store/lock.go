@@ -8,8 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/internal/atomicfile"
 )
 
 // ErrLocked is returned by a non-blocking lock attempt on a held lock.
@@ -104,25 +105,11 @@ func (s *Store) pathLockFile(p Path) string {
 	return filepath.Join(s.root, dirLocks, p.HashPart()+".lock")
 }
 
-// writeFileAtomic writes data to name so that a crash leaves either the old
-// file or the new one: renameio writes and fsyncs a temporary file and renames
-// it over name; it does not fsync the directory, so we do.
+// writeFileAtomic writes data to name so that a crash leaves either the old file or the new one,
+// durable once it returns (a temporary file, fsync, rename, fsync of the directory).
 func writeFileAtomic(name string, data []byte, perm os.FileMode) error {
-	if err := renameio.WriteFile(name, data, perm); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return syncDir(filepath.Dir(name))
+	return atomicfile.WriteFile(name, data, perm)
 }
 
 // syncDir makes the entries of a directory (creations, renames, deletions) durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
-}
+func syncDir(dir string) error { return atomicfile.SyncDir(dir) }

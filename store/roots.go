@@ -210,7 +210,7 @@ func (s *Store) Roots() ([]Root, error) {
 	}
 	var roots []Root
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".") { // renameio temporary files
+		if strings.HasPrefix(e.Name(), ".") { // atomicfile temporary files
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
