@@ -20,7 +20,8 @@ import (
 // unique name in path's directory is written, set to perm (exactly: the umask does not apply),
 // fsynced, closed and renamed over path, then the directory is fsynced. Concurrent writers of one path
 // all succeed, and the file is one of their writes, whole. On an error nothing is left behind but the
-// old file.
+// old file, and the error is an *os.PathError for path (Op "write") whose Err names the step that
+// failed: "write /r/config.toml: fsync: input/output error".
 func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -28,51 +29,78 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	}
 	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return writeError(path, "create temporary file", err)
 	}
 	tmp := f.Name()
 	closed := false
+	step := ""
 	defer func() {
 		if err != nil {
 			if !closed {
 				f.Close()
 			}
 			os.Remove(tmp)
-			err = fmt.Errorf("write %s: %w", path, err)
+			err = writeError(path, step, err)
 		}
 	}()
+	step = "write"
 	if _, err = f.Write(data); err != nil {
 		return err
 	}
+	step = "chmod"
 	if err = f.Chmod(perm); err != nil {
 		return err
 	}
+	step = "fsync"
 	if err = f.Sync(); err != nil {
 		return err
 	}
-	closed = true
+	step, closed = "close", true
 	if err = f.Close(); err != nil {
 		return err
 	}
+	step = "rename"
 	if err = os.Rename(tmp, path); err != nil {
 		return err
 	}
-	return SyncDir(dir)
+	step = "fsync directory"
+	return syncDir(dir)
+}
+
+// writeError is the error of a WriteFile of path that failed at step. The os errors name the
+// temporary file, which is gone: only their cause is kept.
+func writeError(path, step string, err error) error {
+	var pe *os.PathError
+	var le *os.LinkError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	} else if errors.As(err, &le) {
+		err = le.Err
+	}
+	return &os.PathError{Op: "write", Path: path, Err: fmt.Errorf("%s: %w", step, err)}
 }
 
 // SyncDir makes dir's entries (files created, renamed or removed in it) durable: for callers that
-// rename a directory into place, and after the creation of a directory.
+// rename a directory into place, and after the creation of a directory. Its error is an
+// *os.PathError for dir (Op "fsync").
 func SyncDir(dir string) error {
+	if err := syncDir(dir); err != nil {
+		return &os.PathError{Op: "fsync", Path: dir, Err: err}
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
+		return fmt.Errorf("open: %w", err)
 	}
 	if err := unix.Fsync(fd); err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
+		return err
 	}
 	if err := unix.Close(fd); err != nil {
-		return fmt.Errorf("close directory %s: %w", dir, err)
+		return fmt.Errorf("close: %w", err)
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package atomicfile_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,5 +154,22 @@ func TestMkdirAll(t *testing.T) {
 	}
 	if err := atomicfile.MkdirAll(filepath.Join(f, "x"), 0o700); err == nil {
 		t.Error("a directory under a file was made")
+	}
+}
+
+// TestWriteFileError: the error names the file asked for and the step, not the temporary file.
+func TestWriteFileError(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "current")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err := atomicfile.WriteFile(target, []byte("2\n"), 0o644)
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe.Path != target || pe.Op != "write" || !strings.HasPrefix(pe.Err.Error(), "rename: ") || strings.Contains(err.Error(), ".tmp-") {
+		t.Errorf("got %v, want write %s: rename: …", err, target)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, "gone", "f"), nil, 0o644); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("into a missing directory: %v, want ErrNotExist", err)
 	}
 }
