@@ -14,6 +14,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"toolshed.dev/shed/internal/atomicfile"
 	"toolshed.dev/shed/store"
 )
 
@@ -232,6 +233,23 @@ func (l *Lock) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("encode lock: %w", err)
 	}
 	return b.Bytes(), nil
+}
+
+// WriteLock writes l to file (mode 0644) atomically and durably: concurrent writers of one file all
+// succeed, and a crash leaves the old lock or the new one, whole.
+func WriteLock(file string, l *Lock) error {
+	b, err := l.Encode()
+	if err != nil {
+		return fmt.Errorf("write lock %s: %w", file, err)
+	}
+	if err := atomicfile.WriteFile(file, b, 0o644); err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Path == file {
+			err = pe.Err // the step and its cause: the file is named once
+		}
+		return fmt.Errorf("write lock %s: %w", file, err)
+	}
+	return nil
 }
 
 // Matches reports whether l was resolved from what r declares now.

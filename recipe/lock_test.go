@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"toolshed.dev/shed/derivation"
@@ -144,6 +145,62 @@ func TestLockPipRoundTrip(t *testing.T) {
 		if ok, _ := lock.Matches(r2); ok {
 			t.Errorf("the lock still matches after the recipe changed to:\n%s", src)
 		}
+	}
+}
+
+// TestWriteLockConcurrent: two `shed realize` of one unlocked recipe lock it at once. Every writer
+// succeeds, the lock decodes, and no temporary file is left beside it.
+func TestWriteLockConcurrent(t *testing.T) {
+	r, err := recipe.Parse("workshop.toml", []byte(pipRecipe), recipe.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "workshop.lock")
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := pipLock(t, r)
+			l.Seed.Epoch += int64(i) // each writer's lock its own
+			errs[i] = recipe.WriteLock(file, l)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("writer %d: %v", i, err)
+		}
+	}
+	got, err := recipe.LoadLock(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Seed.Epoch < 1700000000 || got.Seed.Epoch >= 1700000008 || len(got.Pip) != 2 {
+		t.Errorf("the lock is none of the writes: %+v", got)
+	}
+	if st, err := os.Stat(file); err != nil {
+		t.Error(err)
+	} else if st.Mode().Perm() != 0o644 {
+		t.Errorf("lock mode %04o, want 0644", st.Mode().Perm())
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("beside the lock: %q, want nothing", names)
+	}
+	// A failed write names the lock.
+	if err := recipe.WriteLock(filepath.Join(dir, "gone", "workshop.lock"), got); err == nil ||
+		!strings.HasPrefix(err.Error(), "write lock "+filepath.Join(dir, "gone", "workshop.lock")+": ") {
+		t.Errorf("a write into a missing directory: %v", err)
 	}
 }
 
