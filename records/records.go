@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toolshed.dev/shed/internal/atomicfile"
 	"toolshed.dev/shed/recipe"
 )
 
@@ -173,7 +174,7 @@ func (rs *Workshops) Add(ctx context.Context, v Version, f *Files, check func() 
 	if !IsName(v.Name) {
 		return nil, fmt.Errorf("record name %q: lowercase letters, digits, '.', '_' and '-'", v.Name)
 	}
-	if err := os.MkdirAll(rs.nameDir(v.Name), 0o700); err != nil {
+	if err := atomicfile.MkdirAll(rs.nameDir(v.Name), 0o700); err != nil {
 		return nil, err
 	}
 	lk, err := os.OpenFile(rs.nameDir(v.Name)+".lock", os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
@@ -202,12 +203,10 @@ func (rs *Workshops) Add(ctx context.Context, v Version, f *Files, check func() 
 		}
 	}
 	v.N, v.Time = cur+1, time.Now().UTC().Truncate(time.Second)
-	tmp, err := os.MkdirTemp(rs.nameDir(v.Name), ".new-")
+	meta, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("record %s: %w", v.Name, err)
 	}
-	defer os.RemoveAll(tmp)
-	meta, _ := json.MarshalIndent(v, "", "  ")
 	files := map[string][]byte{"workshop.toml": f.Recipe, "workshop.lock": f.Lock, "version.json": append(meta, '\n')}
 	for rel, b := range f.Extra {
 		if !filepath.IsLocal(rel) || slices.Contains([]string{"workshop.toml", "workshop.lock", "version.json"}, rel) {
@@ -215,26 +214,38 @@ func (rs *Workshops) Add(ctx context.Context, v Version, f *Files, check func() 
 		}
 		files[rel] = b
 	}
+	// The version is made whole in a temporary directory, each file durable, then renamed into place
+	// (and the rename made durable) before current names it: a crash leaves the old version current.
+	tmp, err := os.MkdirTemp(rs.nameDir(v.Name), ".new-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
 	for rel, b := range files {
 		p := filepath.Join(tmp, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		if err := atomicfile.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
+		if err := atomicfile.WriteFile(p, b, 0o644); err != nil {
 			return nil, err
 		}
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.Rename(tmp, rs.Dir(v.Name, v.N)); err != nil {
+	dst := rs.Dir(v.Name, v.N)
+	// A version directory past current is what a crash between this rename and current's write left:
+	// nothing ever named it, so it is replaced.
+	if err := os.RemoveAll(dst); err != nil {
+		return nil, fmt.Errorf("record %s: remove the debris of an earlier add: %w", v.Name, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
 		return nil, err
 	}
-	curTmp := filepath.Join(rs.nameDir(v.Name), ".current")
-	if err := os.WriteFile(curTmp, []byte(strconv.Itoa(v.N)+"\n"), 0o644); err != nil {
+	if err := atomicfile.SyncDir(rs.nameDir(v.Name)); err != nil {
 		return nil, err
 	}
-	if err := os.Rename(curTmp, filepath.Join(rs.nameDir(v.Name), "current")); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(rs.nameDir(v.Name), "current"), []byte(strconv.Itoa(v.N)+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	return &v, nil
@@ -243,6 +254,9 @@ func (rs *Workshops) Add(ctx context.Context, v Version, f *Files, check func() 
 // Allow sets who (besides operators) may realize and launch name: users by name, groups as @group.
 // It changes the current version's record, under the record's lock.
 func (rs *Workshops) Allow(name string, users []string) (*Version, error) {
+	if !IsName(name) {
+		return nil, fmt.Errorf("%w: %q", ErrNoRecord, name)
+	}
 	lk, err := os.OpenFile(rs.nameDir(name)+".lock", os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoRecord, name)
@@ -256,12 +270,14 @@ func (rs *Workshops) Allow(name string, users []string) (*Version, error) {
 		return nil, err
 	}
 	v.Users = users
-	meta, _ := json.MarshalIndent(v, "", "  ")
-	f := filepath.Join(rs.Dir(name, v.N), "version.json")
-	if err := os.WriteFile(f+".tmp", append(meta, '\n'), 0o644); err != nil {
+	meta, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", name, err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(rs.Dir(name, v.N), "version.json"), append(meta, '\n'), 0o644); err != nil {
 		return nil, err
 	}
-	return v, os.Rename(f+".tmp", f)
+	return v, nil
 }
 
 // VersionOf says which record version a recipe file is, if it is one.

@@ -3,6 +3,9 @@ package records
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -48,5 +51,58 @@ func TestRecordsCompareAndSwap(t *testing.T) {
 	log, err := rs.Log("tools")
 	if err != nil || len(log) != 2 {
 		t.Errorf("log: %d versions, %v", len(log), err)
+	}
+}
+
+// TestAddWritesWhole: a version holds its files (key files in subdirectories too), current names it,
+// nothing temporary is left; a version directory left past current by a crash is replaced, not a
+// record stuck; Allow rewrites version.json in place.
+func TestAddWritesWhole(t *testing.T) {
+	rs := Open(t.TempDir())
+	ctx := context.Background()
+	f := files(recipeV1, "lock1\n")
+	f.Extra["keys/repo.asc"] = []byte("-----BEGIN PGP PUBLIC KEY BLOCK-----\n")
+	if _, err := rs.Add(ctx, Version{Name: "tools", By: "op"}, f, nil); err != nil {
+		t.Fatal(err)
+	}
+	// What a crash after the rename of version 2 and before current's write leaves.
+	if err := os.MkdirAll(rs.Dir("tools", 2), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rs.Dir("tools", 2), "workshop.toml"), []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := rs.Current("tools"); err != nil || cur.N != 1 {
+		t.Fatalf("current: %+v %v", cur, err)
+	}
+	v, err := rs.Add(ctx, Version{Name: "tools", Base: 1, By: "op"}, files(recipeV1+"# 2\n", "lock2\n"), nil)
+	if err != nil || v.N != 2 {
+		t.Fatalf("add over a crashed add's debris: %+v %v", v, err)
+	}
+	if b, _ := os.ReadFile(rs.File("tools", 2)); string(b) != recipeV1+"# 2\n" {
+		t.Errorf("version 2 is %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(rs.Dir("tools", 1), "keys", "repo.asc")); string(b) != string(f.Extra["keys/repo.asc"]) {
+		t.Errorf("version 1's key file is %q", b)
+	}
+	if _, err := rs.Allow("tools", []string{"alice", "@dev"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rs.Current("tools"); err != nil || got.N != 2 || len(got.Users) != 2 {
+		t.Errorf("after allow: %+v %v", got, err)
+	}
+	if _, err := rs.Allow("../x", nil); !errors.Is(err, ErrNoRecord) {
+		t.Errorf("allow of a name that is no record's: %v", err)
+	}
+	ents, err := os.ReadDir(filepath.Join(rs.dir, "tools"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if fmt.Sprint(names) != "[1 2 current]" {
+		t.Errorf("the record's directory holds %q, want [1 2 current]", names)
 	}
 }
