@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+
+	"toolshed.dev/shed/internal/atomicfile"
 )
 
 // A key is written as NAME:BASE64, as Nix writes its signing keys: NAME says whose it is (a host, a CI
@@ -122,14 +124,10 @@ func (ks *Keys) Ensure(name string) (*SecretKey, bool, error) {
 }
 
 func (ks *Keys) write(k *SecretKey) error {
-	if err := os.MkdirAll(filepath.Join(ks.dir, "retired"), 0o700); err != nil {
+	if err := atomicfile.MkdirAll(filepath.Join(ks.dir, "retired"), 0o700); err != nil {
 		return err
 	}
-	tmp := ks.secretFile() + ".tmp"
-	if err := os.WriteFile(tmp, []byte(k.String()+"\n"), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, ks.secretFile())
+	return atomicfile.WriteFile(ks.secretFile(), []byte(k.String()+"\n"), 0o600)
 }
 
 // Secret returns the current signing key.
@@ -185,10 +183,12 @@ func (ks *Keys) Rotate(name string) (old PublicKey, cur *SecretKey, err error) {
 	}
 	old = prev.Public()
 	retired := filepath.Join(ks.dir, "retired", fmt.Sprintf("%s-%x.pub", old.Name, old.Key[:6]))
-	if err := os.MkdirAll(filepath.Dir(retired), 0o700); err != nil {
+	// The old key's public half is durable before its secret half is replaced: what it signed never
+	// stops verifying here.
+	if err := atomicfile.MkdirAll(filepath.Dir(retired), 0o700); err != nil {
 		return PublicKey{}, nil, err
 	}
-	if err := os.WriteFile(retired, []byte(old.String()+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(retired, []byte(old.String()+"\n"), 0o600); err != nil {
 		return PublicKey{}, nil, err
 	}
 	if err := ks.write(cur); err != nil {
