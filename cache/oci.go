@@ -456,7 +456,9 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 	if err != nil {
 		return err
 	}
-	// The policy decides before a byte of the tree is downloaded.
+	// The policy decides before a byte of the tree is downloaded. The record beside the provenance is
+	// not signed: each of its fields (path, references, deriver, content address) must be what the
+	// provenance signed, or the pull is refused here.
 	if err := pl.Trust.Accept(info, prov); err != nil {
 		return err
 	}
@@ -485,7 +487,7 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 			return prov, pl.Trust.Verify(got, prov)
 		},
 	}
-	_, _, err = s.Realize(ctx, p, opts, func(ctx context.Context, out string) error {
+	got, built, err := s.Realize(ctx, p, opts, func(ctx context.Context, out string) error {
 		rc, err := c.target.Fetch(ctx, layer)
 		if err != nil {
 			return err
@@ -507,6 +509,14 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 	})
 	if err != nil {
 		return err
+	}
+	if !built {
+		return nil // registered by another process meanwhile, from its own provenance
+	}
+	// Only now, the tree verified and the path registered with the provenance, does its time become
+	// the path's replay bound: a refused artifact leaves no trace in the trust state.
+	if err := pl.Trust.Accepted(got, prov); err != nil {
+		return fmt.Errorf("record the replay state: %w", err)
 	}
 	pl.logf("substituted %s from %s", p, c.Name)
 	return nil

@@ -338,3 +338,149 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("older provenance after a newer one: %v, want ErrReplay", err)
 	}
 }
+
+// refusedCleanly checks what a refused pull of p must leave in b: p not valid, nothing in store/ or
+// tmp/, no replay state for p, and a store that verifies.
+func refusedCleanly(t *testing.T, b *store.Store, tb *trust.Store, p store.Path) {
+	t.Helper()
+	if b.IsValid(p) {
+		t.Error("the refused path is registered")
+	}
+	for _, d := range []string{filepath.Join(b.Root(), "store"), b.TmpDir()} {
+		if ents, _ := os.ReadDir(d); len(ents) != 0 {
+			t.Errorf("%s holds %d entries after a refusal", d, len(ents))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(b.Root(), "trust", "seen", p.HashPart())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused artifact left replay state for %s: %v", p, err)
+	}
+	res, err := b.Verify(context.Background(), store.VerifyOptions{CheckContents: true, CheckProvenance: tb.Verify})
+	if err != nil || len(res.Problems) != 0 {
+		t.Errorf("verify after a refusal: %v %v", res.Problems, err)
+	}
+}
+
+// TestForgedRecord: the artifact's record (its config) is not signed. A record whose deriver or
+// content address is not the signed one is refused, and nothing is registered from it; an honest one
+// registers the signed deriver and content address.
+func TestForgedRecord(t *testing.T) {
+	ctx := context.Background()
+	a, ta := newSigned(t, "a-1")
+	dep, _ := twoPaths(t, a)
+	drv, err := a.AddText(ctx, "thing.drv", []byte("the derivation\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evilDrv, err := a.AddText(ctx, "thing.drv", []byte("another derivation\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	thing, err := store.MakePath("output", "thing", a.StoreDir(), "thing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Realize(ctx, thing, store.AddOptions{Deriver: drv.Path}, func(ctx context.Context, out string) error {
+		return os.WriteFile(out, []byte("built\n"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	editRecord := func(p store.Path, f func(rec map[string]any)) func(t *testing.T, dir string) {
+		return func(t *testing.T, dir string) {
+			mutate(t, dir, p, func(st *oci.Store, m *ocispec.Manifest) {
+				var rec map[string]any
+				if err := json.Unmarshal(blob(t, st, m.Config), &rec); err != nil {
+					t.Fatal(err)
+				}
+				f(rec)
+				b, _ := json.Marshal(rec)
+				m.Config = putBlob(t, st, cache.MediaRecord, b)
+			})
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		p     store.Path
+		setup func(t *testing.T, dir string)
+		want  string
+	}{
+		{"another deriver", thing, editRecord(thing, func(rec map[string]any) { rec["deriver"] = a.StoreDir() + "/" + evilDrv.Path.String() }), "signed deriver"},
+		{"no deriver", thing, editRecord(thing, func(rec map[string]any) { delete(rec, "deriver") }), "signed deriver"},
+		{"a deriver where none was signed", dep, editRecord(dep, func(rec map[string]any) { rec["deriver"] = a.StoreDir() + "/" + evilDrv.Path.String() }), "signed deriver"},
+		{"another content address", dep, editRecord(dep, func(rec map[string]any) { rec["ca"] = "fixed:sha256:" + strings.Repeat("0", 64) }), "signed content address"},
+		{"no content address", dep, editRecord(dep, func(rec map[string]any) { delete(rec, "ca") }), "signed content address"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := export(t, a, ta, c.p)
+			c.setup(t, dir)
+			b, _ := newSigned(t, "b-1")
+			tb := trusting(t, b, ta)
+			err := pull(t, b, tb, dir, c.p)
+			if !errors.Is(err, trust.ErrMismatch) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want ErrMismatch with %q", err, c.want)
+			}
+			t.Logf("refused: %v", err)
+			refusedCleanly(t, b, tb, c.p)
+		})
+	}
+	// The honest record: the signed deriver and content address are registered.
+	dir := export(t, a, ta, thing, dep)
+	b, _ := newSigned(t, "b-1")
+	tb := trusting(t, b, ta)
+	for _, p := range []store.Path{thing, dep} {
+		if err := pull(t, b, tb, dir, p); err != nil {
+			t.Fatal(err)
+		}
+		ia, _ := a.Info(p)
+		ib, err := b.Info(p)
+		if err != nil || ib.Deriver != ia.Deriver || ib.CA != ia.CA {
+			t.Errorf("%s in b: %+v, %v; in a: %+v", p, ib, err, ia)
+		}
+	}
+	if ib, _ := b.Info(thing); ib.Deriver != drv.Path {
+		t.Errorf("thing's deriver in b is %s, want %s", ib.Deriver, drv.Path)
+	}
+}
+
+// TestRefusedLeavesNoReplayState: an artifact whose tree does not hash to its signed content hash is
+// refused without moving the path's replay bound, so the older but valid artifact is still accepted
+// afterwards (Accept refuses a provenance older than the newest accepted for the path).
+func TestRefusedLeavesNoReplayState(t *testing.T) {
+	ctx := context.Background()
+	a, ta := newSigned(t, "a-1")
+	dep, _ := twoPaths(t, a)
+	// A tree of the same shape (names, sizes, modes, owners, times) with other bytes.
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "bin"), 0o755)
+	os.WriteFile(filepath.Join(src, "bin", "tool"), []byte("#!/bin/sh\necho evil\n"), 0o755)
+	os.Symlink("/etc/passwd", filepath.Join(src, "link"))
+	evil, err := a.AddDir(ctx, src, "dep", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldDir := export(t, a, ta, dep)
+	time.Sleep(1100 * time.Millisecond) // provenance times are in seconds
+	if err := ta.Resign(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	// The newer provenance over the other tree's bytes.
+	newDir := export(t, a, ta, dep, evil.Path)
+	var evilTree ocispec.Descriptor
+	mutate(t, newDir, evil.Path, func(st *oci.Store, m *ocispec.Manifest) { evilTree = m.Layers[2] })
+	mutate(t, newDir, dep, func(st *oci.Store, m *ocispec.Manifest) { m.Layers[2] = evilTree })
+
+	b, _ := newSigned(t, "b-1")
+	tb := trusting(t, b, ta)
+	err = pull(t, b, tb, newDir, dep)
+	if !errors.Is(err, cache.ErrBadLayer) || !strings.Contains(err.Error(), "differs from its manifest") {
+		t.Fatalf("a tree that does not hash to the signed content hash: %v", err)
+	}
+	t.Logf("refused: %v", err)
+	refusedCleanly(t, b, tb, dep)
+	// The older artifact is not a replay of anything accepted.
+	if err := pull(t, b, tb, oldDir, dep); err != nil {
+		t.Fatalf("the older valid artifact after a refused newer one: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(b.Root(), "trust", "seen", dep.HashPart())); err != nil {
+		t.Errorf("no replay state after the path was registered: %v", err)
+	}
+}

@@ -18,8 +18,8 @@ import (
 const ProvenanceType = "application/vnd.toolshed.provenance.v1+json"
 
 // Provenance says how a store path was made. Its signature covers all of it, and it names the path,
-// its content hash, its size and its references, so it cannot be moved onto other bytes or another
-// path.
+// its content hash, its size, its references, its deriver and its content address, so it cannot be
+// moved onto other bytes or another path, nor register them with a record they were not signed with.
 type Provenance struct {
 	Type        string     `json:"type"`
 	Path        string     `json:"path"` // the full store path: the store directory is part of the identity
@@ -147,7 +147,8 @@ type Policy struct {
 }
 
 // Check verifies that envelope is a provenance of exactly info (path in storeDir, content hash,
-// size, references) signed by a trusted key, and returns it. It never trusts a hash by itself.
+// size, references, deriver, content address) signed by a trusted key, and returns it. It never
+// trusts a hash by itself.
 func (pol *Policy) Check(storeDir string, info *store.PathInfo, data []byte) (*Provenance, error) {
 	if len(data) == 0 {
 		return nil, ErrUnsigned
@@ -200,6 +201,13 @@ func (pol *Policy) Check(storeDir string, info *store.PathInfo, data []byte) (*P
 		return nil, fmt.Errorf("%w: signed size %d, the bytes are %d", ErrMismatch, p.Size, want.Size)
 	case !slices.Equal(p.References, want.References):
 		return nil, fmt.Errorf("%w: signed references %q, recorded %q", ErrMismatch, p.References, want.References)
+	// What a path registers beside its bytes is signed too: a deriver says which .drv explains it (and
+	// gc keeps), a content address how its name was made. A provenance without them (none was signed)
+	// fits only a path that registers none.
+	case p.Deriver != want.Deriver:
+		return nil, fmt.Errorf("%w: signed deriver %q, recorded %q", ErrMismatch, p.Deriver, want.Deriver)
+	case p.CA != want.CA:
+		return nil, fmt.Errorf("%w: signed content address %q, recorded %q", ErrMismatch, p.CA, want.CA)
 	}
 	return &p, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"toolshed.dev/shed/internal/atomicfile"
 	"toolshed.dev/shed/store"
 )
 
@@ -59,15 +60,33 @@ func (t *Store) Attest(info *store.PathInfo, facts any) ([]byte, error) {
 	return env, t.recordSeen(info.Path, p.Time)
 }
 
-// Accept checks a provenance that arrived with a path from elsewhere, before the path is registered:
-// Policy.Check, then that it is not older than one already accepted for the same path (a replay).
+// Accept checks a provenance that arrived with a path from elsewhere, before anything of the path is
+// registered: Policy.Check, then that it is not older than one already accepted for the same path (a
+// replay). It records nothing: the caller calls Accepted once the path's tree has been verified against
+// the provenance and the path registered with it, so an artifact refused later (bytes that do not
+// hash to what was signed) leaves the replay state as it was.
 func (t *Store) Accept(info *store.PathInfo, data []byte) error {
 	p, err := t.Policy.Check(t.s.StoreDir(), info, data)
 	if err != nil {
 		return err
 	}
-	if seen, ok := t.seen(info.Path); ok && p.Time.Before(seen) {
+	seen, ok, err := t.seen(info.Path)
+	if err != nil {
+		return err
+	}
+	if ok && p.Time.Before(seen) {
 		return fmt.Errorf("%w: signed %s, one of %s was accepted before", ErrReplay, p.Time.Format(time.RFC3339), seen.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Accepted records that data, the provenance of the registered path info, was accepted: a later
+// provenance of the path may not be older. It checks data against info again, so nothing that does
+// not verify is recorded. Call it only after the path was registered with data.
+func (t *Store) Accepted(info *store.PathInfo, data []byte) error {
+	p, err := t.Policy.Check(t.s.StoreDir(), info, data)
+	if err != nil {
+		return err
 	}
 	return t.recordSeen(info.Path, p.Time)
 }
@@ -84,31 +103,36 @@ func (t *Store) seenFile(p store.Path) string {
 	return filepath.Join(t.Keys.dir, "seen", p.HashPart())
 }
 
-func (t *Store) seen(p store.Path) (time.Time, bool) {
+// seen returns the time recorded for p, if any. A record that cannot be read is an error, not "never
+// seen": that would let any older provenance through.
+func (t *Store) seen(p store.Path) (time.Time, bool, error) {
 	b, err := os.ReadFile(t.seenFile(p))
-	if err != nil {
-		return time.Time{}, false
+	if errors.Is(err, os.ErrNotExist) {
+		return time.Time{}, false, nil
+	} else if err != nil {
+		return time.Time{}, false, fmt.Errorf("read the replay state of %s: %w", p, err)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
-		return time.Time{}, false
+		return time.Time{}, false, fmt.Errorf("read the replay state of %s: %s: %w", p, t.seenFile(p), err)
 	}
-	return time.Unix(n, 0), true
+	return time.Unix(n, 0), true, nil
 }
 
+// recordSeen raises p's replay bound to when (it never lowers it).
 func (t *Store) recordSeen(p store.Path, when time.Time) error {
-	if prev, ok := t.seen(p); ok && !when.After(prev) {
+	prev, ok, err := t.seen(p)
+	if err != nil {
+		return err
+	}
+	if ok && !when.After(prev) {
 		return nil
 	}
 	f := t.seenFile(p)
-	if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+	if err := atomicfile.MkdirAll(filepath.Dir(f), 0o700); err != nil {
 		return err
 	}
-	tmp := f + ".tmp" + strconv.Itoa(os.Getpid())
-	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(when.Unix(), 10)+"\n"), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, f)
+	return atomicfile.WriteFile(f, []byte(strconv.FormatInt(when.Unix(), 10)+"\n"), 0o600)
 }
 
 // Resign signs the provenance of a valid path again with the current key (after a rotation, or for a

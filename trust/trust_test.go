@@ -70,6 +70,17 @@ func TestCheck(t *testing.T) {
 	})
 	grown := *a
 	grown.Size = 43
+	drv, _ := store.MakePath("text", "a", storeDir, "a.drv")
+	evilDrv, _ := store.MakePath("text", "evil", storeDir, "a.drv")
+	withDeriver, withCA := *a, *a
+	withDeriver.Deriver, withCA.CA = drv, "fixed:sha256:"+strings.Repeat("a", 64)
+	otherDeriver, otherCA := withDeriver, withCA
+	otherDeriver.Deriver, otherCA.CA = evilDrv, "source"
+	for _, i := range []*store.PathInfo{&withDeriver, &withCA} {
+		if _, err := pol.Check(storeDir, i, signed(t, k, i, time.Now())); err != nil {
+			t.Errorf("signed with deriver %s and content address %q: %v", i.Deriver, i.CA, err)
+		}
+	}
 	for _, c := range []struct {
 		name string
 		info *store.PathInfo
@@ -87,6 +98,10 @@ func TestCheck(t *testing.T) {
 		{"other size", &grown, env, pol, trust.ErrMismatch},
 		{"other references", &store.PathInfo{Path: a.Path, ContentHash: a.ContentHash, Size: 42}, env, pol, trust.ErrMismatch},
 		{"garbage", a, []byte("{"), pol, trust.ErrUnsigned},
+		{"a deriver not signed", &withDeriver, env, pol, trust.ErrMismatch},
+		{"a content address not signed", &withCA, env, pol, trust.ErrMismatch},
+		{"another deriver than signed", &otherDeriver, signed(t, k, &withDeriver, time.Now()), pol, trust.ErrMismatch},
+		{"another content address than signed", &otherCA, signed(t, k, &withCA, time.Now()), pol, trust.ErrMismatch},
 	} {
 		if _, err := c.pol.Check(storeDir, c.info, c.env); !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
@@ -203,10 +218,29 @@ func TestStoreSigning(t *testing.T) {
 	if err := ts3.Accept(x, newer); err != nil {
 		t.Fatalf("accept: %v", err)
 	}
+	// Accept records nothing: until the path is registered with it, the newer one bounds nothing.
+	if err := ts3.Accept(x, older); err != nil {
+		t.Errorf("older provenance after a newer one that was never registered: %v", err)
+	}
+	if err := ts3.Accepted(x, newer); err != nil {
+		t.Fatalf("accepted: %v", err)
+	}
+	if err := ts3.Accepted(x, signed(t, other(t), x, now)); !errors.Is(err, trust.ErrUntrusted) {
+		t.Errorf("recording an untrusted provenance: %v", err)
+	}
 	if err := ts3.Accept(x, older); !errors.Is(err, trust.ErrReplay) {
 		t.Errorf("older provenance after a newer one: %v, want ErrReplay", err)
 	}
 	if err := ts3.Accept(x, newer); err != nil {
 		t.Errorf("the same provenance again: %v", err)
 	}
+}
+
+func other(t *testing.T) *trust.SecretKey {
+	t.Helper()
+	k, err := trust.GenerateKey("other-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
