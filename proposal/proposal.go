@@ -1,6 +1,7 @@
 package proposal
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -8,19 +9,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
-	"toolshed.dev/shed/records"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/pmezard/go-difflib/difflib"
 
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/internal/atomicfile"
 	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/store"
 )
 
@@ -176,9 +181,10 @@ func (sv *Proposals) Propose(ctx context.Context, nameOrID string) (*Proposal, s
 		return nil, "", fmt.Errorf("%w (bench %s)", ErrNothing, rec.Name)
 	}
 
-	// Write it, lock it (the new packages at the versions the Bench installed, the others kept).
+	// Write it, lock it (the new packages at the versions the Bench installed, the others kept). Every
+	// file is durable before proposal.json, which makes the proposal exist (Get).
 	dir := sv.proposalDir(p.ID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", err
 	}
 	ok := false
@@ -188,15 +194,18 @@ func (sv *Proposals) Propose(ctx context.Context, nameOrID string) (*Proposal, s
 		}
 	}()
 	for rel, b := range files.Extra {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o700); err != nil {
+		if !filepath.IsLocal(rel) || slices.Contains(ownFiles, strings.Split(rel, "/")[0]) {
+			return nil, "", fmt.Errorf("the recipe's file %q: not a plain relative path, or one of the proposal's own", rel)
+		}
+		if err := atomicfile.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o700); err != nil {
 			return nil, "", err
 		}
-		if err := os.WriteFile(filepath.Join(dir, rel), b, 0o644); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, rel), b, 0o644); err != nil {
 			return nil, "", err
 		}
 	}
 	file := filepath.Join(dir, "workshop.toml")
-	if err := os.WriteFile(file, text, 0o644); err != nil {
+	if err := atomicfile.WriteFile(file, text, 0o644); err != nil {
 		return nil, "", err
 	}
 	next, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
@@ -215,25 +224,41 @@ func (sv *Proposals) Propose(ctx context.Context, nameOrID string) (*Proposal, s
 	if err != nil {
 		return nil, "", err
 	}
-	if err := os.WriteFile(recipe.LockFile(file), lockBytes, 0o644); err != nil {
+	if err := atomicfile.WriteFile(recipe.LockFile(file), lockBytes, 0o644); err != nil {
 		return nil, "", err
 	}
-	diff := sv.diff(p, files.Recipe, text, files.Lock, lockBytes)
+	// A new record is diffed against nothing: the Bench's recipe it started from was never reviewed,
+	// so every line of what will be recorded is shown.
+	shownBase := files
+	if baseN == 0 {
+		shownBase = &records.Files{}
+	}
+	diff := sv.diff(p, shownBase, &records.Files{Recipe: text, Lock: lockBytes, Extra: files.Extra})
 	p.DiffSHA256 = sha(diff)
-	if err := os.WriteFile(filepath.Join(dir, "diff"), []byte(diff), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "diff"), []byte(diff), 0o644); err != nil {
 		return nil, "", err
 	}
-	meta, _ := json.MarshalIndent(p, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "proposal.json"), append(meta, '\n'), 0o644); err != nil {
+	meta, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return nil, "", err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, "proposal.json"), append(meta, '\n'), 0o644); err != nil {
 		return nil, "", err
 	}
 	ok = true
 	return p, diff, nil
 }
 
+// ownFiles are the names of a proposal's directory that are not the recipe's files: an extra file
+// (a key of [[apt.source]]) may not be one of them.
+var ownFiles = []string{"workshop.toml", "workshop.lock", "diff", "proposal.json", "used"}
+
 // diff is what the human reads: a header (what the proposal adds, what it widens), then the unified
-// diffs of the recipe and the lock.
-func (sv *Proposals) diff(p *Proposal, oldRecipe, newRecipe, oldLock, newLock []byte) string {
+// diffs of the recipe, the lock and each file the recipe refers to (the keys of [[apt.source]]),
+// between old (the version it was made for; empty for a new record) and new. A binary file is shown
+// as its size and SHA-256, on a line of its own that no line of a text diff can look like. Promote
+// computes it again from the files on disk.
+func (sv *Proposals) diff(p *Proposal, old, new *records.Files) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "proposal %s for Workshop %s, version %d, from Bench %s\n", p.ID, p.Workshop, p.Base, p.Bench)
 	if len(p.Widens) > 0 {
@@ -245,17 +270,72 @@ func (sv *Proposals) diff(p *Proposal, oldRecipe, newRecipe, oldLock, newLock []
 	for _, g := range p.Grants {
 		fmt.Fprintf(&b, "grant used: %s\n", g)
 	}
-	for _, f := range []struct {
-		name     string
-		old, new []byte
-	}{{"workshop.toml", oldRecipe, newRecipe}, {"workshop.lock", oldLock, newLock}} {
+	unified := func(name string, a, z []byte, inA, inZ bool) {
+		var al, zl []string
+		if inA {
+			al = difflib.SplitLines(string(a))
+		}
+		if inZ {
+			zl = difflib.SplitLines(string(z))
+		}
 		ud, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-			A: difflib.SplitLines(string(f.old)), B: difflib.SplitLines(string(f.new)),
-			FromFile: fmt.Sprintf("a/%s (version %d)", f.name, p.Base), ToFile: "b/" + f.name + " (proposed)", Context: 3,
+			A: al, B: zl,
+			FromFile: fmt.Sprintf("a/%s (version %d)", name, p.Base), ToFile: "b/" + name + " (proposed)", Context: 3,
 		})
 		b.WriteString(ud)
 	}
+	unified("workshop.toml", old.Recipe, new.Recipe, p.Base > 0, true)
+	unified("workshop.lock", old.Lock, new.Lock, p.Base > 0, true)
+	for _, rel := range slices.Sorted(maps.Keys(mergeKeys(old.Extra, new.Extra))) {
+		a, inA := old.Extra[rel]
+		z, inZ := new.Extra[rel]
+		name := fileName(rel)
+		switch {
+		case inA && inZ && bytes.Equal(a, z):
+			continue
+		case isBinary(a) || isBinary(z):
+			fmt.Fprintf(&b, "binary file %s: version %d %s, proposed %s\n", name, p.Base, describe(a, inA), describe(z, inZ))
+		default:
+			switch {
+			case !inA:
+				fmt.Fprintf(&b, "new file %s\n", name)
+			case !inZ:
+				fmt.Fprintf(&b, "removed file %s\n", name)
+			}
+			unified(name, a, z, inA, inZ)
+		}
+	}
 	return b.String()
+}
+
+func mergeKeys(a, b map[string][]byte) map[string]bool {
+	m := map[string]bool{}
+	for k := range a {
+		m[k] = true
+	}
+	for k := range b {
+		m[k] = true
+	}
+	return m
+}
+
+// isBinary: what a terminal cannot show as lines (Visible shows the rest of what it would hide).
+func isBinary(b []byte) bool { return !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 }
+
+func describe(b []byte, present bool) string {
+	if !present {
+		return "absent"
+	}
+	h := sha256.Sum256(b)
+	return fmt.Sprintf("%d bytes, sha256 %s", len(b), hex.EncodeToString(h[:]))
+}
+
+// fileName is a relative file name as the diff shows it: quoted unless it is plain.
+func fileName(rel string) string {
+	if rel != "" && strings.Trim(rel, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-/") == "" {
+		return rel
+	}
+	return strconv.Quote(rel)
 }
 
 func sha(s string) string {
@@ -287,27 +367,35 @@ func (sv *Proposals) Get(id string) (*Proposal, string, error) {
 }
 
 // Promote makes proposal id the next version of its Workshop. confirmed is the SHA-256 of the diff the
-// human saw and confirmed: the proposal's files must still give exactly that diff against the record
-// version it was made for, that version must still be current, and the proposal must not have been
-// promoted before. Racing promotions of one base: exactly one wins.
+// human saw and confirmed: the proposal's files (its recipe, lock and the recipe's key files) must
+// still give exactly that diff against the record version it was made for (against nothing for a new
+// record), that version must still be current (for a new record: no record of that name may exist),
+// and the proposal must not have been promoted before. Racing promotions of one base: exactly one wins.
 func (sv *Proposals) Promote(ctx context.Context, id, confirmed, by string) (*records.Version, error) {
 	p, diff, err := sv.Get(id)
 	if err != nil {
 		return nil, err
 	}
+	if confirmed != p.DiffSHA256 || sha(diff) != confirmed {
+		return nil, fmt.Errorf("%w: the confirmed diff is not the proposal's", ErrChanged)
+	}
 	dir := sv.proposalDir(id)
 	base := p.Base
-	var oldRecipe, oldLock []byte
+	old := &records.Files{}
+	var users []string
 	if base > 0 {
-		if oldRecipe, err = os.ReadFile(sv.Records.File(p.Workshop, base)); err != nil {
+		bv, err := sv.Records.Get(p.Workshop, base)
+		if err != nil {
 			return nil, err
 		}
-		if oldLock, err = os.ReadFile(recipe.LockFile(sv.Records.File(p.Workshop, base))); err != nil {
+		users = bv.Users
+		br, err := recipe.Load(sv.Records.File(p.Workshop, base), recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
+		if err != nil {
 			return nil, err
 		}
-	} else {
-		// A new record: the diff was made against the Bench's own recipe, recorded in the diff.
-		oldRecipe, oldLock = nil, nil
+		if old, err = records.ReadFiles(br); err != nil {
+			return nil, err
+		}
 	}
 	r, err := recipe.Load(filepath.Join(dir, "workshop.toml"), recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
 	if err != nil {
@@ -317,19 +405,9 @@ func (sv *Proposals) Promote(ctx context.Context, id, confirmed, by string) (*re
 	if err != nil {
 		return nil, err
 	}
-	if confirmed != p.DiffSHA256 || sha(diff) != confirmed {
-		return nil, fmt.Errorf("%w: the confirmed diff is not the proposal's", ErrChanged)
-	}
-	if base > 0 {
-		if again := sv.diff(p, oldRecipe, files.Recipe, oldLock, files.Lock); sha(again) != confirmed {
-			return nil, fmt.Errorf("%w: its files were changed after it was made", ErrChanged)
-		}
-	}
-	var users []string
-	if base > 0 {
-		if bv, err := sv.Records.Get(p.Workshop, base); err == nil {
-			users = bv.Users
-		}
+	// What is recorded is what was shown: the diff again, from the files that will be recorded.
+	if again := sv.diff(p, old, files); sha(again) != confirmed {
+		return nil, fmt.Errorf("%w: its files were changed after it was made", ErrChanged)
 	}
 	used := filepath.Join(dir, "used")
 	return sv.Records.Add(ctx, records.Version{Name: p.Workshop, Base: base, By: by, Proposal: id, Users: users}, files, func() error {
@@ -339,7 +417,15 @@ func (sv *Proposals) Promote(ctx context.Context, id, confirmed, by string) (*re
 		} else if err != nil {
 			return err
 		}
-		return f.Close()
+		// Durable before the version is written: a crash cannot leave the confirmation reusable.
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("mark proposal %s used: %w", id, err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("mark proposal %s used: %w", id, err)
+		}
+		return atomicfile.SyncDir(dir)
 	})
 }
 
