@@ -307,8 +307,12 @@ func running(dir string) bool {
 }
 
 // List returns the Benches of a store, running and kept, by start time.
-func List(s *store.Store) ([]*Record, error) {
-	ents, err := os.ReadDir(Dir(s))
+func List(s *store.Store) ([]*Record, error) { return ListIn(Dir(s)) }
+
+// ListIn returns the Benches whose state is in benches (a store's Dir), running and kept: for a
+// reader that need not open the store.
+func ListIn(benches string) ([]*Record, error) {
+	ents, err := os.ReadDir(benches)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {
@@ -316,7 +320,7 @@ func List(s *store.Store) ([]*Record, error) {
 	}
 	var out []*Record
 	for _, e := range ents {
-		dir := filepath.Join(Dir(s), e.Name())
+		dir := filepath.Join(benches, e.Name())
 		b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
 		if err != nil {
 			continue // starting, or debris for Sweep
@@ -335,8 +339,11 @@ func List(s *store.Store) ([]*Record, error) {
 	return out, nil
 }
 
-func find(s *store.Store, nameOrID string) (*Record, error) {
-	recs, err := List(s)
+func find(s *store.Store, nameOrID string) (*Record, error) { return FindIn(Dir(s), nameOrID) }
+
+// FindIn returns the Bench named nameOrID whose state is in benches.
+func FindIn(benches, nameOrID string) (*Record, error) {
+	recs, err := ListIn(benches)
 	if err != nil {
 		return nil, err
 	}

@@ -325,3 +325,7 @@ func keepUserns(file string, uid, gid idMapping) error {
 	}
 	return nil
 }
+
+// IsSandboxID reports whether a host id is one of the sandboxes' (a process in some sandbox, as the
+// host sees it): the supervisor takes a caller with such an id for an agent.
+func IsSandboxID(id uint32) bool { return id >= idBase && id < idBase+idSlots*IDsPerSandbox }

@@ -265,7 +265,7 @@ func TestSupervisorRoles(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "2\n") || !strings.Contains(r.stdout, "No such file") || strings.Contains(r.stdout, "signing.sec") || strings.Contains(r.stdout, "shed.sock") {
 		t.Errorf("nobody's Bench: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := via(t, sock, uid, "", "bench", "run", "-f", name, "--grant", "/etc:/x:ro", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "--grant is for operators") {
+	if r := via(t, sock, uid, "", "bench", "run", "-f", name, "--grant", "/etc:/x:ro", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "grants are for operators") {
 		t.Errorf("nobody with --grant: exit %d\n%s", r.code, r.stderr)
 	}
 
@@ -287,7 +287,7 @@ func TestSupervisorRoles(t *testing.T) {
 		t.Errorf("nobody: logs of its own Bench: exit %d\n%s", r.code, r.stderr)
 	}
 	for _, args := range [][]string{{"bench", "exec", "roots", "--", "true"}, {"bench", "logs", "roots"}, {"bench", "rm", "roots"}, {"bench", "propose", "roots"}} {
-		if r := via(t, sock, uid, "", args...); r.code != 2 || !strings.Contains(r.stderr, "launched by another user") {
+		if r := via(t, sock, uid, "", args...); r.code != 2 || !strings.Contains(r.stderr, "of yours") {
 			t.Errorf("nobody: shed %s: exit %d, want 2, refused\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
 		}
 	}

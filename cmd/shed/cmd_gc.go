@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/app"
 )
 
 func cmdGC() *cli.Command {
@@ -26,20 +26,15 @@ func cmdGC() *cli.Command {
 			if c.NArg() > 0 {
 				return usageError("gc takes no arguments")
 			}
-			var max int64
+			req := &app.GCRequest{DryRun: c.Bool("dry-run")}
 			if v := c.String("max-freed"); v != "" {
 				n, err := parseSize(v)
 				if err != nil {
 					return usageError("--max-freed %q: %v", v, err)
 				}
-				max = n
+				req.MaxFreed = n
 			}
-			s, err := openStore(c)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			res, err := s.GC(c.Context, store.GCOptions{DryRun: c.Bool("dry-run"), MaxFreed: max})
+			res, err := call[app.GCResult](c, "gc", req)
 			if err != nil {
 				return err
 			}
@@ -47,11 +42,11 @@ func cmdGC() *cli.Command {
 				return printJSON(c, res)
 			}
 			verb := "deleted"
-			if c.Bool("dry-run") {
+			if req.DryRun {
 				verb = "would delete"
 			}
-			for _, p := range res.Deleted {
-				fmt.Fprintf(c.App.Writer, "%s %s\n", verb, s.Location(p))
+			for _, l := range res.Locations {
+				fmt.Fprintf(c.App.Writer, "%s %s\n", verb, l)
 			}
 			fmt.Fprintf(c.App.Writer, "%s %d paths, %s freed", verb, len(res.Deleted), formatSize(res.Freed))
 			if res.Swept > 0 {

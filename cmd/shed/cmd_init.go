@@ -2,32 +2,11 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
-	"toolshed.dev/shed/store"
-	"toolshed.dev/shed/trust"
+	"toolshed.dev/shed/app"
 )
-
-// defaultKeyName names a store's first key after the host, as Nix's cache keys are named.
-func defaultKeyName() string {
-	h, _ := os.Hostname()
-	h = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
-			return r
-		}
-		return '-'
-	}, h)
-	if h == "" || strings.Trim(h, ".-") != h {
-		h = "shed"
-	}
-	if len(h) > 60 {
-		h = h[:60]
-	}
-	return h + "-1"
-}
 
 func cmdInit() *cli.Command {
 	return &cli.Command{
@@ -44,25 +23,16 @@ func cmdInit() *cli.Command {
 			if c.NArg() > 0 {
 				return usageError("init takes no arguments")
 			}
-			s, err := store.Init(c.String("root"))
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			name := c.String("key-name")
-			if name == "" {
-				name = defaultKeyName()
-			}
-			key, made, err := trust.OpenKeys(s.Root()).Ensure(name)
+			res, err := call[app.InitResult](c, "init", &app.InitRequest{KeyName: c.String("key-name")})
 			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
-				return printJSON(c, map[string]any{"root": s.Root(), "store_dir": s.StoreDir(), "public_key": key.Public().String(), "new_key": made})
+				return printJSON(c, res)
 			}
-			fmt.Fprintf(c.App.Writer, "initialized store at %s\n", s.Root())
-			if made {
-				fmt.Fprintf(c.App.Writer, "signing key: %s\n", key.Public())
+			fmt.Fprintf(c.App.Writer, "initialized store at %s\n", res.Root)
+			if res.NewKey {
+				fmt.Fprintf(c.App.Writer, "signing key: %s\n", res.PublicKey)
 			}
 			return nil
 		},

@@ -6,8 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"toolshed.dev/shed/derivation"
-	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/app"
 )
 
 func cmdInstantiate() *cli.Command {
@@ -20,38 +19,18 @@ func cmdInstantiate() *cli.Command {
 			"prints each derivation with the output path it will build. Nothing is built.\n" +
 			"Versions are taken as written; `shed lock` will resolve them.",
 		Action: func(c *cli.Context) error {
-			r, err := loadRecipe(c)
+			if c.NArg() > 1 {
+				return usageError("want at most one recipe FILE")
+			}
+			res, err := call[app.InstantiateResult](c, "instantiate", &app.InstantiateRequest{File: c.Args().First()})
 			if err != nil {
 				return err
-			}
-			s, err := openStore(c)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			plan, err := recipe.Compile(r, nil, s.StoreDir())
-			if err != nil {
-				return err
-			}
-			type drvJSON struct {
-				Name   string `json:"name"`
-				Kind   string `json:"kind"`
-				Drv    string `json:"drv"`
-				Output string `json:"output"`
-			}
-			out := []drvJSON{}
-			for _, d := range plan.Derivations {
-				p, err := derivation.Write(c.Context, s, d)
-				if err != nil {
-					return err
-				}
-				out = append(out, drvJSON{d.Name, string(d.Kind), s.Location(p), s.Location(d.Output)})
 			}
 			if c.Bool("json") {
-				return printJSON(c, out)
+				return printJSON(c, res.Derivations)
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			for _, d := range out {
+			for _, d := range res.Derivations {
 				fmt.Fprintf(tw, "%s\t%s\t-> %s\n", d.Kind, d.Drv, d.Output)
 			}
 			return tw.Flush()

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"errors"
 	"io"
-	"io/fs"
-	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"toolshed.dev/shed/app"
 )
 
 func cmdLog() *cli.Command {
@@ -20,24 +19,11 @@ func cmdLog() *cli.Command {
 			if c.NArg() != 1 {
 				return usageError("log wants one PATH")
 			}
-			s, err := openStore(c)
+			res, err := call[app.TextResult](c, "log", &app.PathRequest{Path: c.Args().First()})
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			p, err := parsePathArg(s, c.Args().First())
-			if err != nil {
-				return err
-			}
-			f, err := os.Open(s.LogFile(p))
-			if errors.Is(err, fs.ErrNotExist) {
-				return withHint(exitFailure, errors.New("no build log for "+p.String()),
-					"only paths built on this machine have logs: fetched and added paths have none")
-			} else if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(c.App.Writer, f)
+			_, err = io.WriteString(c.App.Writer, res.Text)
 			return err
 		},
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/app"
 )
 
 // substituterFlag names caches to take missing paths from (realize, bench run).
@@ -36,49 +36,21 @@ func cmdRealize() *cli.Command {
 			if c.NArg() > 1 {
 				return usageError("want at most one recipe FILE")
 			}
-			file := c.Args().First()
-			if file == "" {
-				file = defaultRecipe
-			}
-			w, err := realizeWorkshop(c, file, c.Bool("offline"))
+			res, err := call[app.RealizeResult](c, "realize", &app.RealizeRequest{
+				Workshop: c.Args().First(), Offline: c.Bool("offline"), Check: c.Bool("check"), Substituters: c.StringSlice("substituter"),
+			})
 			if err != nil {
 				return err
 			}
-			defer w.s.Close()
-			r, s, plan, b, res := w.r, w.s, w.plan, w.b, w.res
-			type checkJSON struct {
-				Path  string   `json:"path"`
-				Same  bool     `json:"same"`
-				Diffs []string `json:"diffs,omitempty"`
-			}
-			var checks []checkJSON
-			if c.Bool("check") {
-				results, err := b.Check(c.Context, plan)
-				if err != nil {
-					return err
-				}
-				for _, cr := range results {
-					checks = append(checks, checkJSON{s.Location(cr.Path), cr.Same, cr.Diffs})
-				}
-			}
-			layers := locations(s, res.Layers)
 			if c.Bool("json") {
-				out := map[string]any{
-					"workshop": r.Name, "layers": layers, "built": locations(s, res.Built),
-					"fetched": locations(s, res.Fetched), "fetched_bytes": res.FetchedBytes,
-					"substituted": locations(s, res.Substituted),
-				}
-				if c.Bool("check") {
-					out["check"] = checks
-				}
-				if err := printJSON(c, out); err != nil {
+				if err := printJSON(c, res); err != nil {
 					return err
 				}
 			} else {
-				for _, l := range layers {
+				for _, l := range res.Layers {
 					fmt.Fprintln(c.App.Writer, l)
 				}
-				for _, ch := range checks {
+				for _, ch := range res.Check {
 					if ch.Same {
 						fmt.Fprintf(c.App.ErrWriter, "shed: check: %s: rebuilt, same content\n", ch.Path)
 						continue
@@ -86,7 +58,7 @@ func cmdRealize() *cli.Command {
 					fmt.Fprintf(c.App.ErrWriter, "shed: check: %s: rebuilt, content DIFFERS:\n  %s\n", ch.Path, strings.Join(ch.Diffs, "\n  "))
 				}
 			}
-			for _, ch := range checks {
+			for _, ch := range res.Check {
 				if !ch.Same {
 					return withHint(exitProblems, fmt.Errorf("%s is not reproducible", ch.Path),
 						"the files listed differ between two builds of the same inputs; see `shed log` of the path")
@@ -95,27 +67,4 @@ func cmdRealize() *cli.Command {
 			return nil
 		},
 	}
-}
-
-func locations(s *store.Store, ps []store.Path) []string {
-	out := []string{}
-	for _, p := range ps {
-		out = append(out, s.Location(p))
-	}
-	return out
-}
-
-// ensureRoot points the Workshop's root at top, writing only on change: a
-// cache-hit realize should not pay for an fsync.
-func ensureRoot(c *cli.Context, s *store.Store, name string, top store.Path) error {
-	roots, err := s.Roots()
-	if err != nil {
-		return err
-	}
-	for _, r := range roots {
-		if r.Name == name && r.Path == top {
-			return nil
-		}
-	}
-	return s.AddRoot(c.Context, name, top)
 }

@@ -2,19 +2,12 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"toolshed.dev/shed/records"
 
 	"github.com/urfave/cli/v2"
 
+	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/recipe"
-	"toolshed.dev/shed/supervisor"
 )
-
-// defaultRecipe is the file commands read when none is named, as
-// docker build reads ./Dockerfile.
-const defaultRecipe = "workshop.toml"
 
 func cmdRecipe() *cli.Command {
 	return &cli.Command{
@@ -37,8 +30,8 @@ func cmdRecipe() *cli.Command {
 						return printJSON(c, recipeJSON(r))
 					}
 					fmt.Fprintf(c.App.Writer, "ok: %s: %s, seed %s, %s, %s, %s\n", r.File, r.Name, r.Seed.Raw,
-						plural(len(r.Apt.Packages), "apt package"), plural(len(r.Pip.Packages), "pip package"),
-						plural(len(r.Grants), "grant"))
+						app.Plural(len(r.Apt.Packages), "apt package"), app.Plural(len(r.Pip.Packages), "pip package"),
+						app.Plural(len(r.Grants), "grant"))
 					return nil
 				},
 			},
@@ -46,67 +39,22 @@ func cmdRecipe() *cli.Command {
 	}
 }
 
-// loadRecipeFile reads a recipe; grants of the store root in use are refused.
-func loadRecipeFile(c *cli.Context, file string) (*recipe.Recipe, error) {
-	return recipe.Load(resolveRecord(c, file), recipe.Options{ForbiddenPaths: []string{c.String("root")}})
-}
-
-// resolveRecord turns the name of a Workshop record into its current recipe file, wherever a recipe
-// file is accepted; anything that exists as a file, or is not a record, is a file. A user (not an
-// operator) of the supervisor names records only: no file of theirs is read as root.
-func resolveRecord(c *cli.Context, file string) string {
-	rs := records.Open(c.String("root"))
-	if p := peer(c); p != nil && !p.Operator {
-		if v, err := rs.Current(file); err == nil {
-			return rs.File(v.Name, v.N)
-		}
-		return filepath.Join(c.String("root"), "workshops", "no-such-record", filepath.Base(file))
-	}
-	path := hostPath(c, file)
-	if _, err := os.Stat(path); err == nil || !records.IsName(file) {
-		return path
-	}
-	if v, err := rs.Current(file); err == nil {
-		return rs.File(v.Name, v.N)
-	}
-	return path
-}
-
-// hostPath is a path from the command line: relative to the caller's working directory, which is the
-// client's when the supervisor runs the command for an operator (and only then: a user's paths are
-// never resolved by the supervisor).
-func hostPath(c *cli.Context, path string) string {
-	if p := peer(c); p != nil && p.Operator && path != "" && !filepath.IsAbs(path) {
-		if dir := supervisor.ClientDir(c.Context); dir != "" {
-			return filepath.Join(dir, path)
-		}
-	}
-	return path
-}
-
-// loadRecipe reads the recipe named by the first argument (or ./workshop.toml).
-// Grants of the store root in use are refused along with the defaults.
+// loadRecipe reads the recipe named by the first argument (or ./workshop.toml). It runs in this
+// process, as this user, on a file of theirs: checking a recipe needs no store and no privilege.
 func loadRecipe(c *cli.Context) (*recipe.Recipe, error) {
 	if c.NArg() > 1 {
 		return nil, usageError("want at most one recipe FILE")
 	}
 	file := c.Args().First()
 	if file == "" {
-		file = defaultRecipe
+		file = app.DefaultRecipe
 	}
-	r, err := loadRecipeFile(c, file)
+	r, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{storeRoot(c)}})
 	if err != nil {
 		return nil, err
 	}
 	logger(c).Debug("recipe loaded", "file", file, "name", r.Name)
 	return r, nil
-}
-
-func plural(n int, noun string) string {
-	if n == 1 {
-		return fmt.Sprintf("1 %s", noun)
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // recipeJSON is the --json form of a checked recipe: names as they would be

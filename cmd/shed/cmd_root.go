@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/app"
 )
 
 func cmdRoot() *cli.Command {
@@ -24,22 +24,14 @@ func cmdRoot() *cli.Command {
 					if c.NArg() != 2 {
 						return usageError("root add wants NAME and PATH")
 					}
-					s, err := openStore(c)
+					r, err := call[app.Root](c, "root.add", &app.RootAddRequest{Name: c.Args().Get(0), Path: c.Args().Get(1)})
 					if err != nil {
-						return err
-					}
-					defer s.Close()
-					p, err := parsePathArg(s, c.Args().Get(1))
-					if err != nil {
-						return err
-					}
-					if err := s.AddRoot(c.Context, c.Args().Get(0), p); err != nil {
 						return err
 					}
 					if c.Bool("json") {
-						return printJSON(c, store.Root{Name: c.Args().Get(0), Path: p})
+						return printJSON(c, r)
 					}
-					fmt.Fprintf(c.App.Writer, "%s -> %s\n", c.Args().Get(0), s.Location(p))
+					fmt.Fprintf(c.App.Writer, "%s -> %s\n", r.Name, r.Location)
 					return nil
 				},
 			},
@@ -47,24 +39,16 @@ func cmdRoot() *cli.Command {
 				Name:  "ls",
 				Usage: "list the named roots",
 				Action: func(c *cli.Context) error {
-					s, err := openStore(c)
-					if err != nil {
-						return err
-					}
-					defer s.Close()
-					roots, err := s.Roots()
+					res, err := call[app.RootsResult](c, "root.ls", &app.RootListRequest{})
 					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
-						if roots == nil {
-							roots = []store.Root{}
-						}
-						return printJSON(c, roots)
+						return printJSON(c, res.Roots)
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					for _, r := range roots {
-						fmt.Fprintf(tw, "%s\t%s\n", r.Name, s.Location(r.Path))
+					for _, r := range res.Roots {
+						fmt.Fprintf(tw, "%s\t%s\n", r.Name, r.Location)
 					}
 					return tw.Flush()
 				},
@@ -77,12 +61,8 @@ func cmdRoot() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("root rm wants NAME")
 					}
-					s, err := openStore(c)
-					if err != nil {
-						return err
-					}
-					defer s.Close()
-					return s.RemoveRoot(c.Args().First())
+					_, err := call[app.Empty](c, "root.rm", &app.RootRequest{Name: c.Args().First()})
+					return err
 				},
 			},
 		},

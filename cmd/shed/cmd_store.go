@@ -1,16 +1,14 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/store"
 )
 
@@ -23,33 +21,16 @@ func cmdStore() *cli.Command {
 				Name:  "ls",
 				Usage: "list valid store paths",
 				Action: func(c *cli.Context) error {
-					s, err := openStore(c)
+					res, err := call[app.PathsResult](c, "store.ls", &app.StoreListRequest{})
 					if err != nil {
 						return err
-					}
-					defer s.Close()
-					infos, _, err := s.All()
-					if err != nil {
-						return err
-					}
-					// Valid means registered and present on disk.
-					paths := store.SortedPaths(infos)
-					valid := paths[:0]
-					for _, p := range paths {
-						if s.IsValid(p) {
-							valid = append(valid, p)
-						}
 					}
 					if c.Bool("json") {
-						list := make([]*pathJSON, 0, len(valid))
-						for _, p := range valid {
-							list = append(list, toJSON(s, infos[p]))
-						}
-						return printJSON(c, list)
+						return printJSON(c, res.Paths)
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					for _, p := range valid {
-						fmt.Fprintf(tw, "%s\t%s\n", s.Location(p), formatSize(infos[p].Size))
+					for _, p := range res.Paths {
+						fmt.Fprintf(tw, "%s\t%s\n", p.Location, formatSize(p.Size))
 					}
 					return tw.Flush()
 				},
@@ -62,35 +43,25 @@ func cmdStore() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("store info wants one PATH")
 					}
-					s, err := openStore(c)
+					j, err := call[app.PathInfo](c, "store.info", &app.PathRequest{Path: c.Args().First()})
 					if err != nil {
 						return err
 					}
-					defer s.Close()
-					p, err := parsePathArg(s, c.Args().First())
-					if err != nil {
-						return err
-					}
-					info, err := s.Info(p)
-					if err != nil {
-						return err
-					}
-					j := toJSON(s, info)
 					if c.Bool("json") {
 						return printJSON(c, j)
 					}
 					w := c.App.Writer
 					fmt.Fprintf(w, "path:         %s\n", j.Location)
-					fmt.Fprintf(w, "content hash: %s\n", info.ContentHash)
-					fmt.Fprintf(w, "size:         %s (%d bytes)\n", formatSize(info.Size), info.Size)
-					fmt.Fprintf(w, "registered:   %s\n", info.Registered.Format(time.RFC3339))
-					if info.CA != "" {
-						fmt.Fprintf(w, "addressed by: %s\n", info.CA)
+					fmt.Fprintf(w, "content hash: %s\n", j.ContentHash)
+					fmt.Fprintf(w, "size:         %s (%d bytes)\n", formatSize(j.Size), j.Size)
+					fmt.Fprintf(w, "registered:   %s\n", j.Registered.Format(time.RFC3339))
+					if j.CA != "" {
+						fmt.Fprintf(w, "addressed by: %s\n", j.CA)
 					}
 					if j.Deriver != "" {
 						fmt.Fprintf(w, "deriver:      %s\n", j.Deriver)
 					}
-					fmt.Fprintf(w, "references:   %d\n", len(info.References))
+					fmt.Fprintf(w, "references:   %d\n", len(j.References))
 					for _, r := range j.References {
 						fmt.Fprintf(w, "  %s\n", r)
 					}
@@ -112,21 +83,8 @@ func cmdStore() *cli.Command {
 					"Unregistered bytes left by an interrupted command are listed as debris (not an\n" +
 					"error: no reader sees them); `shed gc` removes them.",
 				Action: func(c *cli.Context) error {
-					s, t, err := openStoreTrust(c)
-					if err != nil {
-						return err
-					}
-					defer s.Close()
-					opts := store.VerifyOptions{CheckContents: c.Bool("check-contents"), CheckProvenance: t.Verify}
-					for _, a := range c.Args().Slice() {
-						p, err := parsePathArg(s, a)
-						if err != nil {
-							return err
-						}
-						opts.Paths = append(opts.Paths, p)
-					}
 					start := time.Now()
-					res, err := s.Verify(c.Context, opts)
+					res, err := call[store.VerifyResult](c, "store.verify", &app.VerifyRequest{Paths: c.Args().Slice(), CheckContents: c.Bool("check-contents")})
 					if err != nil {
 						return err
 					}
@@ -143,7 +101,7 @@ func cmdStore() *cli.Command {
 							fmt.Fprintf(c.App.Writer, "debris: %s (unregistered; `shed gc` removes it)\n", d)
 						}
 						fmt.Fprintf(c.App.Writer, "checked %d paths", res.Checked)
-						if opts.CheckContents {
+						if c.Bool("check-contents") {
 							fmt.Fprintf(c.App.Writer, " (%s re-hashed)", formatSize(res.Bytes))
 						}
 						fmt.Fprintf(c.App.Writer, ": %d problems\n", len(res.Problems))
@@ -164,40 +122,14 @@ func cmdStore() *cli.Command {
 					"signed what it builds). What a verifying provenance says is kept. Sign only paths\n" +
 					"you vouch for: a signature says this store stands behind the bytes.",
 				Action: func(c *cli.Context) error {
-					s, t, err := openStoreTrust(c)
+					res, err := call[app.SignResult](c, "store.sign", &app.SignRequest{Paths: c.Args().Slice()})
 					if err != nil {
 						return err
 					}
-					defer s.Close()
-					var paths []store.Path
-					for _, a := range c.Args().Slice() {
-						p, err := parsePathArg(s, a)
-						if err != nil {
-							return err
-						}
-						paths = append(paths, p)
-					}
-					if len(paths) == 0 {
-						infos, _, err := s.All()
-						if err != nil {
-							return err
-						}
-						for _, p := range store.SortedPaths(infos) {
-							prov, _ := s.Provenance(p)
-							if t.Verify(infos[p], prov) != nil {
-								paths = append(paths, p)
-							}
-						}
-					}
-					for _, p := range paths {
-						if err := t.Resign(c.Context, p); err != nil {
-							return err
-						}
-					}
 					if c.Bool("json") {
-						return printJSON(c, map[string]any{"signed": paths, "key": t.Key.Public().String()})
+						return printJSON(c, res)
 					}
-					fmt.Fprintf(c.App.Writer, "signed %d paths with %s\n", len(paths), t.Key.Name)
+					fmt.Fprintf(c.App.Writer, "signed %d paths with %s\n", len(res.Signed), keyName(res.Key))
 					return nil
 				},
 			},
@@ -215,35 +147,14 @@ func cmdStore() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("store add wants one DIR")
 					}
-					src := hostPath(c, c.Args().First())
-					name := c.String("name")
-					if name == "" {
-						name = storeName(filepath.Base(filepath.Clean(src)))
-					}
-					s, err := openStore(c)
+					j, err := call[app.PathInfo](c, "store.add", &app.StoreAddRequest{Dir: c.Args().First(), Name: c.String("name")})
 					if err != nil {
-						return err
-					}
-					defer s.Close()
-					// The store's own state (a Bench's upper above all) never becomes a path: a
-					// path can be pushed to a cache, an upper must never leave the machine.
-					if abs, err := filepath.Abs(src); err == nil {
-						if rel, err := filepath.Rel(s.Root(), abs); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-							return withHint(exitUsage, fmt.Errorf("%s is inside the store root %s", src, s.Root()),
-								"store paths come from builds; a Bench's upper layer is never added to the store or exported")
-						}
-					}
-					info, err := s.AddDir(c.Context, src, name, nil)
-					if err != nil {
-						if errors.Is(err, store.ErrBadName) {
-							return withHint(exitUsage, err, "pass --name with letters, digits and +-._?=")
-						}
 						return err
 					}
 					if c.Bool("json") {
-						return printJSON(c, toJSON(s, info))
+						return printJSON(c, j)
 					}
-					fmt.Fprintln(c.App.Writer, s.Location(info.Path))
+					fmt.Fprintln(c.App.Writer, j.Location)
 					return nil
 				},
 			},
@@ -251,48 +162,8 @@ func cmdStore() *cli.Command {
 	}
 }
 
-var badNameChars = regexp.MustCompile(`[^A-Za-z0-9+._?=-]+`)
-
-// storeName turns a file name into a valid store name.
-func storeName(base string) string {
-	n := strings.TrimLeft(badNameChars.ReplaceAllString(base, "-"), ".")
-	if n == "" || n == "-" {
-		return "source"
-	}
-	if len(n) > store.MaxNameLen {
-		n = n[:store.MaxNameLen]
-	}
-	return n
-}
-
-// pathJSON is the --json form of a path: locations are absolute so that
-// scripts can use them directly.
-type pathJSON struct {
-	Path        string     `json:"path"`
-	Location    string     `json:"location"`
-	ContentHash store.Hash `json:"content_hash"`
-	Size        int64      `json:"size"`
-	Registered  time.Time  `json:"registered"`
-	Deriver     string     `json:"deriver,omitempty"`
-	References  []string   `json:"references"`
-	CA          string     `json:"ca,omitempty"`
-}
-
-func toJSON(s *store.Store, info *store.PathInfo) *pathJSON {
-	j := &pathJSON{
-		Path:        info.Path.String(),
-		Location:    s.Location(info.Path),
-		ContentHash: info.ContentHash,
-		Size:        info.Size,
-		Registered:  info.Registered,
-		References:  []string{},
-		CA:          info.CA,
-	}
-	if !info.Deriver.IsZero() {
-		j.Deriver = s.Location(info.Deriver)
-	}
-	for _, r := range info.References {
-		j.References = append(j.References, s.Location(r))
-	}
-	return j
+// keyName is the NAME of a NAME:BASE64 key.
+func keyName(k string) string {
+	name, _, _ := strings.Cut(k, ":")
+	return name
 }

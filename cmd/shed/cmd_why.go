@@ -1,15 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"toolshed.dev/shed/why"
 
 	"github.com/urfave/cli/v2"
 
-	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/app"
 )
 
 func cmdWhy() *cli.Command {
@@ -24,36 +21,8 @@ func cmdWhy() *cli.Command {
 			if c.NArg() != 2 {
 				return usageError("why wants WORKSHOP and FILE")
 			}
-			file := c.Args().Get(0)
-			r, err := loadRecipeFile(c, file)
+			ex, err := call[app.WhyResult](c, "why", &app.WhyRequest{Workshop: c.Args().Get(0), File: c.Args().Get(1)})
 			if err != nil {
-				return err
-			}
-			s, err := openStore(c)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			lock, err := recipe.LoadLock(recipe.LockFile(file))
-			if err != nil {
-				return withHint(exitFailure, err, "run `shed realize "+file+"` first")
-			}
-			plan, err := recipe.Compile(r, lock, s.StoreDir())
-			if err != nil {
-				return err
-			}
-			data, err := os.ReadFile(file)
-			if err != nil {
-				return err
-			}
-			aptLines, pipLines, err := recipe.PackageLines(data)
-			if err != nil {
-				return err
-			}
-			ex, err := why.Explain(s, r, plan, aptLines, pipLines, c.Args().Get(1))
-			if errors.Is(err, why.ErrNoSuchFile) {
-				return withHint(exitFailure, err, "paths are as a Bench sees them, e.g. /usr/bin/jq")
-			} else if err != nil {
 				return err
 			}
 			if c.Bool("json") {
@@ -67,16 +36,17 @@ func cmdWhy() *cli.Command {
 			kind := "apt layer"
 			switch {
 			case ex.LayerKind == "seed":
-				kind = "seed " + r.Seed.Raw
+				kind = "seed " + ex.Seed
 			case ex.Manager == "pip" || strings.HasPrefix(ex.Layer.Name(), "pip-"):
 				kind = "pip layer"
 			}
-			fmt.Fprintf(w, "  layer:    %s (%s)\n", s.Location(ex.Layer), kind)
+			fmt.Fprintf(w, "  layer:    %s (%s)\n", ex.Location, kind)
 			if ex.Package == "" {
 				fmt.Fprintln(w, "  package:  none (made by a maintainer script or by the seed's builder, not shipped by a package)")
 				return nil
 			}
 			fmt.Fprintf(w, "  package:  %s %s\n", ex.Package, ex.Version)
+			file := c.Args().Get(0)
 			if ex.Manager == "pip" {
 				if ex.Declared != "" {
 					fmt.Fprintf(w, "  declared: %s:%d: pip.packages: %q\n", file, ex.Line, ex.Declared)
@@ -92,7 +62,7 @@ func cmdWhy() *cli.Command {
 				fmt.Fprintf(w, "  needed by: %s\n", strings.Join(ex.Chain, " → "))
 				fmt.Fprintf(w, "  declared: %s:%d: apt.packages: %q\n", file, ex.Line, ex.Declared)
 			case ex.InSeed:
-				fmt.Fprintf(w, "  declared: part of the seed %q (%s)\n", r.Seed.Raw, file)
+				fmt.Fprintf(w, "  declared: part of the seed %q (%s)\n", ex.Seed, file)
 			default:
 				fmt.Fprintln(w, "  declared: no declared package needs it")
 			}

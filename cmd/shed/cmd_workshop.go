@@ -6,20 +6,19 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"os/user"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-	"toolshed.dev/shed/proposal"
-	"toolshed.dev/shed/records"
 
-	"github.com/pmezard/go-difflib/difflib"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"toolshed.dev/shed/supervisor"
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/proposal"
+	"toolshed.dev/shed/records"
 )
 
 func cmdWorkshop() *cli.Command {
@@ -41,25 +40,9 @@ func cmdWorkshop() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("workshop add wants one recipe FILE")
 					}
-					r, err := loadRecipeFile(c, c.Args().First())
+					v, err := call[records.Version](c, "workshop.add", &app.WorkshopAddRequest{File: c.Args().First(), Allow: c.StringSlice("allow")})
 					if err != nil {
 						return err
-					}
-					s, err := openStore(c)
-					if err != nil {
-						return err
-					}
-					defer s.Close()
-					if _, _, err := lockedPlan(c, s, r, false); err != nil {
-						return err
-					}
-					files, err := records.ReadFiles(r)
-					if err != nil {
-						return err
-					}
-					v, err := records.Open(s.Root()).Add(c.Context, records.Version{Name: r.Name, By: caller(c), Users: c.StringSlice("allow")}, files, nil)
-					if err != nil {
-						return withHint(exitFailure, err, "`shed workshop ls` lists the records; a record changes through `shed bench propose` and `shed workshop promote`")
 					}
 					if c.Bool("json") {
 						return printJSON(c, v)
@@ -78,14 +61,9 @@ func cmdWorkshop() *cli.Command {
 					if c.NArg() < 1 {
 						return usageError("workshop allow wants a record NAME and the users")
 					}
-					s, err := openStore(c)
+					v, err := call[records.Version](c, "workshop.allow", &app.WorkshopAllowRequest{Name: c.Args().First(), Users: c.Args().Slice()[1:]})
 					if err != nil {
 						return err
-					}
-					defer s.Close()
-					v, err := records.Open(s.Root()).Allow(c.Args().First(), c.Args().Slice()[1:])
-					if err != nil {
-						return recordErr(err)
 					}
 					if c.Bool("json") {
 						return printJSON(c, v)
@@ -98,25 +76,16 @@ func cmdWorkshop() *cli.Command {
 				Name:  "ls",
 				Usage: "list the Workshop records",
 				Action: func(c *cli.Context) error {
-					rs := records.Open(c.String("root"))
-					names, err := rs.Names()
+					res, err := call[app.WorkshopListResult](c, "workshop.ls", &app.WorkshopListRequest{})
 					if err != nil {
 						return err
 					}
-					var vs []*records.Version
-					for _, n := range names {
-						v, err := rs.Current(n)
-						if err != nil {
-							return err
-						}
-						vs = append(vs, v)
-					}
 					if c.Bool("json") {
-						return printJSON(c, vs)
+						return printJSON(c, res.Records)
 					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 					fmt.Fprintln(tw, "NAME\tVERSION\tSINCE\tBY")
-					for _, v := range vs {
+					for _, v := range res.Records {
 						fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", v.Name, v.N, v.Time.Local().Format(time.DateTime), v.By)
 					}
 					return tw.Flush()
@@ -128,18 +97,17 @@ func cmdWorkshop() *cli.Command {
 				ArgsUsage: "NAME",
 				Flags:     []cli.Flag{&cli.IntFlag{Name: "version", Usage: "version `N`"}},
 				Action: func(c *cli.Context) error {
-					rs, v, err := recordVersion(c, c.Int("version"))
-					if err != nil {
-						return err
+					if c.NArg() != 1 {
+						return usageError("workshop show wants a record NAME")
 					}
-					b, err := os.ReadFile(rs.File(v.Name, v.N))
+					res, err := call[app.WorkshopShowResult](c, "workshop.show", &app.WorkshopShowRequest{Name: c.Args().First(), Version: c.Int("version")})
 					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
-						return printJSON(c, map[string]any{"version": v, "recipe": string(b), "file": rs.File(v.Name, v.N)})
+						return printJSON(c, res)
 					}
-					_, err = c.App.Writer.Write(b)
+					_, err = io.WriteString(c.App.Writer, res.Recipe)
 					return err
 				},
 			},
@@ -151,14 +119,14 @@ func cmdWorkshop() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("workshop log wants a record NAME")
 					}
-					vs, err := records.Open(c.String("root")).Log(c.Args().First())
+					res, err := call[app.WorkshopLogResult](c, "workshop.log", &app.WorkshopRequest{Name: c.Args().First()})
 					if err != nil {
-						return recordErr(err)
+						return err
 					}
 					if c.Bool("json") {
-						return printJSON(c, vs)
+						return printJSON(c, res.Versions)
 					}
-					for _, v := range vs {
+					for _, v := range res.Versions {
 						how := "added"
 						if v.Proposal != "" {
 							how = "promoted proposal " + v.Proposal
@@ -176,33 +144,24 @@ func cmdWorkshop() *cli.Command {
 					if c.NArg() < 1 || c.NArg() > 3 {
 						return usageError("workshop diff wants NAME [A [B]]")
 					}
-					rs := records.Open(c.String("root"))
-					cur, err := rs.Current(c.Args().First())
-					if err != nil {
-						return recordErr(err)
-					}
-					a, b := cur.N-1, cur.N
-					for i, dst := range []*int{&a, &b} {
+					req := &app.WorkshopDiffRequest{Name: c.Args().First()}
+					for i, dst := range []**int{&req.A, &req.B} {
 						if s := c.Args().Get(i + 1); s != "" {
-							if *dst, err = strconv.Atoi(s); err != nil {
+							n, err := strconv.Atoi(s)
+							if err != nil {
 								return usageError("version %q is not a number", s)
 							}
+							*dst = &n
 						}
 					}
-					var out strings.Builder
-					for _, f := range []string{"workshop.toml", "workshop.lock"} {
-						read := func(n int) string {
-							if n < 1 {
-								return ""
-							}
-							b, _ := os.ReadFile(strings.TrimSuffix(rs.File(cur.Name, n), "workshop.toml") + f)
-							return string(b)
-						}
-						ud, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{A: difflib.SplitLines(read(a)), B: difflib.SplitLines(read(b)),
-							FromFile: fmt.Sprintf("a/%s (version %d)", f, a), ToFile: fmt.Sprintf("b/%s (version %d)", f, b), Context: 3})
-						out.WriteString(ud)
+					res, err := call[app.DiffText](c, "workshop.diff", req)
+					if err != nil {
+						return err
 					}
-					_, err = fmt.Fprint(c.App.Writer, proposal.Visible(out.String()))
+					if c.Bool("json") {
+						return printJSON(c, res)
+					}
+					_, err = io.WriteString(c.App.Writer, res.Diff)
 					return err
 				},
 			},
@@ -222,17 +181,14 @@ func cmdWorkshop() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("workshop promote wants a PROPOSAL id (`shed bench propose` prints it)")
 					}
-					s, err := openStore(c)
+					shown, err := call[app.ProposeResult](c, "proposal.show", &app.ProposalRequest{ID: c.Args().First()})
 					if err != nil {
 						return err
 					}
-					defer s.Close()
-					sv := proposal.New(s, newBuilder(c, s, false))
-					p, diff, err := sv.Get(c.Args().First())
-					if err != nil {
-						return withHint(exitUsage, err, "`shed bench propose BENCH` prints a proposal's id")
-					}
-					fmt.Fprint(c.App.Writer, proposal.Visible(diff))
+					p := shown.Proposal
+					fmt.Fprint(c.App.Writer, proposal.Visible(shown.Diff))
+					// A person confirms, from the diff on their terminal; a script does not. The
+					// confirmation names the exact diff shown, so nothing else can be promoted by it.
 					in, ok := c.App.Reader.(*os.File)
 					if !ok || !term.IsTerminal(int(in.Fd())) {
 						return withHint(exitUsage, errors.New("promotion needs a human at a terminal: stdin is not one"),
@@ -243,21 +199,15 @@ func cmdWorkshop() *cli.Command {
 					if strings.TrimSpace(answer) != "yes" {
 						return withHint(exitFailure, errors.New("not confirmed: nothing changed"), "type yes to promote")
 					}
-					h := sha256.Sum256([]byte(diff))
-					v, err := sv.Promote(c.Context, p.ID, hex.EncodeToString(h[:]), caller(c))
-					if err != nil {
-						return withHint(exitFailure, err, "`shed bench propose` makes a fresh proposal against the current record")
+					h := sha256.Sum256([]byte(shown.Diff))
+					res, err := call[app.PromoteResult](c, "workshop.promote", &app.PromoteRequest{ID: p.ID, DiffSHA256: hex.EncodeToString(h[:]), NoRealize: c.Bool("no-realize")})
+					if res != nil && res.Version != nil {
+						fmt.Fprintf(c.App.Writer, "promoted %s version %d\n", res.Version.Name, res.Version.N)
 					}
-					fmt.Fprintf(c.App.Writer, "promoted %s version %d\n", v.Name, v.N)
-					if c.Bool("no-realize") {
-						return nil
-					}
-					w, err := realizeWorkshop(c, sv.Records.File(v.Name, v.N), false)
 					if err != nil {
 						return err
 					}
-					w.s.Close()
-					for _, l := range locations(w.s, w.res.Layers) {
+					for _, l := range res.Layers {
 						fmt.Fprintln(c.App.Writer, l)
 					}
 					return nil
@@ -265,48 +215,6 @@ func cmdWorkshop() *cli.Command {
 			},
 		},
 	}
-}
-
-func recordVersion(c *cli.Context, n int) (*records.Workshops, *records.Version, error) {
-	if c.NArg() != 1 {
-		return nil, nil, usageError("want a record NAME")
-	}
-	rs := records.Open(c.String("root"))
-	var v *records.Version
-	var err error
-	if n > 0 {
-		v, err = rs.Get(c.Args().First(), n)
-	} else {
-		v, err = rs.Current(c.Args().First())
-	}
-	return rs, v, recordErr(err)
-}
-
-func recordErr(err error) error {
-	if errors.Is(err, records.ErrNoRecord) {
-		return withHint(exitUsage, err, "`shed workshop ls` lists the records; `shed workshop add FILE` makes one")
-	}
-	return err
-}
-
-// callerKey carries the supervisor's peer into a command it runs for a client.
-type callerKey struct{}
-
-// peer is the client the supervisor runs this command for, or nil when shed works on its store directly.
-func peer(c *cli.Context) *supervisor.Peer {
-	p, _ := c.Context.Value(callerKey{}).(*supervisor.Peer)
-	return p
-}
-
-// caller names who runs this command: the peer of the supervisor's socket, or this process's user.
-func caller(c *cli.Context) string {
-	if p := peer(c); p != nil {
-		return p.User
-	}
-	if u, err := user.Current(); err == nil {
-		return u.Username
-	}
-	return strconv.Itoa(os.Getuid())
 }
 
 // proposeCommand is `shed bench propose`.
@@ -324,28 +232,15 @@ func proposeCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return usageError("bench propose wants a BENCH")
 			}
-			s, err := openStore(c)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			sv := proposal.New(s, newBuilder(c, s, false))
-			rec, err := ownBench(c, s, c.Args().First())
-			if err != nil {
-				return err
-			}
-			p, diff, err := sv.Propose(c.Context, rec.ID)
-			if errors.Is(err, proposal.ErrUnfinished) {
-				return withHint(exitFailure, err, "finish or undo it in the Bench (`dpkg --configure -a`, `apt-get -f install`, or remove the package), then propose again")
-			}
+			res, err := call[app.ProposeResult](c, "bench.propose", &app.BenchRequest{Bench: c.Args().First()})
 			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
-				return printJSON(c, map[string]any{"proposal": p, "diff": diff})
+				return printJSON(c, res)
 			}
-			fmt.Fprint(c.App.Writer, proposal.Visible(diff))
-			fmt.Fprintf(c.App.ErrWriter, "shed: proposal %s: promote with `shed workshop promote %s`\n", p.ID, p.ID)
+			fmt.Fprint(c.App.Writer, proposal.Visible(res.Diff))
+			fmt.Fprintf(c.App.ErrWriter, "shed: proposal %s: promote with `shed workshop promote %s`\n", res.Proposal.ID, res.Proposal.ID)
 			return nil
 		},
 	}

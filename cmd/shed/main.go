@@ -16,13 +16,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"toolshed.dev/shed/builder"
-	"toolshed.dev/shed/cache"
-	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
-	"toolshed.dev/shed/supervisor"
-	"toolshed.dev/shed/trust"
+	"toolshed.dev/shed/app"
 )
 
 // Exit codes, documented in README.md and docs/cli.md.
@@ -46,56 +42,17 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	args = hoistGlobalFlags(args)
-	// With a supervisor, it runs the command (and decides whether this user may); without one, or
-	// with an explicit --root, shed works on the store itself.
-	if sock := supervisorSocket(args); sock != "" {
-		code, err := supervisor.Call(ctx, sock, args[1:])
-		if err != nil {
-			return report(stderr, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err),
-				"is `shed daemon` running? (`systemctl status shed`); set SHED_SOCKET=none to work on the store directly as root"))
-		}
-		return code
-	}
-	return runApp(ctx, args, os.Stdin, stdout, stderr)
-}
-
-// runApp runs a command line (args[0] is the program name) with the given stdio.
-func runApp(ctx context.Context, args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	app.Reader = stdin
-	err := app.RunContext(ctx, args)
+	app.Reader = os.Stdin
+	unknownCommand = false
+	err := app.RunContext(ctx, hoistGlobalFlags(args))
+	if unknownCommand {
+		return exitUsage
+	}
 	if err == nil {
 		return exitOK
 	}
 	return report(stderr, err)
-}
-
-// supervisorSocket returns the supervisor's socket if commands go through it: it exists, and neither
-// --root nor SHED_SOCKET=none says to work on a store directly. `shed daemon` itself never does.
-func supervisorSocket(args []string) string {
-	sock := os.Getenv(supervisor.SocketEnv)
-	if sock == "none" {
-		return ""
-	}
-	if sock == "" {
-		sock = supervisor.DefaultSocket
-	}
-	for _, a := range args[1:] {
-		if a == "--root" || a == "-root" || strings.HasPrefix(a, "--root=") || strings.HasPrefix(a, "-root=") {
-			return ""
-		}
-		if a == "daemon" || a == "--" {
-			break
-		}
-	}
-	if len(args) > 1 && args[1] == "daemon" {
-		return ""
-	}
-	if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
-		return ""
-	}
-	return sock
 }
 
 // hoistGlobalFlags moves the global flags (--json, --verbose, --root) given
@@ -137,23 +94,21 @@ func (e *exitError) Unwrap() error { return e.err }
 
 func withHint(code int, err error, hint string) error { return &exitError{code, err, hint} }
 
-// report prints err for people, "shed: error: ..." then "shed: hint: ...",
-// and returns the exit code. Only the CLI formats errors; packages return them.
+// report prints err for people, "shed: error: ..." then "shed: hint: ...", and returns the exit
+// code. Only the CLI formats errors; the application layer returns them with a code and a hint.
 func report(w io.Writer, err error) int {
 	code, hint := exitFailure, ""
 	var ee *exitError
-	if errors.As(err, &ee) {
+	var ae *app.Error
+	switch {
+	case errors.As(err, &ee):
 		code, hint = ee.code, ee.hint
-	}
-	var re *recipe.Error
-	if errors.As(err, &re) {
-		code = exitInvalid
-		if hint == "" {
-			hint = re.Hint
-		}
-	}
-	if hint == "" {
-		hint = hintFor(err)
+	case errors.As(err, &ae):
+		ae = app.Classify(err)
+		code, hint = exitFor(ae.Code), ae.Hint
+	default:
+		ae = app.Classify(err)
+		code, hint = exitFor(ae.Code), ae.Hint
 	}
 	if errors.Is(err, errSilent) {
 		return code // a Bench command's own exit code: it said what it had to
@@ -165,52 +120,17 @@ func report(w io.Writer, err error) int {
 	return code
 }
 
-// hintFor suggests what to do about errors that come from packages, which
-// know what went wrong but not which command the user typed.
-func hintFor(err error) string {
-	var be *builder.BuildError
-	if errors.As(err, &be) {
-		return "the build log says more: `shed log " + be.Path.String() + "` (" + be.Log + ")"
+// exitFor is the exit code of an error code (docs/cli.md).
+func exitFor(c app.Code) int {
+	switch c {
+	case app.CodeUsage, app.CodeDenied, app.CodeBadRequest, app.CodeUnknownOperation:
+		return exitUsage
+	case app.CodeInvalid:
+		return exitInvalid
+	case app.CodeProblems:
+		return exitProblems
 	}
-	switch {
-	case errors.Is(err, builder.ErrGone):
-		return "the mirror (or index) no longer serves that pinned version: a store that has it still realizes; " +
-			"otherwise pin a version it serves (`shed lock --update PKG`), or for Debian packages use a snapshot seed"
-	case errors.Is(err, builder.ErrHashMismatch):
-		return "the bytes served are not the ones the lock pinned: nothing was stored; check the mirror (or a proxy in between) and run again"
-	case errors.Is(err, builder.ErrMissing), errors.Is(err, builder.ErrOffline):
-		return "run once with network (without --offline), or import the paths from a cache"
-	case errors.Is(err, builder.ErrNoPip):
-		return "add python3 and python3-pip to [apt] packages: pip packages are installed by the Workshop's own pip"
-	case errors.Is(err, builder.ErrPipResolve):
-		return "check the names and pins against the index (its /simple/NAME/ page lists every file); shed installs wheels only: " +
-			"a package that ships only an sdist must be built into a wheel (pip wheel NAME) and served from your index, or taken from Debian as python3-NAME"
-	case errors.Is(err, builder.ErrResolve):
-		return "check the package names and pins against the mirror (apt-cache policy NAME on a Debian machine)"
-	case errors.Is(err, cache.ErrUnauthorized):
-		return "set SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD (or log in with a Docker credentials file: $DOCKER_CONFIG/config.json)"
-	case errors.Is(err, trust.ErrNoKey):
-		return "run `shed init`: it makes the store's signing key (the store was made before shed signed what it builds)"
-	case errors.Is(err, trust.ErrUntrusted):
-		return "trust the signer's public key if you mean to (`shed key trust NAME:BASE64`); without it the path is built here, or refused offline"
-	case errors.Is(err, trust.ErrUnsigned), errors.Is(err, trust.ErrBadSignature), errors.Is(err, trust.ErrMismatch), errors.Is(err, trust.ErrReplay):
-		return "nothing was registered; the cache served something the policy refuses (docs/trust.md): build locally, or check the cache"
-	case errors.Is(err, store.ErrNotInitialized):
-		return "run `shed init` first (as root), or point --root / SHED_ROOT at an initialized store"
-	case errors.Is(err, store.ErrUnsafe):
-		return "the store must be owned by you and writable by nobody else: check the owner and run `chmod go-w` on it"
-	case errors.Is(err, os.ErrPermission):
-		return "the store is root-only: run shed as root, or use --root with a directory you own"
-	case errors.Is(err, store.ErrBadPath):
-		return "a store path looks like /var/lib/toolshed/store/<32-char hash>-<name>; `shed store ls` lists them"
-	case errors.Is(err, store.ErrNotExist):
-		return "`shed store ls` lists the valid paths"
-	case errors.Is(err, store.ErrRootNotExist):
-		return "`shed root ls` lists the roots"
-	case errors.Is(err, context.Canceled):
-		return "interrupted: nothing half-written was kept; run the command again to finish"
-	}
-	return ""
+	return exitFailure
 }
 
 func usageError(format string, a ...any) error {
@@ -230,7 +150,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		EnableBashCompletion: true,
 		HideHelpCommand:      false,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "root", Value: store.DefaultRoot, EnvVars: []string{"SHED_ROOT"}, Usage: "store root `DIR`"},
+			// Not an EnvVars flag: only a --root on the command line says to work on a store directly
+			// (see newBackend), SHED_ROOT names the store when there is no supervisor.
+			&cli.StringFlag{Name: "root", Value: store.DefaultRoot, Usage: "work on the store at `DIR` directly, not through the supervisor (default: $SHED_ROOT, else /var/lib/toolshed)"},
 			&cli.BoolFlag{Name: "json", Usage: "print results as JSON (for scripts and CI)"},
 			&cli.BoolFlag{Name: "verbose", Usage: "log what shed does to stderr"},
 		},
@@ -262,7 +184,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		CommandNotFound: func(c *cli.Context, name string) {
 			fmt.Fprintf(stderr, "shed: error: unknown command %q\nshed: hint: `shed help` lists the commands\n", name)
-			os.Exit(exitUsage)
+			unknownCommand = true
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors
 	}
@@ -278,6 +200,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	return app
 }
 
+// unknownCommand is set by CommandNotFound, which urfave/cli gives no way to return an error from.
+var unknownCommand bool
+
 // logger returns the logger the --verbose flag asks for: silent by default.
 func logger(c *cli.Context) *slog.Logger {
 	if !c.Bool("verbose") {
@@ -286,45 +211,9 @@ func logger(c *cli.Context) *slog.Logger {
 	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// openStore opens the store named by --root.
-func openStore(c *cli.Context) (*store.Store, error) {
-	s, err := store.Open(c.String("root"))
-	if err != nil {
-		return nil, err
-	}
-	logger(c).Debug("opened store", "root", s.Root())
-	// Every path this process registers is signed with the store's key. A store made before shed
-	// signed its paths still opens, for reading; registering then fails with what to do.
-	if t, err := trust.Open(s, version); err == nil {
-		s.SetAttestor(t.Attest)
-	} else {
-		s.SetAttestor(func(*store.PathInfo, any) ([]byte, error) { return nil, err })
-	}
-	sweepBenches(c.Context, s)
-	return s, nil
-}
-
-// openTrust returns the trust of an open store: its key and its policy.
-func openTrust(s *store.Store) (*trust.Store, error) {
-	return trust.Open(s, version)
-}
-
 // printJSON writes v as indented JSON.
 func printJSON(c *cli.Context, v any) error {
 	enc := json.NewEncoder(c.App.Writer)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// parsePathArg accepts a store path as a base name or as a file name under
-// the store directory, and checks it is under this store when given in full.
-func parsePathArg(s *store.Store, arg string) (store.Path, error) {
-	p, err := store.ParsePath(arg)
-	if err != nil {
-		return store.Path{}, err
-	}
-	if arg != p.String() && arg != s.Location(p) {
-		return store.Path{}, withHint(exitUsage, fmt.Errorf("%s is not in the store at %s", arg, s.Root()), "pass a path under "+s.Location(p)[:len(s.Location(p))-len(p.String())]+" or its base name")
-	}
-	return p, nil
 }

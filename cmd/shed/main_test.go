@@ -25,6 +25,8 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			// Every script gets its own store; none touches /var/lib/toolshed.
 			env.Setenv("SHED_ROOT", filepath.Join(env.WorkDir, "root"))
+			// And never the machine's supervisor, if one runs.
+			env.Setenv("SHED_SOCKET", "none")
 			return nil
 		},
 		RequireExplicitExec: false,

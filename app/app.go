@@ -1,0 +1,243 @@
+// Package app is Toolshed's application layer: every operation shed offers (realize, lock, Benches,
+// proposals, records, the store, keys, caches), as a typed request and a typed result, for a Caller.
+//
+// It prints nothing and parses no command line: cmd/shed turns flags into requests and results into
+// text, and the supervisor's socket (package api) carries the same requests. Who may ask what is not
+// decided here but by the Policy the Service is given (package policy), on the decoded request,
+// before the operation runs: one table for the CLI as root and for every caller of the daemon.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sort"
+
+	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/records"
+	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/trust"
+)
+
+// Role is what a caller is to the supervisor.
+type Role string
+
+// The roles. The kernel says who a caller is (SO_PEERCRED); the role follows from that alone.
+const (
+	// Operator: root, a member of the supervisor's operators group, or whoever works on a store
+	// directly (the CLI without a daemon owns the store it opens).
+	Operator Role = "operator"
+	// User: any other local user. Runs the Workshop records an operator allowed them, and acts on
+	// the Benches they launched.
+	User Role = "user"
+	// Agent: a process inside a Bench (its host uid is one of the sandboxes'). It may propose from its
+	// own Bench, nothing else.
+	Agent Role = "agent"
+)
+
+// Caller is who asks for an operation.
+type Caller struct {
+	UID, GID uint32
+	PID      int32    // the process that asked, when known (for the daemon's log)
+	User     string   // name, or the uid in decimal
+	Groups   []string // group names
+	Role     Role
+	// Dir is the caller's working directory (absolute): a relative path in a request is relative to
+	// it. Through the daemon it is what the client says, so it is used only for callers who may
+	// name any path anyway (operators).
+	Dir string
+	// Bench is, for an agent, the Bench it is in.
+	Bench string
+}
+
+// IO is what an operation may reach of the caller besides its request and result: the caller's
+// stdio (a Bench's command's, and the terminal raw mode and size come from Stdin), a stream of
+// notices, and build progress.
+type IO struct {
+	Stdin          *os.File
+	Stdout, Stderr io.Writer
+	// Resize receives when the caller's terminal was resized (through the daemon, the client tells).
+	Resize <-chan struct{}
+	// Progress draws build progress; nil draws none.
+	Progress builder.ProgressReporter
+	// Notice receives what the caller should know as it happens (what is being locked, warnings).
+	Notice func(Notice)
+	// BuildOutput, if set, gets the builds' own output (--verbose).
+	BuildOutput io.Writer
+}
+
+// Notice is one thing an operation tells its caller while it runs.
+type Notice struct {
+	Kind    string `json:"kind"` // "info" or "warning"
+	Message string `json:"message"`
+}
+
+// Call is one operation's caller and IO.
+type Call struct {
+	Caller *Caller
+	IO     *IO
+}
+
+func (c *Call) notice(kind, format string, args ...any) {
+	if c.IO != nil && c.IO.Notice != nil {
+		c.IO.Notice(Notice{Kind: kind, Message: fmt.Sprintf(format, args...)})
+	}
+}
+
+func (c *Call) stdin() *os.File {
+	if c.IO != nil && c.IO.Stdin != nil {
+		return c.IO.Stdin
+	}
+	f, _ := os.Open(os.DevNull)
+	return f
+}
+
+func (c *Call) stdout() io.Writer {
+	if c.IO != nil && c.IO.Stdout != nil {
+		return c.IO.Stdout
+	}
+	return io.Discard
+}
+
+func (c *Call) stderr() io.Writer {
+	if c.IO != nil && c.IO.Stderr != nil {
+		return c.IO.Stderr
+	}
+	return io.Discard
+}
+
+// path resolves a path the caller named against its working directory.
+func (c *Call) path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	if c.Caller != nil && c.Caller.Dir != "" {
+		return filepath.Join(c.Caller.Dir, p)
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
+
+// Policy decides whether caller may run op with req (decoded): nil, or an error wrapping ErrDenied.
+type Policy func(s *Service, caller *Caller, op string, req any) error
+
+// Service runs operations on the store at Root.
+type Service struct {
+	Root    string
+	Version string // shed's version, signed into provenance
+	Log     *slog.Logger
+	Policy  Policy // required: without one every operation is refused
+	// UserLimits bound the Benches users launch: a request above them is refused, an unset limit is
+	// set to them. Zero: no bound.
+	UserLimits sandbox.Limits
+}
+
+// Records returns the service's Workshop records.
+func (s *Service) Records() *records.Workshops { return records.Open(s.Root) }
+
+func (s *Service) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
+}
+
+// openStore opens the store with its attestor, and sweeps what dead Benches left.
+func (s *Service) openStore() (*store.Store, error) {
+	st, err := store.Open(s.Root)
+	if err != nil {
+		return nil, err
+	}
+	// Every path this process registers is signed with the store's key. A store made before shed
+	// signed its paths still opens, for reading; registering then fails with what to do.
+	if t, err := trust.Open(st, s.Version); err == nil {
+		st.SetAttestor(t.Attest)
+	} else {
+		st.SetAttestor(func(*store.PathInfo, any) ([]byte, error) { return nil, err })
+	}
+	sweep(st)
+	return st, nil
+}
+
+func (s *Service) openTrust(st *store.Store) (*trust.Store, error) { return trust.Open(st, s.Version) }
+
+// Operation is one thing a caller may ask: its name on the wire, a fresh request to decode into, and
+// how it runs.
+type Operation struct {
+	Name string
+	// New returns a pointer to a zero request.
+	New func() any
+	run func(ctx context.Context, s *Service, c *Call, req any) (any, error)
+}
+
+var operations = map[string]*Operation{}
+
+// op registers an operation: fn takes *Req and returns *Resp.
+func op[Req, Resp any](name string, fn func(s *Service, ctx context.Context, c *Call, req *Req) (*Resp, error)) {
+	if _, dup := operations[name]; dup {
+		panic("app: operation " + name + " registered twice")
+	}
+	operations[name] = &Operation{
+		Name: name,
+		New:  func() any { return new(Req) },
+		run: func(ctx context.Context, s *Service, c *Call, req any) (any, error) {
+			r, ok := req.(*Req)
+			if !ok {
+				return nil, &Error{Code: CodeBadRequest, Err: fmt.Errorf("operation %s: a request of type %T", name, req)}
+			}
+			return fn(s, ctx, c, r)
+		},
+	}
+}
+
+// Lookup returns the operation called name.
+func Lookup(name string) (*Operation, bool) {
+	o, ok := operations[name]
+	return o, ok
+}
+
+// Operations lists every operation's name, sorted.
+func Operations() []string {
+	var out []string
+	for n := range operations {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Do runs op for c: the policy decides first, on the decoded request; a panic in the operation is an
+// internal error, not the end of the process (the daemon serves everyone).
+func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any, err error) {
+	o, ok := operations[op]
+	if !ok {
+		return nil, &Error{Code: CodeUnknownOperation, Err: fmt.Errorf("no operation %q", op)}
+	}
+	if c == nil || c.Caller == nil {
+		return nil, &Error{Code: CodeDenied, Err: fmt.Errorf("%w: no caller", ErrDenied)}
+	}
+	if s.Policy == nil {
+		return nil, &Error{Code: CodeDenied, Err: fmt.Errorf("%w: no policy", ErrDenied)}
+	}
+	if err := s.Policy(s, c.Caller, op, req); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.log().Error("operation panicked", "op", op, "user", c.Caller.User, "panic", p, "stack", string(debug.Stack()))
+			res, err = nil, &Error{Code: CodeInternal, Err: fmt.Errorf("operation %s failed inside shed (a bug: the supervisor logged it)", op)}
+		}
+	}()
+	return o.run(ctx, s, c, req)
+}
+
+// ErrDenied is a request the caller's role does not allow.
+var ErrDenied = errors.New("not allowed")

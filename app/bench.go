@@ -1,0 +1,378 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/proposal"
+	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/store"
+)
+
+func init() {
+	op("bench.run", (*Service).BenchRun)
+	op("bench.ls", (*Service).BenchList)
+	op("bench.exec", (*Service).BenchExec)
+	op("bench.logs", (*Service).BenchLogs)
+	op("bench.rm", (*Service).BenchRemove)
+	op("bench.propose", (*Service).BenchPropose)
+}
+
+// ShellArgv is what `shed bench shell` runs: bash when the Workshop has it, else sh; a login shell.
+var ShellArgv = []string{"/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi"}
+
+// BenchRunRequest asks for a new Bench of a Workshop, running Argv with the caller's stdio.
+type BenchRunRequest struct {
+	Workshop string   `json:"workshop,omitempty"` // a record's name or a recipe file
+	Argv     []string `json:"argv"`
+	// Grants are HOSTPATH[:BENCHPATH][:ro|rw], within the recipe's [[grant]] bounds.
+	Grants  []string `json:"grants,omitempty"`
+	Net     string   `json:"net,omitempty"` // "recipe" (default) or "none"
+	Offline bool     `json:"offline,omitempty"`
+	Keep    bool     `json:"keep,omitempty"`
+	Name    string   `json:"name,omitempty"`
+	// TTY gives the command a pseudo-terminal; Term is the caller's TERM for it.
+	TTY          bool     `json:"tty,omitempty"`
+	Term         string   `json:"term,omitempty"`
+	MemoryBytes  int64    `json:"memory_bytes,omitempty"`
+	Pids         int64    `json:"pids,omitempty"`
+	Substituters []string `json:"substituters,omitempty"`
+}
+
+// ExitResult is a command's exit code in a Bench.
+type ExitResult struct {
+	Exit int `json:"exit"`
+}
+
+// BenchRun realizes a Workshop (a cache hit when warm), launches a Bench and runs the command.
+func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (*ExitResult, error) {
+	if len(req.Argv) == 0 {
+		return nil, usage("shed bench run [-f FILE] -- CMD [ARG...]", "a Bench needs a command")
+	}
+	var grants []bench.Grant
+	for _, g := range req.Grants {
+		gr, err := bench.ParseGrant(g)
+		if err != nil {
+			return nil, usage("e.g. --grant /srv/project:/work:rw", "%v", err)
+		}
+		// A grant's host path is the caller's: relative to where it is.
+		gr.Host = c.path(gr.Host)
+		grants = append(grants, gr)
+	}
+	limits := sandbox.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids}
+	if limits.MemoryBytes < 0 || limits.Pids < 0 {
+		return nil, usage("limits are positive", "negative limit")
+	}
+	if c.Caller.Role != Operator {
+		if limits.MemoryBytes == 0 {
+			limits.MemoryBytes = s.UserLimits.MemoryBytes
+		}
+		if limits.Pids == 0 {
+			limits.Pids = s.UserLimits.Pids
+		}
+	}
+	// Without a terminal, the Bench's init starts now and initializes while the Workshop is realized
+	// (a cache hit takes about as long); with one, realizing may draw progress before the terminal
+	// is made raw, so init starts after.
+	var pending *sandbox.Pending
+	if !req.TTY {
+		var err error
+		if pending, err = sandbox.Prestart(ctx, c.stdio()); err != nil {
+			return nil, err
+		}
+		defer pending.Close()
+	}
+	w, err := s.realize(ctx, c, req.Workshop, req.Offline, req.Substituters)
+	if err != nil {
+		return nil, err
+	}
+	defer w.st.Close()
+	code, err := s.withStdio(ctx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
+		return bench.Run(ctx, w.st, w.r, w.plan.Layers, bench.Options{
+			Name: req.Name, Owner: c.Caller.User, Grants: grants, Net: req.Net, Keep: req.Keep,
+			Argv: req.Argv, Env: env, Limits: limits, Stdio: stdio, Init: pending,
+			// The agent's one way to shed: a proposal, which a human then reads and confirms. It
+			// goes through the same policy as every other request, as the agent of this Bench.
+			Propose: func(ctx context.Context, id string) (string, error) {
+				agent := &Call{Caller: &Caller{UID: c.Caller.UID, User: "agent of bench " + id, Role: Agent, Bench: id, Dir: "/"}}
+				res, err := s.Do(ctx, agent, "bench.propose", &BenchProposeRequest{Bench: id})
+				if err != nil {
+					return "", err
+				}
+				p := res.(*ProposeResult)
+				return proposal.Visible(p.Diff) + fmt.Sprintf("shed: proposal %s: an operator promotes it with `shed workshop promote %s`\n", p.Proposal.ID, p.Proposal.ID), nil
+			},
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ExitResult{Exit: code}, nil
+}
+
+func (c *Call) stdio() sandbox.Stdio {
+	return sandbox.Stdio{Stdin: c.stdin(), Stdout: c.stdout(), Stderr: c.stderr()}
+}
+
+// withStdio runs fn with the caller's stdio, or with a pseudo-terminal that the Bench allocates from
+// its own /dev/pts: the caller's is put in raw mode and its window size followed, so that the
+// terminal inside behaves as the caller's would.
+func (s *Service) withStdio(ctx context.Context, c *Call, tty bool, termName string, fn func(sandbox.Stdio, []string) (int, error)) (int, error) {
+	stdio := c.stdio()
+	if !tty {
+		return fn(stdio, nil)
+	}
+	in := stdio.Stdin.(*os.File)
+	t := &sandbox.Terminal{}
+	stdio.Terminal = t
+	if termName == "" {
+		termName = "xterm"
+	}
+	env := []string{"TERM=" + termName}
+	fd := int(in.Fd())
+	if term.IsTerminal(fd) {
+		if old, err := term.MakeRaw(fd); err == nil {
+			defer term.Restore(fd, old)
+		}
+		size := func() sandbox.Winsize {
+			ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
+			if err != nil {
+				return sandbox.Winsize{}
+			}
+			return sandbox.Winsize{Rows: ws.Row, Cols: ws.Col}
+		}
+		t.Size = size()
+		// Resizes come as SIGWINCH (in process), or from the client (through the daemon).
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		var remote <-chan struct{}
+		if c.IO != nil {
+			remote = c.IO.Resize
+		}
+		resize := make(chan sandbox.Winsize, 1)
+		t.Resize = resize
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-winch:
+				case <-remote:
+				case <-done:
+					return
+				case <-ctx.Done():
+					return
+				}
+				// Only the latest size matters: replace one still pending.
+				select {
+				case <-resize:
+				default:
+				}
+				resize <- size()
+			}
+		}()
+	}
+	return fn(stdio, env)
+}
+
+// sweep removes what dead Benches left; every operation that opens the store runs it, so that a
+// SIGKILLed shed leaves nothing for long.
+func sweep(st *store.Store) { _, _ = bench.Sweep(st) }
+
+// BenchListRequest asks for the running and kept Benches.
+type BenchListRequest struct{}
+
+// BenchListResult lists Benches, by start time.
+type BenchListResult struct {
+	Benches []*bench.Record `json:"benches"`
+}
+
+// MayUse says whether caller may act on the Bench rec: operators on every Bench, users on the ones
+// they launched, an agent on its own.
+func MayUse(caller *Caller, rec *bench.Record) bool {
+	switch caller.Role {
+	case Operator:
+		return true
+	case Agent:
+		return rec.ID == caller.Bench
+	}
+	return rec.Owner == caller.User
+}
+
+// BenchList lists the Benches the caller may act on.
+func (s *Service) BenchList(ctx context.Context, c *Call, req *BenchListRequest) (*BenchListResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	all, err := bench.List(st)
+	if err != nil {
+		return nil, err
+	}
+	recs := slices.DeleteFunc(all, func(r *bench.Record) bool { return !MayUse(c.Caller, r) })
+	if recs == nil {
+		recs = []*bench.Record{}
+	}
+	return &BenchListResult{Benches: recs}, nil
+}
+
+// FindBench returns the Bench nameOrID of the store at root (for the policy: whose it is).
+func FindBench(root, nameOrID string) (*bench.Record, error) {
+	return bench.FindIn(filepath.Join(root, "benches"), nameOrID)
+}
+
+// ownBench finds the Bench nameOrID for an operation on it, if the caller may act on it. The policy
+// decided already; this is the same rule, again where the Bench is used.
+func ownBench(c *Call, st *store.Store, nameOrID string) (*bench.Record, error) {
+	rec, err := bench.Find(st, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	if !MayUse(c.Caller, rec) {
+		return nil, fail(CodeDenied, fmt.Errorf("%w: bench %s was launched by another user", ErrDenied, nameOrID),
+			"`shed bench ls` lists your Benches; an operator may act on any")
+	}
+	return rec, nil
+}
+
+// BenchExecRequest asks to run a command in a running Bench.
+type BenchExecRequest struct {
+	Bench string   `json:"bench"`
+	Argv  []string `json:"argv"`
+	TTY   bool     `json:"tty,omitempty"`
+	Term  string   `json:"term,omitempty"`
+}
+
+// BenchExec runs a command in a running Bench with the caller's stdio.
+func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest) (*ExitResult, error) {
+	if len(req.Argv) == 0 {
+		return nil, usage("shed bench exec BENCH -- CMD [ARG...]", "bench exec wants a command")
+	}
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	rec, err := ownBench(c, st, req.Bench)
+	if err != nil {
+		return nil, err
+	}
+	er := sandbox.ExecRequest{Argv: req.Argv, Dir: "/root"}
+	code, err := s.withStdio(ctx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
+		er.Env = env
+		return bench.Exec(ctx, st, rec.ID, er, stdio)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ExitResult{Exit: code}, nil
+}
+
+// BenchRequest names one Bench.
+type BenchRequest struct {
+	Bench string `json:"bench"`
+}
+
+// TextResult is text an operation read for the caller (a log).
+type TextResult struct {
+	Text string `json:"text"`
+}
+
+// maxText bounds a log sent back whole.
+const maxText = 64 << 20
+
+// BenchLogs returns a Bench's network log: every destination its proxy allowed or refused.
+func (s *Service) BenchLogs(ctx context.Context, c *Call, req *BenchRequest) (*TextResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	rec, err := ownBench(c, st, req.Bench)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(bench.Logs(st, rec.ID, pw)) }()
+	b, err := io.ReadAll(io.LimitReader(pr, maxText))
+	pr.Close()
+	if err != nil {
+		return nil, err
+	}
+	return &TextResult{Text: string(b)}, nil
+}
+
+// BenchRemoveRequest names Benches to stop or delete.
+type BenchRemoveRequest struct {
+	Benches []string `json:"benches"`
+}
+
+// BenchRemoveResult lists the Benches removed.
+type BenchRemoveResult struct {
+	Removed []string `json:"removed"`
+}
+
+// BenchRemove stops running Benches and deletes kept ones.
+func (s *Service) BenchRemove(ctx context.Context, c *Call, req *BenchRemoveRequest) (*BenchRemoveResult, error) {
+	if len(req.Benches) == 0 {
+		return nil, usage("shed bench rm BENCH...", "name the Benches to remove")
+	}
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	res := &BenchRemoveResult{Removed: []string{}}
+	for _, b := range req.Benches {
+		rec, err := ownBench(c, st, b)
+		if err != nil {
+			return res, err
+		}
+		if err := bench.Remove(st, rec.ID); err != nil {
+			return res, err
+		}
+		res.Removed = append(res.Removed, rec.Name)
+	}
+	return res, nil
+}
+
+// BenchProposeRequest names the Bench to propose from.
+type BenchProposeRequest = BenchRequest
+
+// ProposeResult is a proposal made, with the diff a human reads before promoting it.
+type ProposeResult struct {
+	Proposal *proposal.Proposal `json:"proposal"`
+	Diff     string             `json:"diff"`
+}
+
+// BenchPropose derives a proposal from what was installed in a Bench.
+func (s *Service) BenchPropose(ctx context.Context, c *Call, req *BenchProposeRequest) (*ProposeResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	rec, err := ownBench(c, st, req.Bench)
+	if err != nil {
+		return nil, err
+	}
+	// The agent's proposals draw no progress: nothing of the Bench's side is a terminal of ours.
+	b := s.newBuilder(c, st, false)
+	p, diff, err := proposal.New(st, b).Propose(ctx, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &ProposeResult{Proposal: p, Diff: diff}, nil
+}

@@ -1,0 +1,728 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"toolshed.dev/shed/cache"
+	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/trust"
+)
+
+func init() {
+	op("init", (*Service).Init)
+	op("store.ls", (*Service).StoreList)
+	op("store.info", (*Service).StoreInfo)
+	op("store.verify", (*Service).Verify)
+	op("store.sign", (*Service).Sign)
+	op("store.add", (*Service).StoreAdd)
+	op("root.add", (*Service).RootAdd)
+	op("root.ls", (*Service).RootList)
+	op("root.rm", (*Service).RootRemove)
+	op("gc", (*Service).GC)
+	op("log", (*Service).BuildLog)
+	op("key.show", (*Service).KeyShow)
+	op("key.rotate", (*Service).KeyRotate)
+	op("key.trust", (*Service).KeyTrust)
+	op("key.untrust", (*Service).KeyUntrust)
+	op("copy", (*Service).Copy)
+	op("import", (*Service).Import)
+}
+
+// InitRequest asks to create the store (idempotent).
+type InitRequest struct {
+	KeyName string `json:"key_name,omitempty"` // the signing key's name (default: HOSTNAME-1)
+}
+
+// InitResult is the store made (or found).
+type InitResult struct {
+	Root      string `json:"root"`
+	StoreDir  string `json:"store_dir"`
+	PublicKey string `json:"public_key"`
+	NewKey    bool   `json:"new_key"`
+}
+
+// Init creates the store with its signing key; on an existing store it tightens permissions and
+// makes the key if there is none.
+func (s *Service) Init(ctx context.Context, c *Call, req *InitRequest) (*InitResult, error) {
+	st, err := store.Init(s.Root)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	name := req.KeyName
+	if name == "" {
+		name = defaultKeyName()
+	}
+	key, made, err := trust.OpenKeys(st.Root()).Ensure(name)
+	if err != nil {
+		return nil, err
+	}
+	return &InitResult{Root: st.Root(), StoreDir: st.StoreDir(), PublicKey: key.Public().String(), NewKey: made}, nil
+}
+
+// defaultKeyName names a store's first key after the host, as Nix's cache keys are named.
+func defaultKeyName() string {
+	h, _ := os.Hostname()
+	h = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
+			return r
+		}
+		return '-'
+	}, h)
+	if h == "" || strings.Trim(h, ".-") != h {
+		h = "shed"
+	}
+	if len(h) > 60 {
+		h = h[:60]
+	}
+	return h + "-1"
+}
+
+// PathInfo is what the store records about a path; locations are absolute.
+type PathInfo struct {
+	Path        string     `json:"path"`
+	Location    string     `json:"location"`
+	ContentHash store.Hash `json:"content_hash"`
+	Size        int64      `json:"size"`
+	Registered  time.Time  `json:"registered"`
+	Deriver     string     `json:"deriver,omitempty"`
+	References  []string   `json:"references"`
+	CA          string     `json:"ca,omitempty"`
+}
+
+func pathInfo(st *store.Store, info *store.PathInfo) *PathInfo {
+	j := &PathInfo{Path: info.Path.String(), Location: st.Location(info.Path), ContentHash: info.ContentHash,
+		Size: info.Size, Registered: info.Registered, References: []string{}, CA: info.CA}
+	if !info.Deriver.IsZero() {
+		j.Deriver = st.Location(info.Deriver)
+	}
+	for _, r := range info.References {
+		j.References = append(j.References, st.Location(r))
+	}
+	return j
+}
+
+// parsePath accepts a store path as a base name or as a file name under the store directory.
+func parsePath(st *store.Store, arg string) (store.Path, error) {
+	p, err := store.ParsePath(strings.TrimPrefix(arg, st.StoreDir()+"/"))
+	if err != nil {
+		return store.Path{}, err
+	}
+	if arg != p.String() && arg != st.Location(p) {
+		return store.Path{}, usage("pass a path under "+st.StoreDir()+" or its base name", "%s is not in the store at %s", arg, st.Root())
+	}
+	return p, nil
+}
+
+// StoreListRequest asks for the valid store paths.
+type StoreListRequest struct{}
+
+// PathsResult lists paths.
+type PathsResult struct {
+	Paths []*PathInfo `json:"paths"`
+}
+
+// StoreList lists the valid paths: registered and present on disk.
+func (s *Service) StoreList(ctx context.Context, c *Call, req *StoreListRequest) (*PathsResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	infos, _, err := st.All()
+	if err != nil {
+		return nil, err
+	}
+	res := &PathsResult{Paths: []*PathInfo{}}
+	for _, p := range store.SortedPaths(infos) {
+		if st.IsValid(p) {
+			res.Paths = append(res.Paths, pathInfo(st, infos[p]))
+		}
+	}
+	return res, nil
+}
+
+// PathRequest names a store path.
+type PathRequest struct {
+	Path string `json:"path"`
+}
+
+// StoreInfo returns what the store records about a path.
+func (s *Service) StoreInfo(ctx context.Context, c *Call, req *PathRequest) (*PathInfo, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	p, err := parsePath(st, req.Path)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(p)
+	if err != nil {
+		return nil, err
+	}
+	return pathInfo(st, info), nil
+}
+
+// VerifyRequest asks to check the store (or the named paths).
+type VerifyRequest struct {
+	Paths         []string `json:"paths,omitempty"`
+	CheckContents bool     `json:"check_contents,omitempty"`
+}
+
+// Verify checks records, presence, references and provenance (and with CheckContents every file).
+func (s *Service) Verify(ctx context.Context, c *Call, req *VerifyRequest) (*store.VerifyResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	t, err := s.openTrust(st)
+	if err != nil {
+		return nil, err
+	}
+	opts := store.VerifyOptions{CheckContents: req.CheckContents, CheckProvenance: t.Verify}
+	for _, a := range req.Paths {
+		p, err := parsePath(st, a)
+		if err != nil {
+			return nil, err
+		}
+		opts.Paths = append(opts.Paths, p)
+	}
+	return st.Verify(ctx, opts)
+}
+
+// SignRequest names paths to sign (none: every path whose provenance does not verify).
+type SignRequest struct {
+	Paths []string `json:"paths,omitempty"`
+}
+
+// SignResult lists the paths signed and the key.
+type SignResult struct {
+	Signed []store.Path `json:"signed"`
+	Key    string       `json:"key"`
+	Name   string       `json:"-"`
+}
+
+// Sign signs paths' provenance with the store's current key.
+func (s *Service) Sign(ctx context.Context, c *Call, req *SignRequest) (*SignResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	t, err := s.openTrust(st)
+	if err != nil {
+		return nil, err
+	}
+	paths := []store.Path{}
+	for _, a := range req.Paths {
+		p, err := parsePath(st, a)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	if len(paths) == 0 {
+		infos, _, err := st.All()
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range store.SortedPaths(infos) {
+			prov, _ := st.Provenance(p)
+			if t.Verify(infos[p], prov) != nil {
+				paths = append(paths, p)
+			}
+		}
+	}
+	for _, p := range paths {
+		if err := t.Resign(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return &SignResult{Signed: paths, Key: t.Key.Public().String(), Name: t.Key.Name}, nil
+}
+
+// StoreAddRequest asks to copy a directory or file into the store, addressed by its content.
+type StoreAddRequest struct {
+	Dir  string `json:"dir"`
+	Name string `json:"name,omitempty"` // default: the base name of Dir
+}
+
+var badNameChars = regexp.MustCompile(`[^A-Za-z0-9+._?=-]+`)
+
+// storeName turns a file name into a valid store name.
+func storeName(base string) string {
+	n := strings.TrimLeft(badNameChars.ReplaceAllString(base, "-"), ".")
+	if n == "" || n == "-" {
+		return "source"
+	}
+	if len(n) > store.MaxNameLen {
+		n = n[:store.MaxNameLen]
+	}
+	return n
+}
+
+// StoreAdd copies a directory into the store.
+func (s *Service) StoreAdd(ctx context.Context, c *Call, req *StoreAddRequest) (*PathInfo, error) {
+	src := c.path(req.Dir)
+	name := req.Name
+	if name == "" {
+		name = storeName(filepath.Base(src))
+	}
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	// The store's own state (a Bench's upper above all) never becomes a path: a path can be pushed
+	// to a cache, an upper must never leave the machine.
+	if rel, err := filepath.Rel(st.Root(), src); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return nil, usage("store paths come from builds; a Bench's upper layer is never added to the store or exported",
+			"%s is inside the store root %s", src, st.Root())
+	}
+	info, err := st.AddDir(ctx, src, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	return pathInfo(st, info), nil
+}
+
+// RootAddRequest asks to make Name a root for Path.
+type RootAddRequest struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// Root is a named gc root.
+type Root struct {
+	Name     string     `json:"name"`
+	Path     store.Path `json:"path"`
+	Location string     `json:"location"`
+}
+
+// RootAdd makes a named root (replacing one of that name).
+func (s *Service) RootAdd(ctx context.Context, c *Call, req *RootAddRequest) (*Root, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	p, err := parsePath(st, req.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.AddRoot(ctx, req.Name, p); err != nil {
+		return nil, err
+	}
+	return &Root{Name: req.Name, Path: p, Location: st.Location(p)}, nil
+}
+
+// RootListRequest asks for the named roots.
+type RootListRequest struct{}
+
+// RootsResult lists roots.
+type RootsResult struct {
+	Roots []Root `json:"roots"`
+}
+
+// RootList lists the named roots.
+func (s *Service) RootList(ctx context.Context, c *Call, req *RootListRequest) (*RootsResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	roots, err := st.Roots()
+	if err != nil {
+		return nil, err
+	}
+	res := &RootsResult{Roots: []Root{}}
+	for _, r := range roots {
+		res.Roots = append(res.Roots, Root{Name: r.Name, Path: r.Path, Location: st.Location(r.Path)})
+	}
+	return res, nil
+}
+
+// RootRequest names a root.
+type RootRequest struct {
+	Name string `json:"name"`
+}
+
+// Empty is the result of an operation that returns nothing but success.
+type Empty struct{}
+
+// RootRemove removes a named root (the paths stay until gc).
+func (s *Service) RootRemove(ctx context.Context, c *Call, req *RootRequest) (*Empty, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return &Empty{}, st.RemoveRoot(req.Name)
+}
+
+// GCRequest asks to delete the paths no root needs.
+type GCRequest struct {
+	DryRun   bool  `json:"dry_run,omitempty"`
+	MaxFreed int64 `json:"max_freed,omitempty"` // bytes; 0: no limit
+}
+
+// GCResult is what gc deleted (or would).
+type GCResult struct {
+	store.GCResult
+	Locations []string `json:"locations"`
+}
+
+// GC deletes every path no root, temporary root or live path needs, and sweeps debris.
+func (s *Service) GC(ctx context.Context, c *Call, req *GCRequest) (*GCResult, error) {
+	if req.MaxFreed < 0 {
+		return nil, usage("a size in bytes", "max_freed %d", req.MaxFreed)
+	}
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	res, err := st.GC(ctx, store.GCOptions{DryRun: req.DryRun, MaxFreed: req.MaxFreed})
+	if err != nil {
+		return nil, err
+	}
+	return &GCResult{GCResult: *res, Locations: locations(st, res.Deleted)}, nil
+}
+
+// BuildLog returns the build log of a store path.
+func (s *Service) BuildLog(ctx context.Context, c *Call, req *PathRequest) (*TextResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	p, err := parsePath(st, req.Path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(st.LogFile(p))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fail(CodeNotFound, errors.New("no build log for "+p.String()),
+			"only paths built on this machine have logs: fetched and added paths have none")
+	} else if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxText))
+	if err != nil {
+		return nil, err
+	}
+	return &TextResult{Text: string(b)}, nil
+}
+
+// KeyShowRequest asks for the store's keys.
+type KeyShowRequest struct{}
+
+// KeysResult is the signing key's public half, the retired keys and the trusted keys.
+type KeysResult struct {
+	PublicKey string   `json:"public_key"`
+	Retired   []string `json:"retired"`
+	Trusted   []string `json:"trusted"`
+}
+
+// KeyShow returns the store's public keys: signing, retired, trusted.
+func (s *Service) KeyShow(ctx context.Context, c *Call, req *KeyShowRequest) (*KeysResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	t, err := s.openTrust(st)
+	if err != nil {
+		return nil, err
+	}
+	retired, err := t.Keys.Retired()
+	if err != nil {
+		return nil, err
+	}
+	res := &KeysResult{PublicKey: t.Key.Public().String(), Retired: []string{}, Trusted: slices.Clone(st.Config().TrustedPublicKeys)}
+	if res.Trusted == nil {
+		res.Trusted = []string{}
+	}
+	for _, k := range retired {
+		res.Retired = append(res.Retired, k.String())
+	}
+	return res, nil
+}
+
+// KeyRotateRequest asks for a new signing key.
+type KeyRotateRequest struct {
+	Name   string `json:"name,omitempty"` // default: the old name with its number increased
+	Resign bool   `json:"resign,omitempty"`
+}
+
+// KeyRotateResult is the retired key and the new one.
+type KeyRotateResult struct {
+	Old      string `json:"old"`
+	New      string `json:"new"`
+	Resigned int    `json:"resigned"`
+	OldName  string `json:"-"`
+}
+
+// KeyRotate replaces the signing key; the old public half stays trusted for what it signed.
+func (s *Service) KeyRotate(ctx context.Context, c *Call, req *KeyRotateRequest) (*KeyRotateResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	t, err := s.openTrust(st)
+	if err != nil {
+		return nil, err
+	}
+	name := req.Name
+	if name == "" {
+		name = nextKeyName(t.Key.Name)
+	}
+	old, cur, err := t.Keys.Rotate(name)
+	if err != nil {
+		return nil, err
+	}
+	res := &KeyRotateResult{Old: old.String(), New: cur.Public().String(), OldName: old.Name}
+	if req.Resign {
+		t2, err := s.openTrust(st)
+		if err != nil {
+			return nil, err
+		}
+		infos, _, err := st.All()
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range store.SortedPaths(infos) {
+			if err := t2.Resign(ctx, p); err != nil {
+				return nil, err
+			}
+			res.Resigned++
+		}
+	}
+	return res, nil
+}
+
+// nextKeyName turns host-1 into host-2 (and a name without a number into name-2).
+func nextKeyName(name string) string {
+	i := len(name)
+	for i > 0 && name[i-1] >= '0' && name[i-1] <= '9' {
+		i--
+	}
+	n := 0
+	fmt.Sscan(name[i:], &n)
+	if i == len(name) || i == 0 || name[i-1] != '-' {
+		return name + "-2"
+	}
+	return fmt.Sprintf("%s%d", name[:i], n+1)
+}
+
+// KeyRequest names a key: NAME:BASE64 (trust), or NAME or NAME:BASE64 (untrust).
+type KeyRequest struct {
+	Key string `json:"key"`
+}
+
+// KeyTrust trusts a public key for paths from caches and imports.
+func (s *Service) KeyTrust(ctx context.Context, c *Call, req *KeyRequest) (*Empty, error) {
+	k, err := trust.ParsePublicKey(req.Key)
+	if err != nil {
+		return nil, fail(CodeUsage, err, "`shed key export` on the signing store prints its public key")
+	}
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return &Empty{}, st.UpdateConfig(func(cfg *store.Config) error {
+		if !slices.Contains(cfg.TrustedPublicKeys, k.String()) {
+			cfg.TrustedPublicKeys = append(cfg.TrustedPublicKeys, k.String())
+		}
+		return nil
+	})
+}
+
+// KeyUntrust stops trusting a key.
+func (s *Service) KeyUntrust(ctx context.Context, c *Call, req *KeyRequest) (*Empty, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	found := false
+	err = st.UpdateConfig(func(cfg *store.Config) error {
+		cfg.TrustedPublicKeys = slices.DeleteFunc(cfg.TrustedPublicKeys, func(k string) bool {
+			pk, err := trust.ParsePublicKey(k)
+			match := k == req.Key || (err == nil && pk.Name == req.Key)
+			found = found || match
+			return match
+		})
+		return nil
+	})
+	if err == nil && !found {
+		return nil, fail(CodeNotFound, fmt.Errorf("no trusted key %q", req.Key), "`shed key show` lists the trusted keys")
+	}
+	return &Empty{}, err
+}
+
+// CopyRequest asks to push store paths (with their closures) to a cache. Items are store paths or
+// Workshops (a record or a recipe file: its realized layers); none means ./workshop.toml.
+type CopyRequest struct {
+	To    string   `json:"to"` // oci://HOST[:PORT]/REPO or oci-layout:DIR
+	Items []string `json:"items,omitempty"`
+}
+
+// CopyResult is what was pushed.
+type CopyResult struct {
+	Cache   string   `json:"cache"`
+	Pushed  []string `json:"pushed"`
+	Present []string `json:"present"`
+	Bytes   int64    `json:"bytes"`
+}
+
+// Copy pushes paths and their reference closures to a cache, one OCI artifact each.
+func (s *Service) Copy(ctx context.Context, c *Call, req *CopyRequest) (*CopyResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	t, err := s.openTrust(st)
+	if err != nil {
+		return nil, err
+	}
+	paths, err := s.pathsOf(ctx, c, st, req.Items)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := cache.Open(s.cacheName(c, req.To))
+	if err != nil {
+		return nil, fail(CodeUsage, err, "a cache is oci://HOST[:PORT]/REPO or oci-layout:DIR")
+	}
+	res, err := cache.Push(ctx, st, t, cc, paths)
+	if err != nil {
+		return nil, err
+	}
+	return &CopyResult{Cache: req.To, Pushed: locations(st, res.Pushed), Present: locations(st, res.Present), Bytes: res.Bytes}, nil
+}
+
+// pathsOf turns items into store paths: a store path as itself, a Workshop as its realized layers.
+func (s *Service) pathsOf(ctx context.Context, c *Call, st *store.Store, items []string) ([]store.Path, error) {
+	if len(items) == 0 {
+		items = []string{DefaultRecipe}
+	}
+	var out []store.Path
+	for _, a := range items {
+		if p, err := parsePath(st, a); err == nil {
+			if !st.IsValid(p) {
+				return nil, fail(CodeNotFound, fmt.Errorf("%s: %w", p, store.ErrNotExist), "`shed store ls` lists the valid paths")
+			}
+			out = append(out, p)
+			continue
+		}
+		if fi, err := os.Stat(c.path(a)); err == nil && fi.IsDir() {
+			return nil, usage("only store paths, and a Workshop's realized layers, can be copied; a Bench's upper layer never can",
+				"%s is neither a store path nor a recipe file", a)
+		}
+		r, err := s.loadRecipe(c, a)
+		if err != nil {
+			return nil, err
+		}
+		plan, _, err := s.lockedPlan(ctx, c, st, r, true)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range plan.Layers {
+			if !st.IsValid(l) {
+				return nil, fail(CodeFailed, fmt.Errorf("%s is not realized (%s is missing)", a, l), "run `shed realize "+a+"` first")
+			}
+		}
+		out = append(out, plan.Layers...)
+	}
+	return out, nil
+}
+
+// ImportRequest asks to take paths from an OCI layout directory (all of them, or the named ones).
+type ImportRequest struct {
+	Dir   string   `json:"dir"`
+	Paths []string `json:"paths,omitempty"`
+}
+
+// ImportResult is what was imported.
+type ImportResult struct {
+	Imported []string `json:"imported"`
+	Present  []string `json:"present"`
+}
+
+// Import registers paths from a layout directory, each only if a trusted key signed it and its
+// bytes re-hash to what was signed.
+func (s *Service) Import(ctx context.Context, c *Call, req *ImportRequest) (*ImportResult, error) {
+	dir := c.path(req.Dir)
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fail(CodeUsage, err, "DIR is a directory written by `shed export --oci DIR`")
+	}
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	t, err := s.openTrust(st)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := cache.Open("oci-layout:" + dir)
+	if err != nil {
+		return nil, err
+	}
+	var paths []store.Path
+	if len(req.Paths) > 0 {
+		for _, a := range req.Paths {
+			p, err := store.ParsePath(strings.TrimPrefix(a, st.StoreDir()+"/"))
+			if err != nil {
+				return nil, fail(CodeUsage, err, "name paths by their base name (HASH-NAME)")
+			}
+			paths = append(paths, p)
+		}
+	} else {
+		tags, err := cc.Tags(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, tag := range tags {
+			p, err := cc.PathOf(ctx, st, tag)
+			if err != nil {
+				return nil, err
+			}
+			paths = append(paths, p)
+		}
+	}
+	pl := &cache.Puller{Store: st, Trust: t, Caches: []*cache.Cache{cc}}
+	var imported, present []store.Path
+	for _, p := range paths {
+		if st.IsValid(p) {
+			present = append(present, p)
+			continue
+		}
+		ok, err := pl.Pull(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fail(CodeNotFound, fmt.Errorf("%s is not in %s", p, dir), "")
+		}
+		imported = append(imported, p)
+	}
+	return &ImportResult{Imported: locations(st, imported), Present: locations(st, present)}, nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"toolshed.dev/shed/api"
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/policy"
+	"toolshed.dev/shed/store"
+)
+
+// call runs op with req and returns its result: through the supervisor when one listens on its
+// socket, else in this process on the store (which only its owner, root, can open). Either way the
+// request is the same typed value and the policy decides on it before it runs.
+func call[Resp any](c *cli.Context, op string, req any) (*Resp, error) {
+	var resp Resp
+	if sock := supervisorSocket(c); sock != "" {
+		cl := &api.Client{Socket: sock, Progress: progress(c), Verbose: c.Bool("verbose"), Notice: notice(c)}
+		err := cl.Call(c.Context, op, req, &resp)
+		if err != nil {
+			if _, ok := err.(*app.Error); !ok && c.Context.Err() == nil {
+				return nil, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err),
+					"is `shed daemon` running? (`systemctl status shed`); set SHED_SOCKET=none to work on the store directly as root")
+			}
+			return nil, err
+		}
+		return &resp, nil
+	}
+	svc, call := embedded(c)
+	res, err := svc.Do(c.Context, call, op, req)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*Resp), nil
+}
+
+// supervisorSocket returns the supervisor's socket if requests go through it: it exists, and neither
+// a --root on the command line nor SHED_SOCKET=none says to work on a store directly.
+func supervisorSocket(c *cli.Context) string {
+	sock := os.Getenv(api.SocketEnv)
+	if sock == "none" || c.IsSet("root") {
+		return ""
+	}
+	if sock == "" {
+		sock = api.DefaultSocket
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return ""
+	}
+	return sock
+}
+
+// storeRoot is the store this process works on directly: --root, else $SHED_ROOT, else the default.
+func storeRoot(c *cli.Context) string {
+	if c.IsSet("root") {
+		return c.String("root")
+	}
+	if r := os.Getenv("SHED_ROOT"); r != "" {
+		return r
+	}
+	return store.DefaultRoot
+}
+
+// service is the application layer on the store this process opens itself.
+func service(c *cli.Context) *app.Service {
+	return &app.Service{Root: storeRoot(c), Version: version, Log: logger(c), Policy: policy.Check}
+}
+
+// embedded is the service and the call for working on a store directly: whoever can open the store
+// owns it, so this process's user is its operator.
+func embedded(c *cli.Context) (*app.Service, *app.Call) {
+	dir, _ := os.Getwd()
+	name := strconv.Itoa(os.Getuid())
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	in, _ := c.App.Reader.(*os.File)
+	io := &app.IO{Stdin: in, Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Notice: notice(c)}
+	if progress(c) {
+		io.Progress = builder.NewTerminalProgress(c.App.ErrWriter)
+	}
+	if c.Bool("verbose") {
+		io.BuildOutput = c.App.ErrWriter
+	}
+	caller := &app.Caller{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid()), User: name, Role: app.Operator, Dir: dir}
+	return service(c), &app.Call{Caller: caller, IO: io}
+}
+
+// progress: progress bars unless --json asks for quiet (--verbose brings them back).
+func progress(c *cli.Context) bool { return !c.Bool("json") || c.Bool("verbose") }
+
+// notice prints an operation's notices on stderr as they come.
+func notice(c *cli.Context) func(app.Notice) {
+	return func(n app.Notice) {
+		if n.Kind == "warning" {
+			fmt.Fprintf(c.App.ErrWriter, "shed: warning: %s\n", n.Message)
+			return
+		}
+		fmt.Fprintf(c.App.ErrWriter, "shed: %s\n", n.Message)
+	}
+}

@@ -1,0 +1,198 @@
+// Package policy decides who may ask the supervisor for what: one table from each operation to the
+// roles that may call it, and rules on the fields of the decoded request (which records a user may
+// run, grants, substituters, names, limits, whose Benches). It runs before every operation, for the
+// CLI working on a store directly (an operator) as for every caller of the daemon.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/records"
+)
+
+// Roles maps every operation to the roles that may call it. An operation missing here is refused
+// to everyone (a test checks that every operation of package app is listed).
+var Roles = map[string][]app.Role{
+	"init":             {app.Operator},
+	"realize":          {app.Operator, app.User},
+	"lock":             {app.Operator},
+	"instantiate":      {app.Operator},
+	"why":              {app.Operator, app.User},
+	"diff":             {app.Operator, app.User},
+	"bench.run":        {app.Operator, app.User},
+	"bench.ls":         {app.Operator, app.User},
+	"bench.exec":       {app.Operator, app.User},
+	"bench.logs":       {app.Operator, app.User},
+	"bench.rm":         {app.Operator, app.User},
+	"bench.propose":    {app.Operator, app.User, app.Agent},
+	"workshop.add":     {app.Operator},
+	"workshop.allow":   {app.Operator},
+	"workshop.ls":      {app.Operator, app.User},
+	"workshop.show":    {app.Operator, app.User},
+	"workshop.log":     {app.Operator, app.User},
+	"workshop.diff":    {app.Operator, app.User},
+	"workshop.promote": {app.Operator},
+	"proposal.show":    {app.Operator},
+	"store.ls":         {app.Operator},
+	"store.info":       {app.Operator},
+	"store.verify":     {app.Operator},
+	"store.sign":       {app.Operator},
+	"store.add":        {app.Operator},
+	"root.add":         {app.Operator},
+	"root.ls":          {app.Operator},
+	"root.rm":          {app.Operator},
+	"gc":               {app.Operator},
+	"log":              {app.Operator},
+	"key.show":         {app.Operator, app.User},
+	"key.rotate":       {app.Operator},
+	"key.trust":        {app.Operator},
+	"key.untrust":      {app.Operator},
+	"copy":             {app.Operator},
+	"import":           {app.Operator},
+}
+
+var benchNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
+
+func denied(hint, format string, args ...any) error {
+	return &app.Error{Code: app.CodeDenied, Err: fmt.Errorf("%w: "+format, append([]any{app.ErrDenied}, args...)...), Hint: hint}
+}
+
+func bad(hint, format string, args ...any) error {
+	return &app.Error{Code: app.CodeUsage, Err: fmt.Errorf(format, args...), Hint: hint}
+}
+
+// Check is the supervisor's policy (an app.Policy): nil if caller may run op with req.
+func Check(s *app.Service, caller *app.Caller, op string, req any) error {
+	roles, ok := Roles[op]
+	if !ok {
+		return denied("", "operation %s is in no role's table", op)
+	}
+	if !slices.Contains(roles, caller.Role) {
+		what := "operators (root, or the supervisor's operators group)"
+		if slices.Contains(roles, app.User) {
+			what = "local users and operators"
+		}
+		return denied("`shed workshop ls` lists the records you may use; an operator decides the rest",
+			"%s is for %s; you are %s (%s)", op, what, caller.User, caller.Role)
+	}
+	return fields(s, caller, req)
+}
+
+// fields checks the request's fields against the caller's role. Operators may name anything (their
+// requests are still checked for well-formed names).
+func fields(s *app.Service, caller *app.Caller, req any) error {
+	op := caller.Role == app.Operator
+	switch r := req.(type) {
+	case *app.RealizeRequest:
+		if !op {
+			if len(r.Substituters) > 0 {
+				return denied("", "substituters are for operators: the store's own substituters apply")
+			}
+			if r.Check {
+				return denied("", "--check rebuilds every layer: it is for operators")
+			}
+			return mayRun(s, caller, r.Workshop)
+		}
+	case *app.BenchRunRequest:
+		if r.Name != "" && !benchNameRE().MatchString(r.Name) {
+			return bad("lowercase letters, digits, '.', '_' and '-'", "bench name %q", r.Name)
+		}
+		if r.Net != "" && r.Net != "recipe" && r.Net != "none" {
+			return bad("--net recipe or --net none", "net %q", r.Net)
+		}
+		if r.MemoryBytes < 0 || r.Pids < 0 {
+			return bad("limits are positive", "a negative limit")
+		}
+		if !op {
+			if len(r.Grants) > 0 {
+				return denied("", "grants are for operators: the supervisor would open the path as root")
+			}
+			if len(r.Substituters) > 0 {
+				return denied("", "substituters are for operators: the store's own substituters apply")
+			}
+			lim := s.UserLimits
+			if lim.MemoryBytes > 0 && r.MemoryBytes > lim.MemoryBytes {
+				return denied("ask for less, or an operator raises the supervisor's --user-memory", "memory limit %d bytes is above the users' %d", r.MemoryBytes, lim.MemoryBytes)
+			}
+			if lim.Pids > 0 && r.Pids > lim.Pids {
+				return denied("ask for less, or an operator raises the supervisor's --user-pids", "pids limit %d is above the users' %d", r.Pids, lim.Pids)
+			}
+			return mayRun(s, caller, r.Workshop)
+		}
+	case *app.WhyRequest:
+		if !op {
+			return mayRun(s, caller, r.Workshop)
+		}
+	case *app.DiffRequest:
+		if !op {
+			for _, w := range []string{r.A, r.B} {
+				if _, err := s.Records().Current(w); err != nil {
+					return denied("", "%s is not a Workshop record: users name records only", w)
+				}
+			}
+		}
+	case *app.BenchExecRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.BenchRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.BenchRemoveRequest:
+		for _, b := range r.Benches {
+			if err := ownBench(s, caller, b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// mayRun: a user runs the Workshop records an operator allowed them, and nothing else.
+func mayRun(s *app.Service, caller *app.Caller, name string) error {
+	if name == "" {
+		return denied("name the Workshop record to use (`shed workshop ls`)", "users run Workshop records only, by name")
+	}
+	v, err := s.Records().Current(name)
+	if errors.Is(err, records.ErrNoRecord) {
+		return denied("`shed workshop ls` lists the records", "%s is not a Workshop record: users run records only", name)
+	} else if err != nil {
+		return err
+	}
+	if !Allowed(caller, v.Users) {
+		return denied("an operator allows you: shed workshop allow "+name+" "+caller.User, "%s may not use Workshop %s", caller.User, name)
+	}
+	return nil
+}
+
+// Allowed says whether caller is among users (names, or @group).
+func Allowed(caller *app.Caller, users []string) bool {
+	for _, u := range users {
+		if g, ok := strings.CutPrefix(u, "@"); ok && slices.Contains(caller.Groups, g) || u == caller.User {
+			return true
+		}
+	}
+	return false
+}
+
+// ownBench: operators act on every Bench, users on the ones they launched, an agent on its own.
+func ownBench(s *app.Service, caller *app.Caller, nameOrID string) error {
+	if caller.Role == app.Operator {
+		return nil
+	}
+	rec, err := app.FindBench(s.Root, nameOrID)
+	if errors.Is(err, bench.ErrNoBench) {
+		// Not "not found": that would tell a user which names others' Benches have.
+		return denied("`shed bench ls` lists your Benches", "no bench %s of yours", nameOrID)
+	} else if err != nil {
+		return err
+	}
+	if !app.MayUse(caller, rec) {
+		return denied("`shed bench ls` lists your Benches", "no bench %s of yours", nameOrID)
+	}
+	return nil
+}
