@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toolshed.dev/shed/internal/atomicfile"
 	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
@@ -171,6 +173,8 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		spec.Binds = append(spec.Binds, sandbox.Bind{SourceFD: g.fd, Target: g.Bench, Writable: g.Mode == "rw", IDs: g.ids})
 	}
 	var px *proxy.Proxy
+	var logMu sync.Mutex
+	var logErr error // the first failed write of the network log
 	netLog, err := os.OpenFile(filepath.Join(dir, "network.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -184,7 +188,14 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		if len(rules) > 0 {
 			spec.Network.Listen = []string{proxyAddr}
 			enc := json.NewEncoder(netLog)
-			px, err = proxy.New(proxy.Config{Allow: rules, Log: func(d proxy.Decision) { enc.Encode(d) }})
+			px, err = proxy.New(proxy.Config{Allow: rules, Log: func(d proxy.Decision) {
+				// A proposal reads the refusals from this log: one it misses is reported at the end.
+				if err := enc.Encode(d); err != nil {
+					logMu.Lock()
+					logErr = cmp.Or(logErr, err)
+					logMu.Unlock()
+				}
+			}})
 			if err != nil {
 				return 0, err
 			}
@@ -213,12 +224,20 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		return 0, err
 	}
 	rec.Pid = p.Pid
-	writeRecord(dir, rec)
 	done := make(chan error, 1)
 	if px != nil {
 		go func() { done <- px.Serve(ctx, p.Listeners[0]) }()
 	} else {
 		close(done)
+	}
+	if err := writeRecord(dir, rec); err != nil {
+		// A Bench without its record could be neither found nor stopped (ls, exec, propose, rm): it
+		// does not run. Its init dies, and the pid namespace with it.
+		unix.Kill(p.Pid, unix.SIGKILL)
+		p.Wait()
+		cancel()
+		<-done
+		return 0, fmt.Errorf("bench %s: %w", name, err)
 	}
 	code, err := p.Wait()
 	cancel()
@@ -226,7 +245,14 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if keep {
 		rec.Exit = &code
 		rec.Pid = 0
-		writeRecord(dir, rec)
+		if werr := writeRecord(dir, rec); werr != nil && err == nil {
+			err = fmt.Errorf("bench %s: %w", name, werr)
+		}
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if logErr != nil && err == nil {
+		err = fmt.Errorf("bench %s: write network log: %w", name, logErr)
 	}
 	return code, err
 }
@@ -286,13 +312,9 @@ func randomID() string {
 func writeRecord(dir string, rec *Record) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("write bench record: %w", err)
 	}
-	tmp := filepath.Join(dir, "bench.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, "bench.json"))
+	return atomicfile.WriteFile(filepath.Join(dir, "bench.json"), b, 0o600)
 }
 
 // running reports whether the shed process running the Bench in dir is alive
