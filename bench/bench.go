@@ -251,6 +251,9 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	}
 	logMu.Lock()
 	defer logMu.Unlock()
+	if cerr := netLog.Close(); cerr != nil { // the deferred Close is then a no-op
+		logErr = cmp.Or(logErr, cerr)
+	}
 	if logErr != nil && err == nil {
 		err = fmt.Errorf("bench %s: write network log: %w", name, logErr)
 	}
