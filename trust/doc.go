@@ -6,6 +6,7 @@
 // (its derivation, its inputs with their content hashes, what was fetched, the builder's identity
 // and the time) in a DSSE envelope signed with the store's ed25519 key. A path that arrives from
 // anywhere else (a registry, an OCI layout directory) is registered only if a trusted key signed a
-// provenance that names exactly that path, its content hash, size and references, and the bytes
-// re-hash to it. docs/trust.md says what this protects and what it does not.
+// provenance that names exactly that path, its content hash, size, references, deriver and content
+// address, and the bytes re-hash to it; only then is its time recorded as the path's replay bound.
+// docs/trust.md says what this protects and what it does not.
 package trust
