@@ -8,7 +8,7 @@ STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # initialization every shed process and every sandbox init would pay (docs/benchmarks.md).
 BUILDFLAGS = -tags urfave_cli_no_docs
 # Every fuzz target, as package:Target.
-FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest
+FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./api:FuzzDecode
 
 .PHONY: help build example test bench lint fuzz docs clean
 
@@ -54,9 +54,10 @@ fuzz: ## fuzz every target for FUZZTIME (default 1m) each
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	done
 
-docs: build ## regenerate docs/cli.md and the man page from the CLI definition
+docs: build ## regenerate docs/cli.md and the man page from the CLI definition, and docs/api.md's operations from package app
 	bin/shed man --markdown > docs/cli.md
 	mkdir -p docs/man && bin/shed man > docs/man/shed.1
+	SHED_UPDATE_DOCS=1 $(GO) test -count=1 -run TestAPIDoc ./api
 
 clean: ## remove build output
 	rm -rf bin

@@ -15,8 +15,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"runtime/debug"
 	"sort"
+	"strings"
 
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/records"
@@ -173,9 +176,11 @@ func (s *Service) openTrust(st *store.Store) (*trust.Store, error) { return trus
 // how it runs.
 type Operation struct {
 	Name string
-	// New returns a pointer to a zero request.
-	New func() any
-	run func(ctx context.Context, s *Service, c *Call, req any) (any, error)
+	// New returns a pointer to a zero request; NewResult one to a zero result (for docs and clients).
+	New, NewResult func() any
+	// Method is the Service method that runs it (for docs/api.md).
+	Method string
+	run    func(ctx context.Context, s *Service, c *Call, req any) (any, error)
 }
 
 var operations = map[string]*Operation{}
@@ -186,8 +191,10 @@ func op[Req, Resp any](name string, fn func(s *Service, ctx context.Context, c *
 		panic("app: operation " + name + " registered twice")
 	}
 	operations[name] = &Operation{
-		Name: name,
-		New:  func() any { return new(Req) },
+		Name:      name,
+		New:       func() any { return new(Req) },
+		NewResult: func() any { return new(Resp) },
+		Method:    methodName(fn),
 		run: func(ctx context.Context, s *Service, c *Call, req any) (any, error) {
 			r, ok := req.(*Req)
 			if !ok {
@@ -196,6 +203,12 @@ func op[Req, Resp any](name string, fn func(s *Service, ctx context.Context, c *
 			return fn(s, ctx, c, r)
 		},
 	}
+}
+
+// methodName is the name of the method fn is, "Realize" for (*Service).Realize.
+func methodName(fn any) string {
+	full := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
+	return full[strings.LastIndexByte(full, '.')+1:]
 }
 
 // Lookup returns the operation called name.

@@ -34,24 +34,24 @@ var ShellArgv = []string{"/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/b
 // BenchRunRequest asks for a new Bench of a Workshop, running Argv with the caller's stdio.
 type BenchRunRequest struct {
 	Workshop string   `json:"workshop,omitempty"` // a record's name or a recipe file
-	Argv     []string `json:"argv"`
+	Argv     []string `json:"argv"`               // the command and its arguments (`shed bench shell` sends a login shell)
 	// Grants are HOSTPATH[:BENCHPATH][:ro|rw], within the recipe's [[grant]] bounds.
 	Grants  []string `json:"grants,omitempty"`
-	Net     string   `json:"net,omitempty"` // "recipe" (default) or "none"
-	Offline bool     `json:"offline,omitempty"`
-	Keep    bool     `json:"keep,omitempty"`
-	Name    string   `json:"name,omitempty"`
+	Net     string   `json:"net,omitempty"`     // "recipe" (default) or "none"
+	Offline bool     `json:"offline,omitempty"` // realize without touching the network
+	Keep    bool     `json:"keep,omitempty"`    // keep the upper layer after the command exits (`bench.rm` deletes it)
+	Name    string   `json:"name,omitempty"`    // the Bench's name (default: the Workshop's and a random suffix)
 	// TTY gives the command a pseudo-terminal; Term is the caller's TERM for it.
 	TTY          bool     `json:"tty,omitempty"`
-	Term         string   `json:"term,omitempty"`
-	MemoryBytes  int64    `json:"memory_bytes,omitempty"`
-	Pids         int64    `json:"pids,omitempty"`
-	Substituters []string `json:"substituters,omitempty"`
+	Term         string   `json:"term,omitempty"`         // the client's TERM, for the terminal (default xterm)
+	MemoryBytes  int64    `json:"memory_bytes,omitempty"` // memory limit in bytes (0: none, or the users' bound)
+	Pids         int64    `json:"pids,omitempty"`         // limit on the number of processes (0: none, or the users' bound)
+	Substituters []string `json:"substituters,omitempty"` // caches to ask before building (operators only)
 }
 
 // ExitResult is a command's exit code in a Bench.
 type ExitResult struct {
-	Exit int `json:"exit"`
+	Exit int `json:"exit"` // the command's exit code (128+N for a signal N)
 }
 
 // BenchRun realizes a Workshop (a cache hit when warm), launches a Bench and runs the command.
@@ -195,7 +195,7 @@ type BenchListRequest struct{}
 
 // BenchListResult lists Benches, by start time.
 type BenchListResult struct {
-	Benches []*bench.Record `json:"benches"`
+	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit)
 }
 
 // MayUse says whether caller may act on the Bench rec: operators on every Bench, users on the ones
@@ -249,10 +249,10 @@ func ownBench(c *Call, st *store.Store, nameOrID string) (*bench.Record, error) 
 
 // BenchExecRequest asks to run a command in a running Bench.
 type BenchExecRequest struct {
-	Bench string   `json:"bench"`
-	Argv  []string `json:"argv"`
-	TTY   bool     `json:"tty,omitempty"`
-	Term  string   `json:"term,omitempty"`
+	Bench string   `json:"bench"`          // the Bench, by name or id
+	Argv  []string `json:"argv"`           // the command and its arguments
+	TTY   bool     `json:"tty,omitempty"`  // give the command a pseudo-terminal (the client's stdin must be a terminal)
+	Term  string   `json:"term,omitempty"` // the client's TERM, for that terminal (default xterm)
 }
 
 // BenchExec runs a command in a running Bench with the caller's stdio.
@@ -282,12 +282,12 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 
 // BenchRequest names one Bench.
 type BenchRequest struct {
-	Bench string `json:"bench"`
+	Bench string `json:"bench"` // the Bench, by name or id
 }
 
 // TextResult is text an operation read for the caller (a log).
 type TextResult struct {
-	Text string `json:"text"`
+	Text string `json:"text"` // the log
 }
 
 // maxText bounds a log sent back whole.
@@ -316,12 +316,12 @@ func (s *Service) BenchLogs(ctx context.Context, c *Call, req *BenchRequest) (*T
 
 // BenchRemoveRequest names Benches to stop or delete.
 type BenchRemoveRequest struct {
-	Benches []string `json:"benches"`
+	Benches []string `json:"benches"` // names or ids
 }
 
 // BenchRemoveResult lists the Benches removed.
 type BenchRemoveResult struct {
-	Removed []string `json:"removed"`
+	Removed []string `json:"removed"` // the names of the Benches removed, in order
 }
 
 // BenchRemove stops running Benches and deletes kept ones.
@@ -353,8 +353,8 @@ type BenchProposeRequest = BenchRequest
 
 // ProposeResult is a proposal made, with the diff a human reads before promoting it.
 type ProposeResult struct {
-	Proposal *proposal.Proposal `json:"proposal"`
-	Diff     string             `json:"diff"`
+	Proposal *proposal.Proposal `json:"proposal"` // the proposal (`proposal.Proposal`: id, workshop, base, bench, created, widens, added, grants, diff_sha256)
+	Diff     string             `json:"diff"`     // the diff a human confirms (render it with every non-ASCII character visible)
 }
 
 // BenchPropose derives a proposal from what was installed in a Bench.

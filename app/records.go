@@ -32,7 +32,7 @@ var userRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^
 
 // WorkshopAddRequest asks to register a recipe (and its lock) as a new record.
 type WorkshopAddRequest struct {
-	File  string   `json:"file"`
+	File  string   `json:"file"`            // the recipe file
 	Allow []string `json:"allow,omitempty"` // users (or @groups) who may realize it and launch its Benches
 }
 
@@ -74,8 +74,8 @@ func (s *Service) WorkshopAdd(ctx context.Context, c *Call, req *WorkshopAddRequ
 
 // WorkshopAllowRequest sets who besides operators may use a record.
 type WorkshopAllowRequest struct {
-	Name  string   `json:"name"`
-	Users []string `json:"users"`
+	Name  string   `json:"name"`  // the record
+	Users []string `json:"users"` // user names and @groups (none: operators only)
 }
 
 // WorkshopAllow replaces the list of users (and @groups) allowed to use a record.
@@ -93,7 +93,7 @@ type WorkshopListRequest struct{}
 
 // WorkshopListResult is each record's current version.
 type WorkshopListResult struct {
-	Records []*records.Version `json:"records"`
+	Records []*records.Version `json:"records"` // each record's current version
 }
 
 // WorkshopList lists the Workshop records.
@@ -116,15 +116,15 @@ func (s *Service) WorkshopList(ctx context.Context, c *Call, req *WorkshopListRe
 
 // WorkshopShowRequest names a record and a version (0: the current one).
 type WorkshopShowRequest struct {
-	Name    string `json:"name"`
-	Version int    `json:"version,omitempty"`
+	Name    string `json:"name"`              // the record
+	Version int    `json:"version,omitempty"` // the version (0: the current one)
 }
 
 // WorkshopShowResult is a record version and its recipe.
 type WorkshopShowResult struct {
-	Version *records.Version `json:"version"`
-	Recipe  string           `json:"recipe"`
-	File    string           `json:"file"`
+	Version *records.Version `json:"version"` // the version
+	Recipe  string           `json:"recipe"`  // the recipe's text
+	File    string           `json:"file"`    // the recipe's file in the record
 }
 
 // WorkshopShow returns a record version's recipe.
@@ -149,12 +149,12 @@ func (s *Service) WorkshopShow(ctx context.Context, c *Call, req *WorkshopShowRe
 
 // WorkshopRequest names a record.
 type WorkshopRequest struct {
-	Name string `json:"name"`
+	Name string `json:"name"` // the record
 }
 
 // WorkshopLogResult lists a record's versions, oldest first.
 type WorkshopLogResult struct {
-	Versions []*records.Version `json:"versions"`
+	Versions []*records.Version `json:"versions"` // every version
 }
 
 // WorkshopLog lists a record's versions.
@@ -168,14 +168,14 @@ func (s *Service) WorkshopLog(ctx context.Context, c *Call, req *WorkshopRequest
 
 // WorkshopDiffRequest names a record and two versions (default: the previous and the current).
 type WorkshopDiffRequest struct {
-	Name string `json:"name"`
-	A    *int   `json:"a,omitempty"`
-	B    *int   `json:"b,omitempty"`
+	Name string `json:"name"`        // the record
+	A    *int   `json:"a,omitempty"` // the first version (default: the one before the current)
+	B    *int   `json:"b,omitempty"` // the second (default: the current)
 }
 
 // DiffText is a unified diff, with every character outside printable ASCII shown as «U+XXXX».
 type DiffText struct {
-	Diff string `json:"diff"`
+	Diff string `json:"diff"` // the unified diff
 }
 
 // WorkshopDiff diffs two versions of a record: recipe, lock and key files.
@@ -235,7 +235,7 @@ func (s *Service) WorkshopDiff(ctx context.Context, c *Call, req *WorkshopDiffRe
 
 // ProposalRequest names a proposal.
 type ProposalRequest struct {
-	ID string `json:"id"`
+	ID string `json:"id"` // the proposal's id (16 hex digits)
 }
 
 // ProposalShow returns a proposal and the diff a human confirms to promote it.
@@ -254,15 +254,15 @@ func (s *Service) ProposalShow(ctx context.Context, c *Call, req *ProposalReques
 
 // PromoteRequest confirms a proposal: DiffSHA256 is the SHA-256 of the diff the human was shown.
 type PromoteRequest struct {
-	ID         string `json:"id"`
-	DiffSHA256 string `json:"diff_sha256"`
-	NoRealize  bool   `json:"no_realize,omitempty"`
+	ID         string `json:"id"`                   // the proposal
+	DiffSHA256 string `json:"diff_sha256"`          // the SHA-256 (hex) of the diff the human was shown
+	NoRealize  bool   `json:"no_realize,omitempty"` // do not realize the new version
 }
 
 // PromoteResult is the record version made, and its layers when it was realized.
 type PromoteResult struct {
-	Version *records.Version `json:"version"`
-	Layers  []string         `json:"layers,omitempty"`
+	Version *records.Version `json:"version"`          // the record version made
+	Layers  []string         `json:"layers,omitempty"` // the new version's layers, when realized
 }
 
 // Promote makes a proposal the next version of its record, if the diff confirmed is still exactly

@@ -45,10 +45,10 @@ type InitRequest struct {
 
 // InitResult is the store made (or found).
 type InitResult struct {
-	Root      string `json:"root"`
-	StoreDir  string `json:"store_dir"`
-	PublicKey string `json:"public_key"`
-	NewKey    bool   `json:"new_key"`
+	Root      string `json:"root"`       // the store root
+	StoreDir  string `json:"store_dir"`  // the logical store directory paths are named under
+	PublicKey string `json:"public_key"` // the signing key's public half, NAME:BASE64
+	NewKey    bool   `json:"new_key"`    // whether the signing key was made now
 }
 
 // Init creates the store with its signing key; on an existing store it tightens permissions and
@@ -90,14 +90,14 @@ func defaultKeyName() string {
 
 // PathInfo is what the store records about a path; locations are absolute.
 type PathInfo struct {
-	Path        string     `json:"path"`
-	Location    string     `json:"location"`
-	ContentHash store.Hash `json:"content_hash"`
-	Size        int64      `json:"size"`
-	Registered  time.Time  `json:"registered"`
-	Deriver     string     `json:"deriver,omitempty"`
-	References  []string   `json:"references"`
-	CA          string     `json:"ca,omitempty"`
+	Path        string     `json:"path"`              // the base name, HASH-NAME
+	Location    string     `json:"location"`          // where it is
+	ContentHash store.Hash `json:"content_hash"`      // BLAKE3 of the path's manifest
+	Size        int64      `json:"size"`              // bytes
+	Registered  time.Time  `json:"registered"`        // when it was registered
+	Deriver     string     `json:"deriver,omitempty"` // the .drv that built it
+	References  []string   `json:"references"`        // the paths it refers to
+	CA          string     `json:"ca,omitempty"`      // the content address, for paths added by content
 }
 
 func pathInfo(st *store.Store, info *store.PathInfo) *PathInfo {
@@ -129,7 +129,7 @@ type StoreListRequest struct{}
 
 // PathsResult lists paths.
 type PathsResult struct {
-	Paths []*PathInfo `json:"paths"`
+	Paths []*PathInfo `json:"paths"` // the paths
 }
 
 // StoreList lists the valid paths: registered and present on disk.
@@ -154,7 +154,7 @@ func (s *Service) StoreList(ctx context.Context, c *Call, req *StoreListRequest)
 
 // PathRequest names a store path.
 type PathRequest struct {
-	Path string `json:"path"`
+	Path string `json:"path"` // a store path: its base name or its location
 }
 
 // StoreInfo returns what the store records about a path.
@@ -177,8 +177,8 @@ func (s *Service) StoreInfo(ctx context.Context, c *Call, req *PathRequest) (*Pa
 
 // VerifyRequest asks to check the store (or the named paths).
 type VerifyRequest struct {
-	Paths         []string `json:"paths,omitempty"`
-	CheckContents bool     `json:"check_contents,omitempty"`
+	Paths         []string `json:"paths,omitempty"`          // store paths (none: all)
+	CheckContents bool     `json:"check_contents,omitempty"` // re-hash every file
 }
 
 // Verify checks records, presence, references and provenance (and with CheckContents every file).
@@ -205,13 +205,13 @@ func (s *Service) Verify(ctx context.Context, c *Call, req *VerifyRequest) (*sto
 
 // SignRequest names paths to sign (none: every path whose provenance does not verify).
 type SignRequest struct {
-	Paths []string `json:"paths,omitempty"`
+	Paths []string `json:"paths,omitempty"` // store paths (none: every path whose provenance does not verify)
 }
 
 // SignResult lists the paths signed and the key.
 type SignResult struct {
-	Signed []store.Path `json:"signed"`
-	Key    string       `json:"key"`
+	Signed []store.Path `json:"signed"` // the paths signed
+	Key    string       `json:"key"`    // the key signed with, NAME:BASE64
 	Name   string       `json:"-"`
 }
 
@@ -256,7 +256,7 @@ func (s *Service) Sign(ctx context.Context, c *Call, req *SignRequest) (*SignRes
 
 // StoreAddRequest asks to copy a directory or file into the store, addressed by its content.
 type StoreAddRequest struct {
-	Dir  string `json:"dir"`
+	Dir  string `json:"dir"`            // a directory or file of the caller's
 	Name string `json:"name,omitempty"` // default: the base name of Dir
 }
 
@@ -301,15 +301,15 @@ func (s *Service) StoreAdd(ctx context.Context, c *Call, req *StoreAddRequest) (
 
 // RootAddRequest asks to make Name a root for Path.
 type RootAddRequest struct {
-	Name string `json:"name"`
-	Path string `json:"path"`
+	Name string `json:"name"` // the root's name
+	Path string `json:"path"` // the store path it keeps
 }
 
 // Root is a named gc root.
 type Root struct {
-	Name     string     `json:"name"`
-	Path     store.Path `json:"path"`
-	Location string     `json:"location"`
+	Name     string     `json:"name"`     // the root's name
+	Path     store.Path `json:"path"`     // the path's base name
+	Location string     `json:"location"` // the path's location
 }
 
 // RootAdd makes a named root (replacing one of that name).
@@ -334,7 +334,7 @@ type RootListRequest struct{}
 
 // RootsResult lists roots.
 type RootsResult struct {
-	Roots []Root `json:"roots"`
+	Roots []Root `json:"roots"` // the named roots
 }
 
 // RootList lists the named roots.
@@ -357,7 +357,7 @@ func (s *Service) RootList(ctx context.Context, c *Call, req *RootListRequest) (
 
 // RootRequest names a root.
 type RootRequest struct {
-	Name string `json:"name"`
+	Name string `json:"name"` // the root's name
 }
 
 // Empty is the result of an operation that returns nothing but success.
@@ -375,14 +375,14 @@ func (s *Service) RootRemove(ctx context.Context, c *Call, req *RootRequest) (*E
 
 // GCRequest asks to delete the paths no root needs.
 type GCRequest struct {
-	DryRun   bool  `json:"dry_run,omitempty"`
+	DryRun   bool  `json:"dry_run,omitempty"`   // say what would be deleted, delete nothing
 	MaxFreed int64 `json:"max_freed,omitempty"` // bytes; 0: no limit
 }
 
 // GCResult is what gc deleted (or would).
 type GCResult struct {
 	store.GCResult
-	Locations []string `json:"locations"`
+	Locations []string `json:"locations"` // the deleted paths' locations
 }
 
 // GC deletes every path no root, temporary root or live path needs, and sweeps debris.
@@ -433,9 +433,9 @@ type KeyShowRequest struct{}
 
 // KeysResult is the signing key's public half, the retired keys and the trusted keys.
 type KeysResult struct {
-	PublicKey string   `json:"public_key"`
-	Retired   []string `json:"retired"`
-	Trusted   []string `json:"trusted"`
+	PublicKey string   `json:"public_key"` // the signing key's public half, NAME:BASE64
+	Retired   []string `json:"retired"`    // public halves of rotated keys
+	Trusted   []string `json:"trusted"`    // keys trusted for paths from caches and imports
 }
 
 // KeyShow returns the store's public keys: signing, retired, trusted.
@@ -465,15 +465,15 @@ func (s *Service) KeyShow(ctx context.Context, c *Call, req *KeyShowRequest) (*K
 
 // KeyRotateRequest asks for a new signing key.
 type KeyRotateRequest struct {
-	Name   string `json:"name,omitempty"` // default: the old name with its number increased
-	Resign bool   `json:"resign,omitempty"`
+	Name   string `json:"name,omitempty"`   // default: the old name with its number increased
+	Resign bool   `json:"resign,omitempty"` // sign every path again with the new key
 }
 
 // KeyRotateResult is the retired key and the new one.
 type KeyRotateResult struct {
-	Old      string `json:"old"`
-	New      string `json:"new"`
-	Resigned int    `json:"resigned"`
+	Old      string `json:"old"`      // the retired key's public half (still trusted for what it signed)
+	New      string `json:"new"`      // the new signing key's public half
+	Resigned int    `json:"resigned"` // paths signed again
 	OldName  string `json:"-"`
 }
 
@@ -532,7 +532,7 @@ func nextKeyName(name string) string {
 
 // KeyRequest names a key: NAME:BASE64 (trust), or NAME or NAME:BASE64 (untrust).
 type KeyRequest struct {
-	Key string `json:"key"`
+	Key string `json:"key"` // NAME:BASE64 (or, to untrust, NAME)
 }
 
 // KeyTrust trusts a public key for paths from caches and imports.
@@ -580,16 +580,16 @@ func (s *Service) KeyUntrust(ctx context.Context, c *Call, req *KeyRequest) (*Em
 // CopyRequest asks to push store paths (with their closures) to a cache. Items are store paths or
 // Workshops (a record or a recipe file: its realized layers); none means ./workshop.toml.
 type CopyRequest struct {
-	To    string   `json:"to"` // oci://HOST[:PORT]/REPO or oci-layout:DIR
-	Items []string `json:"items,omitempty"`
+	To    string   `json:"to"`              // oci://HOST[:PORT]/REPO or oci-layout:DIR
+	Items []string `json:"items,omitempty"` // store paths, or Workshops (their realized layers)
 }
 
 // CopyResult is what was pushed.
 type CopyResult struct {
-	Cache   string   `json:"cache"`
-	Pushed  []string `json:"pushed"`
-	Present []string `json:"present"`
-	Bytes   int64    `json:"bytes"`
+	Cache   string   `json:"cache"`   // the cache, as named
+	Pushed  []string `json:"pushed"`  // paths pushed
+	Present []string `json:"present"` // paths already there with the same provenance
+	Bytes   int64    `json:"bytes"`   // compressed bytes of the trees pushed
 }
 
 // Copy pushes paths and their reference closures to a cache, one OCI artifact each.
@@ -656,14 +656,14 @@ func (s *Service) pathsOf(ctx context.Context, c *Call, st *store.Store, items [
 
 // ImportRequest asks to take paths from an OCI layout directory (all of them, or the named ones).
 type ImportRequest struct {
-	Dir   string   `json:"dir"`
-	Paths []string `json:"paths,omitempty"`
+	Dir   string   `json:"dir"`             // the OCI layout directory (written by `copy` to oci-layout:DIR)
+	Paths []string `json:"paths,omitempty"` // base names of the paths to import (default: all)
 }
 
 // ImportResult is what was imported.
 type ImportResult struct {
-	Imported []string `json:"imported"`
-	Present  []string `json:"present"`
+	Imported []string `json:"imported"` // paths registered now, with their references
+	Present  []string `json:"present"`  // paths that were valid here already
 }
 
 // Import registers paths from a layout directory, each only if a trusted key signed it and its

@@ -258,14 +258,14 @@ type RealizeRequest struct {
 
 // RealizeResult is what realizing did. Locations are absolute, so scripts can use them.
 type RealizeResult struct {
-	Workshop     string        `json:"workshop"`
-	File         string        `json:"file"`
-	Layers       []string      `json:"layers"`
-	Built        []string      `json:"built"`
-	Fetched      []string      `json:"fetched"`
-	FetchedBytes int64         `json:"fetched_bytes"`
-	Substituted  []string      `json:"substituted"`
-	Check        []CheckResult `json:"check,omitempty"`
+	Workshop     string        `json:"workshop"`        // the Workshop's name
+	File         string        `json:"file"`            // the recipe file realized
+	Layers       []string      `json:"layers"`          // the Bench's layers, bottom first
+	Built        []string      `json:"built"`           // paths built now
+	Fetched      []string      `json:"fetched"`         // paths downloaded now
+	FetchedBytes int64         `json:"fetched_bytes"`   // bytes downloaded
+	Substituted  []string      `json:"substituted"`     // paths taken from a cache
+	Check        []CheckResult `json:"check,omitempty"` // with Check: each layer rebuilt, and whether it came out the same
 }
 
 // CheckResult is one layer rebuilt by --check.
@@ -304,17 +304,17 @@ type LockRequest struct {
 	File string `json:"file,omitempty"` // default ./workshop.toml
 	// Update re-resolves: the Packages named, or every package when none is.
 	Update   bool     `json:"update,omitempty"`
-	Packages []string `json:"packages,omitempty"`
+	Packages []string `json:"packages,omitempty"` // with Update, the [apt] packages to re-resolve (none: all)
 }
 
 // LockResult says what the lock is now.
 type LockResult struct {
-	Lock        string   `json:"lock"`
-	Changed     bool     `json:"changed"`
-	Packages    int      `json:"packages"`
-	PipPackages int      `json:"pip_packages"`
-	Changes     []string `json:"changes,omitempty"`
-	ReleaseDate string   `json:"release_date,omitempty"`
+	Lock        string   `json:"lock"`                   // the lock file
+	Changed     bool     `json:"changed"`                // whether the lock was written (false: it still matched)
+	Packages    int      `json:"packages"`               // apt packages locked
+	PipPackages int      `json:"pip_packages"`           // pip distributions locked
+	Changes     []string `json:"changes,omitempty"`      // what an update changed, package by package
+	ReleaseDate string   `json:"release_date,omitempty"` // the seed's date (its suite's signed InRelease)
 	Counts      string   `json:"-"`
 }
 
@@ -372,12 +372,12 @@ func (s *Service) Lock(ctx context.Context, c *Call, req *LockRequest) (*LockRes
 
 // InstantiateRequest asks to compile a recipe to derivations and write them to the store.
 type InstantiateRequest struct {
-	File string `json:"file,omitempty"`
+	File string `json:"file,omitempty"` // the recipe file (default ./workshop.toml)
 }
 
 // InstantiateResult lists the derivations written, bottom first.
 type InstantiateResult struct {
-	Derivations []Derivation `json:"derivations"`
+	Derivations []Derivation `json:"derivations"` // the derivations written, bottom first
 }
 
 // Derivation is one written derivation and the output it will build.
@@ -416,8 +416,8 @@ func (s *Service) Instantiate(ctx context.Context, c *Call, req *InstantiateRequ
 
 // WhyRequest asks why a file exists in a realized Workshop.
 type WhyRequest struct {
-	Workshop string `json:"workshop"`
-	File     string `json:"file"` // as a Bench sees it, e.g. /usr/bin/jq
+	Workshop string `json:"workshop"` // a record's name or a recipe file
+	File     string `json:"file"`     // as a Bench sees it, e.g. /usr/bin/jq
 }
 
 // WhyResult is the explanation, with the recipe it is about.
@@ -464,18 +464,18 @@ func (s *Service) Why(ctx context.Context, c *Call, req *WhyRequest) (*WhyResult
 
 // DiffRequest asks how two Workshops differ.
 type DiffRequest struct {
-	A string `json:"a"`
-	B string `json:"b"`
+	A string `json:"a"` // a Workshop: a record's name or a recipe file
+	B string `json:"b"` // the other Workshop
 }
 
 // DiffResult is what B declares differently from A and, when both are locked, how their resolved
 // packages differ.
 type DiffResult struct {
-	FileA        string   `json:"file_a"`
-	FileB        string   `json:"file_b"`
-	Declarations []string `json:"declarations"`
-	Resolved     []string `json:"resolved"`
-	Locked       bool     `json:"locked"`
+	FileA        string   `json:"file_a"`       // A's recipe file
+	FileB        string   `json:"file_b"`       // B's recipe file
+	Declarations []string `json:"declarations"` // changed declarations, as "- old" and "+ new" lines prefixed by their field
+	Resolved     []string `json:"resolved"`     // how the resolved packages differ: "+ added", "- removed", "~ changed"
+	Locked       bool     `json:"locked"`       // whether both are locked (and Resolved compared)
 }
 
 // Diff compares two Workshops by declarations and resolved packages, not files.

@@ -37,11 +37,11 @@ func Open(root string) *Workshops { return &Workshops{dir: filepath.Join(root, "
 
 // Version is one version of a Workshop record.
 type Version struct {
-	Name string    `json:"name"`
-	N    int       `json:"version"`
-	Time time.Time `json:"time"`
-	By   string    `json:"by"` // who added or promoted it (a user name, from the peer's credentials)
-	Base int       `json:"base,omitempty"`
+	Name string    `json:"name"`           // the record
+	N    int       `json:"version"`        // the version, from 1
+	Time time.Time `json:"time"`           // when it was made
+	By   string    `json:"by"`             // who added or promoted it (a user name, from the peer's credentials)
+	Base int       `json:"base,omitempty"` // the version it was promoted over
 	// Proposal is the proposal this version promoted, if any.
 	Proposal string `json:"proposal,omitempty"`
 	// Users may realize and launch Benches of this Workshop (names, or @group); operators always may.

@@ -22,8 +22,8 @@ type GCOptions struct {
 
 // GCResult says what a collection removed (or would remove, in a dry run).
 type GCResult struct {
-	Deleted []Path `json:"deleted"`
-	Freed   int64  `json:"freed"`
+	Deleted []Path `json:"deleted"` // the paths deleted (or, in a dry run, that would be)
+	Freed   int64  `json:"freed"`   // bytes freed
 	// Swept counts debris removed: unregistered bytes, dead staging directories, trash.
 	Swept int `json:"swept"`
 }

@@ -41,9 +41,9 @@ type VerifyOptions struct {
 
 // VerifyResult lists what was checked and what is wrong.
 type VerifyResult struct {
-	Checked  int       `json:"checked"`
-	Bytes    int64     `json:"bytes"`
-	Problems []Problem `json:"problems"`
+	Checked  int       `json:"checked"`  // paths checked
+	Bytes    int64     `json:"bytes"`    // bytes re-hashed
+	Problems []Problem `json:"problems"` // what is wrong: path, file, what
 	// Debris lists unregistered bytes in store/: the remains of an interrupted
 	// add. They are not store paths (no reader ever sees them), so they are not
 	// problems; the next add of the same path or `shed gc` removes them.

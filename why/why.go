@@ -30,14 +30,14 @@ type Explanation struct {
 	LayerKind string     `json:"layer_kind"` // "seed" or "layer"
 	// Manager is who installed Package: "apt" (dpkg), or "pip" for a file of a pip layer.
 	Manager string `json:"manager,omitempty"`
-	Package string `json:"package,omitempty"`
-	Version string `json:"version,omitempty"`
+	Package string `json:"package,omitempty"` // the package that owns the file
+	Version string `json:"version,omitempty"` // its version
 	// Declared is the recipe entry that names Package, or that Package is a
 	// dependency of (Chain gives the way from one to the other).
 	Declared string   `json:"declared,omitempty"`
-	Line     int      `json:"line,omitempty"`
-	Chain    []string `json:"chain,omitempty"`
-	InSeed   bool     `json:"in_seed"`
+	Line     int      `json:"line,omitempty"`  // the recipe line of Declared
+	Chain    []string `json:"chain,omitempty"` // the way from Declared to Package
+	InSeed   bool     `json:"in_seed"`         // whether Package is part of the seed
 }
 
 // ErrNoSuchFile is returned when no layer of the Workshop has the file.

@@ -16,9 +16,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
-	"toolshed.dev/shed/app"
 )
 
 // Exit codes, documented in README.md and docs/cli.md.

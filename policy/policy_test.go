@@ -1,0 +1,246 @@
+package policy
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/records"
+	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/trust"
+)
+
+const recipeText = "name = \"tools\"\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"jq\"]\n"
+
+// newService is a real store with a signing key and one record, "tools", that alice (and @devs)
+// may use.
+func newService(t *testing.T) *app.Service {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the store is root-only (CI runs as root)")
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	st, err := store.Init(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if _, _, err := trust.OpenKeys(root).Ensure("test-1"); err != nil {
+		t.Fatal(err)
+	}
+	f := &records.Files{Recipe: []byte(recipeText), Lock: []byte("# lock\n"), Extra: map[string][]byte{}}
+	if _, err := records.Open(root).Add(context.Background(), records.Version{Name: "tools", By: "root", Users: []string{"alice", "@devs"}}, f, nil); err != nil {
+		t.Fatal(err)
+	}
+	return &app.Service{Root: root, Version: "test", Policy: Check, UserLimits: sandbox.Limits{MemoryBytes: 1 << 30, Pids: 100}}
+}
+
+// snapshot is every file under root with its content's hash: what a refused request must leave as it
+// was, byte for byte.
+func snapshot(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			out[rel] = "dir"
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		out[rel] = fmt.Sprintf("%x", sha256.Sum256(b))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// requests is one request of every operation, each as an attacker would like it to pass: naming the
+// record, grants, substituters, another user's Bench.
+func requests() map[string]any {
+	return map[string]any{
+		"init":             &app.InitRequest{KeyName: "evil-1"},
+		"realize":          &app.RealizeRequest{Workshop: "tools", Offline: true},
+		"lock":             &app.LockRequest{File: "/etc/passwd"},
+		"instantiate":      &app.InstantiateRequest{File: "/etc/shadow"},
+		"why":              &app.WhyRequest{Workshop: "tools", File: "/usr/bin/jq"},
+		"diff":             &app.DiffRequest{A: "tools", B: "tools"},
+		"bench.run":        &app.BenchRunRequest{Workshop: "tools", Argv: []string{"true"}, Offline: true},
+		"bench.ls":         &app.BenchListRequest{},
+		"bench.exec":       &app.BenchExecRequest{Bench: "someones", Argv: []string{"true"}},
+		"bench.logs":       &app.BenchRequest{Bench: "someones"},
+		"bench.rm":         &app.BenchRemoveRequest{Benches: []string{"someones"}},
+		"bench.propose":    &app.BenchRequest{Bench: "someones"},
+		"workshop.add":     &app.WorkshopAddRequest{File: "/etc/passwd"},
+		"workshop.allow":   &app.WorkshopAllowRequest{Name: "tools", Users: []string{"eve"}},
+		"workshop.ls":      &app.WorkshopListRequest{},
+		"workshop.show":    &app.WorkshopShowRequest{Name: "tools"},
+		"workshop.log":     &app.WorkshopRequest{Name: "tools"},
+		"workshop.diff":    &app.WorkshopDiffRequest{Name: "tools"},
+		"workshop.promote": &app.PromoteRequest{ID: "0123456789abcdef", DiffSHA256: strings.Repeat("0", 64)},
+		"proposal.show":    &app.ProposalRequest{ID: "0123456789abcdef"},
+		"store.ls":         &app.StoreListRequest{},
+		"store.info":       &app.PathRequest{Path: "00000000000000000000000000000000-x"},
+		"store.verify":     &app.VerifyRequest{},
+		"store.sign":       &app.SignRequest{},
+		"store.add":        &app.StoreAddRequest{Dir: "/etc/hostname"},
+		"root.add":         &app.RootAddRequest{Name: "x", Path: "00000000000000000000000000000000-x"},
+		"root.ls":          &app.RootListRequest{},
+		"root.rm":          &app.RootRequest{Name: "tools"},
+		"gc":               &app.GCRequest{},
+		"log":              &app.PathRequest{Path: "00000000000000000000000000000000-x"},
+		"key.show":         &app.KeyShowRequest{},
+		"key.rotate":       &app.KeyRotateRequest{},
+		"key.trust":        &app.KeyRequest{Key: "evil-1:" + strings.Repeat("A", 43) + "="},
+		"key.untrust":      &app.KeyRequest{Key: "test-1"},
+		"copy":             &app.CopyRequest{To: "oci-layout:/tmp/x"},
+		"import":           &app.ImportRequest{Dir: "/tmp"},
+	}
+}
+
+// TestEveryOperationHasRoles: an operation the table does not list is refused to everyone; this test
+// makes adding one without deciding who may call it fail.
+func TestEveryOperationHasRoles(t *testing.T) {
+	reqs := requests()
+	for _, op := range app.Operations() {
+		if _, ok := Roles[op]; !ok {
+			t.Errorf("operation %s is in no role's table", op)
+		}
+		if _, ok := reqs[op]; !ok {
+			t.Errorf("operation %s has no request in this test", op)
+		}
+	}
+	for op := range Roles {
+		if _, ok := app.Lookup(op); !ok {
+			t.Errorf("the table lists %s, which is no operation", op)
+		}
+	}
+}
+
+// TestRolesAgainstEveryOperation runs every operation as every role: an operator, a user the record
+// allows, another user, an agent. A refusal must be code "denied" and leave every file of the store,
+// the records, the keys and the trust state as they were; what the table allows must not be
+// refused by the policy.
+func TestRolesAgainstEveryOperation(t *testing.T) {
+	svc := newService(t)
+	callers := []*app.Caller{
+		{UID: 0, User: "root", Role: app.Operator, Dir: "/"},
+		{UID: 1001, User: "alice", Role: app.User, Dir: "/"},
+		{UID: 1002, User: "eve", Role: app.User, Dir: "/"},
+		{UID: 0x70000000, User: "sandbox-1879048192", Role: app.Agent, Bench: "0123456789abcdef", Dir: "/"},
+	}
+	reqs := requests()
+	// These are refused to users whatever the record says: they name files, grants or substituters.
+	for _, op := range app.Operations() {
+		for _, c := range callers {
+			// Operators' successful calls change the store (that is what they are for); the check
+			// is on refusals, so an operator's mutating calls run last on a copy of the request.
+			before := snapshot(t, svc.Root)
+			_, err := svc.Do(context.Background(), &app.Call{Caller: c}, op, reqs[op])
+			denied := err != nil && app.Classify(err).Code == app.CodeDenied
+			want := wantDenied(op, c)
+			if denied != want {
+				t.Errorf("%s as %s (%s): denied=%v, want %v (%v)", op, c.User, c.Role, denied, want, err)
+			}
+			if denied {
+				if !errors.Is(err, app.ErrDenied) {
+					t.Errorf("%s as %s: a refusal that is not ErrDenied: %v", op, c.User, err)
+				}
+				if after := snapshot(t, svc.Root); !maps(before, after) {
+					t.Errorf("%s as %s: refused, yet the store changed", op, c.User)
+				}
+			}
+		}
+	}
+	// The record is as it was made: nobody but an operator changed who may use it.
+	v, err := records.Open(svc.Root).Current("tools")
+	if err != nil || !slices.Equal(v.Users, []string{"eve"}) {
+		// The operator's workshop.allow (the one allowed call) set eve; nobody else's did anything.
+		t.Errorf("record after the run: %+v %v", v, err)
+	}
+}
+
+// wantDenied is what the table and the field rules say, written out again by hand for the test.
+func wantDenied(op string, c *app.Caller) bool {
+	if c.Role == app.Operator {
+		return false
+	}
+	if c.Role == app.Agent {
+		return true // its Bench does not exist here: not even bench.propose
+	}
+	switch op {
+	case "realize", "bench.run", "why":
+		return c.User != "alice" // the record allows alice
+	case "diff", "bench.ls", "workshop.ls", "workshop.show", "workshop.log", "workshop.diff", "key.show":
+		return false
+	}
+	return true // every other operation, and another user's Bench
+}
+
+func maps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFieldRules: the per-field rules, each on its own.
+func TestFieldRules(t *testing.T) {
+	svc := newService(t)
+	alice := &app.Caller{User: "alice", Role: app.User}
+	bob := &app.Caller{User: "bob", Groups: []string{"devs"}, Role: app.User}
+	op := &app.Caller{User: "root", Role: app.Operator}
+	for _, c := range []struct {
+		who  *app.Caller
+		op   string
+		req  any
+		want app.Code // "" allowed
+	}{
+		{alice, "realize", &app.RealizeRequest{Workshop: "tools"}, ""},
+		{bob, "realize", &app.RealizeRequest{Workshop: "tools"}, ""}, // through @devs
+		{alice, "realize", &app.RealizeRequest{Workshop: "tools", Substituters: []string{"oci://evil/x"}}, app.CodeDenied},
+		{alice, "realize", &app.RealizeRequest{Workshop: "tools", Check: true}, app.CodeDenied},
+		{alice, "realize", &app.RealizeRequest{Workshop: "/tmp/workshop.toml"}, app.CodeDenied},
+		{alice, "realize", &app.RealizeRequest{}, app.CodeDenied},
+		{alice, "bench.run", &app.BenchRunRequest{Workshop: "tools", Grants: []string{"/etc:/x:ro"}}, app.CodeDenied},
+		{alice, "bench.run", &app.BenchRunRequest{Workshop: "tools", Substituters: []string{"oci://evil/x"}}, app.CodeDenied},
+		{alice, "bench.run", &app.BenchRunRequest{Workshop: "tools", MemoryBytes: 2 << 30}, app.CodeDenied},
+		{alice, "bench.run", &app.BenchRunRequest{Workshop: "tools", Pids: 101}, app.CodeDenied},
+		{alice, "bench.run", &app.BenchRunRequest{Workshop: "tools", MemoryBytes: 1 << 20, Pids: 10}, ""},
+		{alice, "bench.run", &app.BenchRunRequest{Workshop: "tools", Name: "../../etc"}, app.CodeUsage},
+		{alice, "bench.run", &app.BenchRunRequest{Workshop: "tools", Net: "host"}, app.CodeUsage},
+		{op, "bench.run", &app.BenchRunRequest{Workshop: "tools", Name: "Bad Name"}, app.CodeUsage},
+		{op, "bench.run", &app.BenchRunRequest{Workshop: "tools", Grants: []string{"/srv:/x:rw"}, MemoryBytes: 8 << 30}, ""},
+		{alice, "diff", &app.DiffRequest{A: "tools", B: "/etc/passwd"}, app.CodeDenied},
+	} {
+		err := Check(svc, c.who, c.op, c.req)
+		got := app.Code("")
+		if err != nil {
+			got = app.Classify(err).Code
+		}
+		if got != c.want {
+			t.Errorf("%s as %s: %+v: got %q (%v), want %q", c.op, c.who.User, c.req, got, err, c.want)
+		}
+	}
+}
