@@ -10,7 +10,7 @@ BUILDFLAGS = -tags urfave_cli_no_docs
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./api:FuzzDecode
 
-.PHONY: help build example test bench lint fuzz docs clean
+.PHONY: help build example test test-daemon bench lint fuzz docs clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,6 +35,11 @@ test: ## run every test (as root: the store and sandbox tests are real), then ea
 		echo "fuzz $$pkg $$name (10s)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime 10s $$pkg || exit 1; \
 	done
+
+# The end-to-end tests again, each through a supervisor of its store (`shed daemon`) instead of on the store
+# directly: the same tests, so the typed API carries everything the CLI does. CI runs both.
+test-daemon: ## run the end-to-end tests (tests/) through the supervisor, as a local operator would
+	SHED_TEST_VIA=daemon $(GO) test -count=1 -timeout 40m ./tests
 
 bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...

@@ -10,9 +10,8 @@ type panicRequest struct{}
 
 func init() {
 	op("test.panic", func(s *Service, ctx context.Context, c *Call, req *panicRequest) (*Empty, error) {
-		var m map[string]int
-		m["x"]++ // a bug: a nil map
-		return nil, nil
+		var b []byte
+		return nil, errors.New(string(b[1:])) // a bug: out of range
 	})
 }
 

@@ -212,7 +212,6 @@ type SignRequest struct {
 type SignResult struct {
 	Signed []store.Path `json:"signed"` // the paths signed
 	Key    string       `json:"key"`    // the key signed with, NAME:BASE64
-	Name   string       `json:"-"`
 }
 
 // Sign signs paths' provenance with the store's current key.
@@ -251,7 +250,7 @@ func (s *Service) Sign(ctx context.Context, c *Call, req *SignRequest) (*SignRes
 			return nil, err
 		}
 	}
-	return &SignResult{Signed: paths, Key: t.Key.Public().String(), Name: t.Key.Name}, nil
+	return &SignResult{Signed: paths, Key: t.Key.Public().String()}, nil
 }
 
 // StoreAddRequest asks to copy a directory or file into the store, addressed by its content.
@@ -474,7 +473,6 @@ type KeyRotateResult struct {
 	Old      string `json:"old"`      // the retired key's public half (still trusted for what it signed)
 	New      string `json:"new"`      // the new signing key's public half
 	Resigned int    `json:"resigned"` // paths signed again
-	OldName  string `json:"-"`
 }
 
 // KeyRotate replaces the signing key; the old public half stays trusted for what it signed.
@@ -496,7 +494,7 @@ func (s *Service) KeyRotate(ctx context.Context, c *Call, req *KeyRotateRequest)
 	if err != nil {
 		return nil, err
 	}
-	res := &KeyRotateResult{Old: old.String(), New: cur.Public().String(), OldName: old.Name}
+	res := &KeyRotateResult{Old: old.String(), New: cur.Public().String()}
 	if req.Resign {
 		t2, err := s.openTrust(st)
 		if err != nil {

@@ -163,7 +163,7 @@ func (s *Service) lockedPlan(ctx context.Context, c *Call, st *store.Store, r *r
 		if err := recipe.WriteLock(lockFile, lock); err != nil {
 			return nil, nil, err
 		}
-		c.notice("info", "wrote %s (%s)", lockFile, LockCounts(lock))
+		c.notice("info", "wrote %s (%s)", lockFile, Counts(len(lock.Apt), len(lock.Pip)))
 	}
 	plan, err := recipe.Compile(r, lock, st.StoreDir())
 	if err != nil {
@@ -172,11 +172,11 @@ func (s *Service) lockedPlan(ctx context.Context, c *Call, st *store.Store, r *r
 	return plan, lock, nil
 }
 
-// LockCounts says what a lock holds: "30 packages" or "30 packages, 3 pip packages".
-func LockCounts(l *recipe.Lock) string {
-	s := Plural(len(l.Apt), "package")
-	if len(l.Pip) > 0 {
-		s += ", " + Plural(len(l.Pip), "pip package")
+// Counts says what a lock holds: "30 packages" or "30 packages, 3 pip packages".
+func Counts(apt, pip int) string {
+	s := Plural(apt, "package")
+	if pip > 0 {
+		s += ", " + Plural(pip, "pip package")
 	}
 	return s
 }
@@ -315,7 +315,6 @@ type LockResult struct {
 	PipPackages int      `json:"pip_packages"`           // pip distributions locked
 	Changes     []string `json:"changes,omitempty"`      // what an update changed, package by package
 	ReleaseDate string   `json:"release_date,omitempty"` // the seed's date (its suite's signed InRelease)
-	Counts      string   `json:"-"`
 }
 
 // Lock writes workshop.lock beside a recipe: every package pinned to a version, URL and SHA-256.
@@ -349,7 +348,7 @@ func (s *Service) Lock(ctx context.Context, c *Call, req *LockRequest) (*LockRes
 	old, err := recipe.LoadLock(lockFile)
 	if err == nil && !req.Update {
 		if ok, err := old.Matches(r); err == nil && ok {
-			return &LockResult{Lock: lockFile, Packages: len(old.Apt), PipPackages: len(old.Pip), ReleaseDate: old.Seed.ReleaseDate, Counts: LockCounts(old)}, nil
+			return &LockResult{Lock: lockFile, Packages: len(old.Apt), PipPackages: len(old.Pip), ReleaseDate: old.Seed.ReleaseDate}, nil
 		}
 	}
 	opts := builder.LockOptions{Update: req.Packages}
@@ -363,7 +362,7 @@ func (s *Service) Lock(ctx context.Context, c *Call, req *LockRequest) (*LockRes
 	if err := recipe.WriteLock(lockFile, lock); err != nil {
 		return nil, err
 	}
-	res := &LockResult{Lock: lockFile, Changed: true, Packages: len(lock.Apt), PipPackages: len(lock.Pip), ReleaseDate: lock.Seed.ReleaseDate, Counts: LockCounts(lock)}
+	res := &LockResult{Lock: lockFile, Changed: true, Packages: len(lock.Apt), PipPackages: len(lock.Pip), ReleaseDate: lock.Seed.ReleaseDate}
 	if opts.Old != nil {
 		res.Changes = recipe.DiffLocks(opts.Old, lock)
 	}

@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -337,7 +338,7 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	wg.Wait()
 
 	// SIGKILL a shed running a Bench.
-	cmd := exec.Command(shedBin, "--root", root, "bench", "run", "-f", file, "--name", "doomed", "--", "sleep", "1007")
+	cmd := shedCmd(t, root, "bench", "run", "-f", file, "--name", "doomed", "--", "sleep", "1007")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -355,8 +356,9 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	// Only shed's own processes and mounts count: other tests and the machine's own come and go.
 	// A survivor is matched exactly: other packages' tests run at the same time
 	// (go test -p), and their sandboxes' inits are "shed-sandbox-init" too.
+	// The tests' own supervisors (SHED_TEST_VIA=daemon) are meant to outlive the Benches.
 	isShed := func(pid string, argv []string) bool {
-		return argv[0] == shedBin || (len(argv) == 2 && argv[0] == "sleep" && argv[1] == "1007") ||
+		return (argv[0] == shedBin && !slices.Contains(argv, "daemon")) || (len(argv) == 2 && argv[0] == "sleep" && argv[1] == "1007") ||
 			(pid == strconv.Itoa(initPid) && argv[0] == "shed-sandbox-init")
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -429,7 +431,7 @@ func TestBenchFDs(t *testing.T) {
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
-	cmd := exec.Command(shedBin, "--root", root, "bench", "run", "-f", file, "--name", "fdwalk", "--", "sleep", "1011")
+	cmd := shedCmd(t, root, "bench", "run", "-f", file, "--name", "fdwalk", "--", "sleep", "1011")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +494,7 @@ func TestBenchExecAndLimits(t *testing.T) {
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
-	cmd := exec.Command(shedBin, "--root", root, "bench", "run", "-f", file, "--name", "exec-target", "--", "sh", "-c", "echo main > /root/mark; sleep 1013")
+	cmd := shedCmd(t, root, "bench", "run", "-f", file, "--name", "exec-target", "--", "sh", "-c", "echo main > /root/mark; sleep 1013")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

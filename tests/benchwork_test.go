@@ -106,7 +106,7 @@ dpkg -i /tmp/bad.deb >/dev/null 2>&1 || echo "postinst failed"
 echo ready
 read x
 `
-	cmd := exec.Command(shedBin, "--root", root, "bench", "run", "-f", file, "--name", "unfinished", "--", "sh", "-c", script)
+	cmd := shedCmd(t, root, "bench", "run", "-f", file, "--name", "unfinished", "--", "sh", "-c", script)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

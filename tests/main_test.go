@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // shedBin is the shed binary these tests run, built once, as a user runs it.
@@ -33,6 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	os.RemoveAll(fmt.Sprintf("/run/shed-test-%d-via", os.Getpid()))
 	if shared.root != "" {
 		os.RemoveAll(filepath.Dir(shared.root))
 	}
@@ -45,11 +48,104 @@ type result struct {
 	code           int
 }
 
+// viaDaemon says how these tests reach shed: on each store directly (--root, the default), or with
+// SHED_TEST_VIA=daemon through a supervisor of each store, as a local operator would (.ci/run runs
+// the package both ways). The tests are the same: only shedCmd differs.
+var viaDaemon = os.Getenv("SHED_TEST_VIA") == "daemon"
+
+// shedCmd is the command for shed on root with args: `shed --root ROOT ARGS`, or, via the daemon,
+// `shed ARGS` with SHED_SOCKET pointing at root's supervisor (started on first use).
+func shedCmd(t *testing.T, root string, args ...string) *exec.Cmd {
+	t.Helper()
+	return shedCmdEnv(t, root, nil, args...)
+}
+
+// shedCmdEnv is shedCmd with variables added to shed's environment. Via the daemon they are the
+// supervisor's (registry credentials, failpoints: the process that does the work reads them), so
+// such a command goes to a supervisor started with them.
+func shedCmdEnv(t *testing.T, root string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	if viaDaemon && !direct(args) {
+		cmd := exec.Command(shedBin, args...)
+		cmd.Env = append(os.Environ(), "SHED_SOCKET="+daemonFor(t, root, env), "SHED_ROOT=/nonexistent")
+		return cmd
+	}
+	cmd := exec.Command(shedBin, append([]string{"--root", root}, args...)...)
+	cmd.Env = append(append(os.Environ(), "SHED_SOCKET=none"), env...)
+	return cmd
+}
+
+// direct: init makes the store a supervisor serves, so it always works on the store itself.
+func direct(args []string) bool {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a == "init"
+		}
+	}
+	return false
+}
+
+// daemons are the supervisors of the stores the tests use via the daemon.
+var daemons struct {
+	sync.Mutex
+	n     int
+	socks map[string]string
+}
+
+// daemonFor returns the socket of root's supervisor with env, starting one if none runs. A test's
+// own store's supervisor stops with the test, and so does one with variables of its own; the shared
+// store's lives as long as the tests.
+func daemonFor(t *testing.T, root string, env []string) string {
+	t.Helper()
+	daemons.Lock()
+	defer daemons.Unlock()
+	key := strings.Join(append([]string{root}, env...), "\x00")
+	if sock, ok := daemons.socks[key]; ok {
+		return sock
+	}
+	if daemons.socks == nil {
+		daemons.socks = map[string]string{}
+	}
+	daemons.n++
+	dir := fmt.Sprintf("/run/shed-test-%d-via", os.Getpid())
+	sock := filepath.Join(dir, fmt.Sprintf("%d.sock", daemons.n))
+	cmd := exec.Command(shedBin, "--root", root, "daemon", "--socket", sock)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = dieWithTests()
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			break
+		}
+		if i == 500 {
+			t.Fatalf("the supervisor of %s did not listen:\n%s", root, log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	daemons.socks[key] = sock
+	if root != shared.root || len(env) > 0 {
+		t.Cleanup(func() {
+			daemons.Lock()
+			delete(daemons.socks, key)
+			daemons.Unlock()
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("supervisor log:\n%s", log.String())
+			}
+		})
+	}
+	return sock
+}
+
 // shed runs the binary on root with args; env adds variables.
 func shed(t *testing.T, root string, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(shedBin, append([]string{"--root", root}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd := shedCmdEnv(t, root, env, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -41,23 +41,14 @@ func cmdLock() *cli.Command {
 				return printJSON(c, res)
 			}
 			if !res.Changed {
-				fmt.Fprintf(c.App.Writer, "%s is up to date (%s)\n", res.Lock, counts(res.Packages, res.PipPackages))
+				fmt.Fprintf(c.App.Writer, "%s is up to date (%s)\n", res.Lock, app.Counts(res.Packages, res.PipPackages))
 				return nil
 			}
 			for _, ch := range res.Changes {
 				fmt.Fprintln(c.App.Writer, ch)
 			}
-			fmt.Fprintf(c.App.Writer, "wrote %s: %s, seed dated %s\n", res.Lock, counts(res.Packages, res.PipPackages), res.ReleaseDate)
+			fmt.Fprintf(c.App.Writer, "wrote %s: %s, seed dated %s\n", res.Lock, app.Counts(res.Packages, res.PipPackages), res.ReleaseDate)
 			return nil
 		},
 	}
-}
-
-// counts says what a lock holds: "30 packages" or "30 packages, 3 pip packages".
-func counts(apt, pip int) string {
-	s := app.Plural(apt, "package")
-	if pip > 0 {
-		s += ", " + app.Plural(pip, "pip package")
-	}
-	return s
 }
