@@ -25,7 +25,7 @@ import (
 
 // startServer serves a real store on a socket of its own; the returned policy hook runs before the
 // real policy, so that a test can make a handler panic.
-func startServer(t *testing.T, hook func(op string)) (string, *Server) {
+func startServer(t testing.TB, hook func(op string)) (string, *Server) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the store is root-only (CI runs as root)")
@@ -347,6 +347,30 @@ func FuzzDecode(f *testing.F) {
 		}
 		if o2, ok := app.Lookup(req.Op); !ok || o2 != o {
 			t.Fatalf("accepted op %q", req.Op)
+		}
+	})
+}
+
+// BenchmarkCall is one request through the daemon's socket (connect, descriptors, decode, policy,
+// operation, result) against the same operation called in process: what the typed API costs a
+// command. key.show reads the key and the config, as a cache-hit command reads its records.
+func BenchmarkCall(b *testing.B) {
+	sock, srv := startServer(b, nil)
+	b.Run("in-process", func(b *testing.B) {
+		call := &app.Call{Caller: &app.Caller{User: "root", Role: app.Operator}}
+		for b.Loop() {
+			if _, err := srv.Service.Do(context.Background(), call, "key.show", &app.KeyShowRequest{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("socket", func(b *testing.B) {
+		cl := &Client{Socket: sock}
+		for b.Loop() {
+			var res app.KeysResult
+			if err := cl.Call(context.Background(), "key.show", &app.KeyShowRequest{}, &res); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

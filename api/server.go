@@ -22,6 +22,7 @@ import (
 
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/internal/fdio"
 	"toolshed.dev/shed/sandbox"
 )
 
@@ -94,21 +95,28 @@ func (srv *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 	}
 }
 
-// admit counts a request in flight, or says it is one too many.
-func (srv *Server) admit(uid uint32) (func(), bool) {
+// admit counts a request in flight, or says it is one too many. Operators are not counted against
+// the total: users holding every slot with long Bench sessions must not lock operators out (of
+// `bench rm` above all); each operator is still bounded per uid.
+func (srv *Server) admit(c *app.Caller) (func(), bool) {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	if srv.active >= srv.MaxConns || srv.byUID[uid] >= srv.MaxPerUser {
+	shared := c.Role != app.Operator
+	if (shared && srv.active >= srv.MaxConns) || srv.byUID[c.UID] >= srv.MaxPerUser {
 		return nil, false
 	}
-	srv.active++
-	srv.byUID[uid]++
+	if shared {
+		srv.active++
+	}
+	srv.byUID[c.UID]++
 	return func() {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
-		srv.active--
-		if srv.byUID[uid]--; srv.byUID[uid] == 0 {
-			delete(srv.byUID, uid)
+		if shared {
+			srv.active--
+		}
+		if srv.byUID[c.UID]--; srv.byUID[c.UID] == 0 {
+			delete(srv.byUID, c.UID)
 		}
 	}, true
 }
@@ -124,7 +132,7 @@ func (cn *conn) send(m Message) {
 	defer cn.mu.Unlock()
 	// A client gone mid-stream is not an error of ours: the operation is cancelled when its read
 	// side sees the close.
-	_ = cn.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_ = cn.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
 	_ = json.NewEncoder(cn.c).Encode(m)
 }
 
@@ -156,7 +164,7 @@ func (srv *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		srv.Log.Warn("peer credentials", "err", err)
 		return
 	}
-	release, ok := srv.admit(caller.UID)
+	release, ok := srv.admit(caller)
 	if !ok {
 		cn.fail(&app.Error{Code: app.CodeBusy, Err: errors.New("the supervisor has too many requests in flight"), Hint: "try again when some have ended"})
 		return
@@ -175,8 +183,16 @@ func (srv *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		cn.fail(err)
 		return
 	}
-	if filepath.IsAbs(req.Dir) {
+	// Relative paths are the client's; with no directory of its own they are relative to /, never to
+	// the daemon's.
+	switch {
+	case req.Dir == "":
+		caller.Dir = "/"
+	case filepath.IsAbs(req.Dir):
 		caller.Dir = filepath.Clean(req.Dir)
+	default:
+		cn.fail(&app.Error{Code: app.CodeBadRequest, Err: fmt.Errorf("dir %q is not absolute", req.Dir), Hint: "docs/api.md describes the protocol"})
+		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -200,11 +216,15 @@ func (srv *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	}()
 	io := &app.IO{Stdin: stdio[0], Stdout: stdio[1], Stderr: stdio[2], Resize: resize,
 		Notice: func(n app.Notice) { cn.send(Message{Notice: &n}) }}
+	// Progress and the builds' own output are drawn on the client's stderr by work others may wait
+	// for (a build holds its path's lock): a client that does not read its stderr loses them, and
+	// holds up nothing.
+	drawn := fdio.Writer(ctx, stdio[2], 100*time.Millisecond)
 	if req.Progress {
-		io.Progress = builder.NewTerminalProgress(stdio[2])
+		io.Progress = builder.NewTerminalProgress(drawn)
 	}
 	if req.Verbose {
-		io.BuildOutput = stdio[2]
+		io.BuildOutput = drawn
 	}
 	start := time.Now()
 	res, err := srv.Service.Do(ctx, &app.Call{Caller: caller, IO: io}, o.Name, v)

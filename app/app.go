@@ -20,6 +20,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/records"
@@ -97,9 +98,17 @@ func (c *Call) stdin() *os.File {
 	if c.IO != nil && c.IO.Stdin != nil {
 		return c.IO.Stdin
 	}
-	f, _ := os.Open(os.DevNull)
-	return f
+	return devNull()
 }
+
+// devNull is /dev/null, opened once, for calls with no stdin (an agent's proposal).
+var devNull = sync.OnceValue(func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		panic(err) // no /dev/null: nothing of a sandbox would work either
+	}
+	return f
+})
 
 func (c *Call) stdout() io.Writer {
 	if c.IO != nil && c.IO.Stdout != nil {
@@ -141,6 +150,9 @@ type Service struct {
 	// UserLimits bound the Benches users launch: a request above them is refused, an unset limit is
 	// set to them. Zero: no bound.
 	UserLimits sandbox.Limits
+	// UserKept bounds the kept Benches (their uppers are on the store's filesystem) each user may
+	// have at once. Zero: no bound.
+	UserKept int
 }
 
 // Records returns the service's Workshop records.

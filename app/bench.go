@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/internal/fdio"
 	"toolshed.dev/shed/proposal"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
@@ -135,6 +136,13 @@ func (s *Service) withStdio(ctx context.Context, c *Call, tty bool, termName str
 	in := stdio.Stdin.(*os.File)
 	t := &sandbox.Terminal{}
 	stdio.Terminal = t
+	// The terminal's input and output are copied by goroutines of ours: they must end with the
+	// request even if the caller's descriptors never become readable or writable (a client holding a
+	// pipe open and silent, or a stopped terminal).
+	stdio.Stdin = fdio.Reader(ctx, in)
+	if out, ok := stdio.Stdout.(*os.File); ok {
+		stdio.Stdout = fdio.Writer(ctx, out, 0)
+	}
 	if termName == "" {
 		termName = "xterm"
 	}
@@ -241,7 +249,7 @@ func ownBench(c *Call, st *store.Store, nameOrID string) (*bench.Record, error) 
 		return nil, err
 	}
 	if !MayUse(c.Caller, rec) {
-		return nil, fail(CodeDenied, fmt.Errorf("%w: bench %s was launched by another user", ErrDenied, nameOrID),
+		return nil, fail(CodeDenied, fmt.Errorf("%w: no bench %s of yours", ErrDenied, nameOrID),
 			"`shed bench ls` lists your Benches; an operator may act on any")
 	}
 	return rec, nil
@@ -251,7 +259,7 @@ func ownBench(c *Call, st *store.Store, nameOrID string) (*bench.Record, error) 
 type BenchExecRequest struct {
 	Bench string   `json:"bench"`          // the Bench, by name or id
 	Argv  []string `json:"argv"`           // the command and its arguments
-	TTY   bool     `json:"tty,omitempty"`  // give the command a pseudo-terminal (the client's stdin must be a terminal)
+	TTY   bool     `json:"tty,omitempty"`  // give the command a pseudo-terminal (raw mode and the window size follow the client's stdin when it is a terminal)
 	Term  string   `json:"term,omitempty"` // the client's TERM, for that terminal (default xterm)
 }
 
@@ -287,11 +295,24 @@ type BenchRequest struct {
 
 // TextResult is text an operation read for the caller (a log).
 type TextResult struct {
-	Text string `json:"text"` // the log
+	Text      string `json:"text"`                // the log
+	Truncated bool   `json:"truncated,omitempty"` // the log is longer: Text is its first MaxText bytes
 }
 
-// maxText bounds a log sent back whole.
-const maxText = 64 << 20
+// MaxText bounds a log sent back in a result (it is held in memory a few times over on the way).
+const MaxText = 8 << 20
+
+// readText reads r's first MaxText bytes.
+func readText(r io.Reader) (*TextResult, error) {
+	b, err := io.ReadAll(io.LimitReader(r, MaxText+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxText {
+		return &TextResult{Text: string(b[:MaxText]), Truncated: true}, nil
+	}
+	return &TextResult{Text: string(b)}, nil
+}
 
 // BenchLogs returns a Bench's network log: every destination its proxy allowed or refused.
 func (s *Service) BenchLogs(ctx context.Context, c *Call, req *BenchRequest) (*TextResult, error) {
@@ -306,12 +327,8 @@ func (s *Service) BenchLogs(ctx context.Context, c *Call, req *BenchRequest) (*T
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(bench.Logs(st, rec.ID, pw)) }()
-	b, err := io.ReadAll(io.LimitReader(pr, maxText))
-	pr.Close()
-	if err != nil {
-		return nil, err
-	}
-	return &TextResult{Text: string(b)}, nil
+	defer pr.Close() // and with it the copy
+	return readText(pr)
 }
 
 // BenchRemoveRequest names Benches to stop or delete.

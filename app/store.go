@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -420,11 +419,7 @@ func (s *Service) BuildLog(ctx context.Context, c *Call, req *PathRequest) (*Tex
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxText))
-	if err != nil {
-		return nil, err
-	}
-	return &TextResult{Text: string(b)}, nil
+	return readText(f)
 }
 
 // KeyShowRequest asks for the store's keys.

@@ -29,7 +29,7 @@ func init() {
 }
 
 // RecipeFile says which recipe a Workshop field names: a record's current version when it is a
-// record's name (and no such file exists, for an operator), else a file relative to the caller.
+// record's name, else (for an operator) a file relative to the caller.
 // Users name records only: no file of theirs is ever read as root.
 func (s *Service) RecipeFile(c *Call, workshop string) (string, error) {
 	if workshop == "" {
@@ -44,14 +44,14 @@ func (s *Service) RecipeFile(c *Call, workshop string) (string, error) {
 		}
 		return rs.File(v.Name, v.N), nil
 	}
-	path := c.path(workshop)
-	if _, err := os.Stat(path); err == nil || !records.IsName(workshop) {
-		return path, nil
+	// A record's name first: a file of that name in whatever directory the operator is in (another
+	// user's /tmp/tools) must not stand in for the record. A file is named as a path (./tools).
+	if records.IsName(workshop) {
+		if v, err := rs.Current(workshop); err == nil {
+			return rs.File(v.Name, v.N), nil
+		}
 	}
-	if v, err := rs.Current(workshop); err == nil {
-		return rs.File(v.Name, v.N), nil
-	}
-	return path, nil
+	return c.path(workshop), nil
 }
 
 // loadRecipe reads the recipe a Workshop field names (its File is absolute); grants of the store

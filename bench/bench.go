@@ -114,26 +114,12 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if !nameRE().MatchString(name) {
 		return 0, fmt.Errorf("bench name %q: use lowercase letters, digits, '.', '_' and '-'", name)
 	}
-	if err := os.MkdirAll(Dir(s), 0o700); err != nil {
-		return 0, err
-	}
-	if _, err := find(s, name); err == nil {
-		return 0, fmt.Errorf("a bench named %s exists: `shed bench rm %s`, or pick another --name", name, name)
-	}
 	dir := filepath.Join(Dir(s), id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return 0, err
-	}
-	lk, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	lk, err := reserve(Dir(s), dir, name)
 	if err != nil {
-		os.RemoveAll(dir)
 		return 0, err
 	}
 	defer lk.Close()
-	if err := unix.Flock(int(lk.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		os.RemoveAll(dir)
-		return 0, fmt.Errorf("lock bench %s: %w", id, err)
-	}
 	keep := opts.Keep
 	defer func() {
 		if !keep {
@@ -187,7 +173,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		}
 		if len(rules) > 0 {
 			spec.Network.Listen = []string{proxyAddr}
-			enc := json.NewEncoder(netLog)
+			enc := json.NewEncoder(&capped{w: netLog, left: MaxNetworkLog})
 			px, err = proxy.New(proxy.Config{Allow: rules, Log: func(d proxy.Decision) {
 				// A proposal reads the refusals from this log: one it misses is reported at the end.
 				if err := enc.Encode(d); err != nil {
@@ -320,6 +306,65 @@ func writeRecord(dir string, rec *Record) error {
 	return atomicfile.WriteFile(filepath.Join(dir, "bench.json"), b, 0o600)
 }
 
+// MaxNetworkLog bounds a Bench's network log: an agent makes it grow with every refused request,
+// and it is on the store's filesystem. Entries past it are dropped whole.
+const MaxNetworkLog = 64 << 20
+
+// capped writes to w until left bytes are used, then drops writes whole (a log's lines stay whole).
+type capped struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		c.left = 0
+		return len(p), nil
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
+}
+
+// ErrNameTaken is a Bench name in use by a running or kept Bench (anyone's: names are one namespace).
+var ErrNameTaken = errors.New("the Bench name is taken")
+
+// reserve makes the Bench's directory dir under benches, named name, and returns its lock, held:
+// under a lock of all names, so that two launches with one name cannot both get it. The name is
+// written beside the lock at once, so a Bench still starting (no record yet) holds its name too.
+func reserve(benches, dir, name string) (*os.File, error) {
+	if err := os.MkdirAll(benches, 0o700); err != nil {
+		return nil, err
+	}
+	names, err := os.OpenFile(filepath.Join(benches, ".names.lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer names.Close() // and with it the names' lock
+	if err := unix.Flock(int(names.Fd()), unix.LOCK_EX); err != nil {
+		return nil, err
+	}
+	if _, err := FindIn(benches, name); err == nil {
+		return nil, fmt.Errorf("%w: %s (pick another --name; `shed bench ls` lists yours)", ErrNameTaken, name)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	lk, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		if err = unix.Flock(int(lk.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
+			err = os.WriteFile(filepath.Join(dir, "name"), []byte(name), 0o600)
+		}
+		if err != nil {
+			lk.Close()
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("reserve bench %s: %w", name, err)
+	}
+	return lk, nil
+}
+
 // running reports whether the shed process running the Bench in dir is alive
 // (it holds dir/lock).
 func running(dir string) bool {
@@ -345,10 +390,17 @@ func ListIn(benches string) ([]*Record, error) {
 	}
 	var out []*Record
 	for _, e := range ents {
+		if !e.IsDir() {
+			continue // .names.lock
+		}
 		dir := filepath.Join(benches, e.Name())
 		b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
 		if err != nil {
-			continue // starting, or debris for Sweep
+			// Starting (it holds its name already), or debris for Sweep.
+			if name, err := os.ReadFile(filepath.Join(dir, "name")); err == nil && running(dir) {
+				out = append(out, &Record{ID: e.Name(), Name: string(name), Running: true})
+			}
+			continue
 		}
 		var rec Record
 		if json.Unmarshal(b, &rec) != nil {
@@ -453,6 +505,9 @@ func Sweep(s *store.Store) (int, error) {
 		return 0, err
 	}
 	for _, e := range ents {
+		if !e.IsDir() {
+			continue // .names.lock
+		}
 		dir := filepath.Join(Dir(s), e.Name())
 		if running(dir) {
 			continue

@@ -7,6 +7,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -124,6 +125,12 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 			if lim.Pids > 0 && r.Pids > lim.Pids {
 				return denied("ask for less, or an operator raises the supervisor's --user-pids", "pids limit %d is above the users' %d", r.Pids, lim.Pids)
 			}
+			if r.Keep && s.UserKept > 0 {
+				if n := keptBy(s, caller); n >= s.UserKept {
+					return denied("remove one (`shed bench rm NAME`; `shed bench ls` lists them), or an operator raises the supervisor's --user-kept",
+						"you keep %d Benches, the most a user may", n)
+				}
+			}
 			return mayRun(s, caller, r.Workshop)
 		}
 	case *app.WhyRequest:
@@ -177,6 +184,18 @@ func Allowed(caller *app.Caller, users []string) bool {
 		}
 	}
 	return false
+}
+
+// keptBy counts the kept Benches caller launched.
+func keptBy(s *app.Service, caller *app.Caller) int {
+	recs, _ := bench.ListIn(filepath.Join(s.Root, "benches"))
+	n := 0
+	for _, r := range recs {
+		if r.Keep && r.Owner == caller.User {
+			n++
+		}
+	}
+	return n
 }
 
 // ownBench: operators act on every Bench, users on the ones they launched, an agent on its own.

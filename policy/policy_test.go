@@ -244,3 +244,33 @@ func TestFieldRules(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordNameTraversal: a record's name is a directory under the records, so a name that climbs
+// out of them must never be read: a user plants a version.json that names itself, and a
+// workshop.toml that links to a root-only file, and asks to be shown "version 1" of it.
+func TestRecordNameTraversal(t *testing.T) {
+	svc := newService(t)
+	canary := "canary-" + fmt.Sprint(os.Getpid())
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte(canary), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	planted := filepath.Join(t.TempDir(), "e")
+	rel, _ := filepath.Rel(filepath.Join(svc.Root, "workshops"), planted)
+	os.MkdirAll(filepath.Join(planted, "1"), 0o755)
+	os.WriteFile(filepath.Join(planted, "1", "version.json"), []byte(fmt.Sprintf(`{"name":%q,"version":1}`, rel)), 0o644)
+	os.Symlink(secret, filepath.Join(planted, "1", "workshop.toml"))
+	alice := &app.Call{Caller: &app.Caller{User: "alice", Role: app.User}}
+	for _, req := range []any{
+		&app.WorkshopShowRequest{Name: rel, Version: 1},
+		&app.WorkshopShowRequest{Name: rel},
+		&app.WorkshopRequest{Name: rel},
+		&app.WorkshopDiffRequest{Name: rel},
+	} {
+		op := map[string]string{"*app.WorkshopShowRequest": "workshop.show", "*app.WorkshopRequest": "workshop.log", "*app.WorkshopDiffRequest": "workshop.diff"}[fmt.Sprintf("%T", req)]
+		res, err := svc.Do(context.Background(), alice, op, req)
+		if err == nil || app.Classify(err).Code != app.CodeNotFound || strings.Contains(fmt.Sprintf("%+v %v", res, err), canary) {
+			t.Errorf("%s %+v: %+v %v, want not_found and no secret", op, req, res, err)
+		}
+	}
+}

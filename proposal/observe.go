@@ -91,7 +91,9 @@ func (v *view) open(rel string, flags uint64) (*os.File, error) {
 	rel = strings.TrimPrefix(rel, "/")
 	var first error
 	for i, root := range v.roots {
-		fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		// O_NONBLOCK: a FIFO the agent put in place of a file must not hang the reader (it is then
+		// refused as not a regular file).
+		fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK,
 			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
 		if err == nil {
 			f := os.NewFile(uintptr(fd), rel)
@@ -175,7 +177,12 @@ func Observe(s *store.Store, rec *bench.Record) (*Observed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the Bench's layers: %w", err)
 	}
-	if b, err := v.readFile("/var/lib/dpkg/status"); err == nil {
+	b, err := v.readFile("/var/lib/dpkg/status")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		// Not absent but unreadable (a FIFO or a link the agent put there, a huge file): say so.
+		return nil, fmt.Errorf("the Bench's dpkg status: %w", err)
+	}
+	if err == nil {
 		now, err := debian.ParseStatus(b)
 		if err != nil {
 			return nil, fmt.Errorf("the Bench's dpkg status: %w", err)

@@ -90,8 +90,13 @@ func (rs *Workshops) Current(name string) (*Version, error) {
 	return rs.Get(name, n)
 }
 
-// Get returns version n of name.
+// Get returns version n of name. The name must be a record's name: it is a directory under the
+// records, and "../x" would be one elsewhere (a caller's planted version.json, and its workshop.toml
+// a link to any file). The version read must say it is that name and number.
 func (rs *Workshops) Get(name string, n int) (*Version, error) {
+	if !IsName(name) || n < 1 {
+		return nil, fmt.Errorf("%w: %q version %d", ErrNoRecord, name, n)
+	}
 	b, err := os.ReadFile(filepath.Join(rs.Dir(name, n), "version.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s version %d", ErrNoRecord, name, n)
@@ -101,6 +106,9 @@ func (rs *Workshops) Get(name string, n int) (*Version, error) {
 	var v Version
 	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, fmt.Errorf("record %s version %d: %v", name, n, err)
+	}
+	if v.Name != name || v.N != n {
+		return nil, fmt.Errorf("record %s version %d: its version.json says %s version %d", name, n, v.Name, v.N)
 	}
 	return &v, nil
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // rawClient is an unprivileged client that speaks the supervisor's protocol itself, as an attacker
@@ -24,7 +25,19 @@ body = sys.argv[1].encode()
 n = int(sys.argv[2]) if len(sys.argv) > 2 else len(body)
 s = socket.socket(socket.AF_UNIX)
 s.connect(os.environ["SHED_SOCKET"])
-socket.send_fds(s, [struct.pack(">I", n)], [0, 1, 2])
+stdin = 0
+if os.environ.get("RAW_STDIN") == "silent-pipe":
+    # A pipe whose write end outlives this client (a child holds it a minute) and is never written.
+    stdin, held = os.pipe()
+    if os.fork() == 0:
+        import time
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2, stdin, s.fileno()):
+            os.dup2(null, fd) if fd < 3 else os.close(fd)
+        time.sleep(60)
+        os._exit(0)
+    os.close(held)
+socket.send_fds(s, [struct.pack(">I", n)], [stdin, 1, 2])
 try:
     s.sendall(body)
 except OSError as e:
@@ -40,6 +53,12 @@ except OSError as e:
 // raw runs rawClient as uid and returns what the daemon answered.
 func raw(t *testing.T, sock string, uid int, body string, length ...int) string {
 	t.Helper()
+	return rawEnv(t, sock, uid, nil, body, length...)
+}
+
+// rawEnv is raw with variables for the client (RAW_STDIN).
+func rawEnv(t *testing.T, sock string, uid int, env []string, body string, length ...int) string {
+	t.Helper()
 	args := []string{"-c", rawClient, body}
 	for _, n := range length {
 		if n > 0 {
@@ -47,7 +66,7 @@ func raw(t *testing.T, sock string, uid int, body string, length ...int) string 
 		}
 	}
 	cmd := exec.Command("/usr/bin/python3", args...)
-	cmd.Env = append(os.Environ(), "SHED_SOCKET="+sock)
+	cmd.Env = append(append(os.Environ(), "SHED_SOCKET="+sock), env...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
 	out, err := cmd.CombinedOutput()
@@ -303,5 +322,89 @@ packages = ["jq"]
 	}
 	if r := shed(t, root, nil, "--json", "lock", file); r.code != 0 || !strings.Contains(r.stdout, `"changed": false`) {
 		t.Errorf("the lock written does not match the recipe: %s%s", r.stdout, r.stderr)
+	}
+}
+
+// procCount is how many threads and descriptors process pid has.
+func procCount(t *testing.T, pid int) (threads, fds int) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			threads, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return threads, len(ents)
+}
+
+// TestSupervisorHeldDescriptors: a user who hands the daemon descriptors it never makes ready (a
+// terminal's stdin that is a pipe held open and silent) costs the daemon nothing once each request
+// is over: its threads and descriptors come back to what they were. And an agent that puts a FIFO
+// where dpkg's status was cannot hang a proposal.
+func TestSupervisorHeldDescriptors(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+	sock := daemon(t, root)
+	pidv, _ := daemonPids.Load(sock)
+	pid := pidv.(int)
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	for d := filepath.Dir(shedBin); d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			os.Chmod(d, fi.Mode().Perm()|0o011)
+		}
+	}
+	name := "held-" + strconv.Itoa(os.Getpid())
+	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), strings.Replace(string(must(os.ReadFile(file))), `name = "bench-jq"`, fmt.Sprintf("name = %q", name), 1))
+	if r := via(t, sock, 0, "", "workshop", "add", "--allow", "nobody", f); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	startVia(t, sock, uid, "bench", "run", "-f", name, "--name", name, "--", "sleep", "1021")
+	waitBench(t, root, name)
+	// One request to settle what the daemon keeps (its first Bench's goroutines, caches).
+	exec1 := `{"protocol":1,"op":"bench.exec","request":{"bench":"` + name + `","argv":["true"],"tty":true}}`
+	rawEnv(t, sock, uid, []string{"RAW_STDIN=silent-pipe"}, exec1)
+	time.Sleep(300 * time.Millisecond)
+	threads0, fds0 := procCount(t, pid)
+	for range 30 {
+		if out := rawEnv(t, sock, uid, []string{"RAW_STDIN=silent-pipe"}, exec1); !strings.Contains(out, `"exit":0`) {
+			t.Fatalf("exec with a silent stdin: %s", out)
+		}
+	}
+	var threads, fds int
+	for range 50 {
+		if threads, fds = procCount(t, pid); threads <= threads0+2 && fds <= fds0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if threads > threads0+2 || fds > fds0 {
+		t.Errorf("after 30 requests with a silent stdin the daemon has %d threads and %d descriptors, %d and %d before", threads, fds, threads0, fds0)
+	}
+
+	// A FIFO in place of dpkg's status, in a kept Bench: the proposal is refused, at once.
+	fifo := "fifo-" + strconv.Itoa(os.Getpid())
+	if r := via(t, sock, 0, "", "bench", "run", "--keep", "--name", fifo, "-f", name, "--", "sh", "-c",
+		"rm /var/lib/dpkg/status && mkfifo /var/lib/dpkg/status"); r.code != 0 {
+		t.Fatalf("the FIFO's Bench: exit %d\n%s", r.code, r.stderr)
+	}
+	t.Cleanup(func() { via(t, sock, 0, "", "bench", "rm", fifo) })
+	start := time.Now()
+	cmd := viaCmd(sock, 0, "bench", "propose", fifo)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	err = cmd.Run()
+	timer.Stop()
+	if err == nil || !strings.Contains(stderr.String(), "not a regular file") || time.Since(start) > 30*time.Second {
+		t.Errorf("propose from a Bench with a FIFO for dpkg's status: %v after %v\n%s", err, time.Since(start), stderr.String())
 	}
 }

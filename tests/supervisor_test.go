@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -62,6 +63,7 @@ func daemon(t *testing.T, root string) string {
 	})
 	for i := 0; i < 200; i++ {
 		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			daemonPids.Store(sock, cmd.Process.Pid)
 			return sock
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -69,6 +71,9 @@ func daemon(t *testing.T, root string) string {
 	t.Fatalf("the daemon did not listen:\n%s", log.String())
 	return ""
 }
+
+// daemonPids maps a test daemon's socket to its pid.
+var daemonPids sync.Map
 
 // viaCmd is shed through the supervisor at sock (no store of its own), as uid if it is not 0.
 func viaCmd(sock string, uid int, args ...string) *exec.Cmd {

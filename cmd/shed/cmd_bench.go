@@ -121,8 +121,13 @@ func cmdBench() *cli.Command {
 					if err != nil {
 						return err
 					}
-					_, err = io.WriteString(c.App.Writer, res.Text)
-					return err
+					if _, err := io.WriteString(c.App.Writer, res.Text); err != nil {
+						return err
+					}
+					if res.Truncated {
+						fmt.Fprintf(c.App.ErrWriter, "shed: the log goes on: these are its first %d MiB\n", app.MaxText>>20)
+					}
+					return nil
 				},
 			},
 			{

@@ -30,6 +30,7 @@ func cmdDaemon() *cli.Command {
 			&cli.StringFlag{Name: "operators-group", Value: "shed-ops", Usage: "`GROUP` whose members are operators"},
 			&cli.StringFlag{Name: "user-memory", Value: "4G", Usage: "the most memory a user's Bench may have (and the limit of one that names none)"},
 			&cli.Int64Flag{Name: "user-pids", Value: 4096, Usage: "the most processes a user's Bench may have (and the limit of one that names none)"},
+			&cli.IntFlag{Name: "user-kept", Value: 4, Usage: "the most kept Benches (--keep) a user may have at once"},
 		},
 		Action: func(c *cli.Context) error {
 			if os.Geteuid() != 0 {
@@ -41,6 +42,7 @@ func cmdDaemon() *cli.Command {
 			}
 			svc := service(c)
 			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: c.Int64("user-pids")}
+			svc.UserKept = c.Int("user-kept")
 			// The store must open now: a supervisor that cannot serve says so at start, not per request.
 			st, err := store.Open(svc.Root)
 			if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/urfave/cli/v2"
@@ -23,8 +24,13 @@ func cmdLog() *cli.Command {
 			if err != nil {
 				return err
 			}
-			_, err = io.WriteString(c.App.Writer, res.Text)
-			return err
+			if _, err := io.WriteString(c.App.Writer, res.Text); err != nil {
+				return err
+			}
+			if res.Truncated {
+				fmt.Fprintf(c.App.ErrWriter, "shed: the log goes on: these are its first %d MiB\n", app.MaxText>>20)
+			}
+			return nil
 		},
 	}
 }

@@ -27,7 +27,8 @@ func cmdWorkshop() *cli.Command {
 		Usage: "the canonical Workshop records: versions of recipes and locks, promoted from proposals",
 		Description: "A record is the canonical recipe and lock of a Workshop, versioned, written only by the\n" +
 			"supervisor (or by root without one). Agents propose (`shed bench propose`); a human reads\n" +
-			"the diff and promotes. A record's name is accepted wherever a recipe file is.",
+			"the diff and promotes. A record's name is accepted wherever a recipe file is (a record comes\n" +
+			"first: name a file of that name as ./NAME).",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add",
