@@ -379,14 +379,17 @@ func TestSupervisorHeldDescriptors(t *testing.T) {
 			t.Fatalf("exec with a silent stdin: %s", out)
 		}
 	}
+	// A leaked copy holds its descriptor, and a thread blocked in read(2): the descriptors must come
+	// back exactly; the Go runtime keeps idle threads, so a few more of those are no leak (thirty
+	// leaked copies would be thirty).
 	var threads, fds int
 	for range 50 {
-		if threads, fds = procCount(t, pid); threads <= threads0+2 && fds <= fds0 {
+		if threads, fds = procCount(t, pid); threads <= threads0+10 && fds <= fds0 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if threads > threads0+2 || fds > fds0 {
+	if threads > threads0+10 || fds > fds0 {
 		t.Errorf("after 30 requests with a silent stdin the daemon has %d threads and %d descriptors, %d and %d before", threads, fds, threads0, fds0)
 	}
 

@@ -348,7 +348,14 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	if ls := mustShed(t, root, "bench", "ls").stdout; strings.Contains(ls, "doomed") {
 		t.Errorf("a killed shed's Bench is still listed:\n%s", ls)
 	}
-	if left, _ := filepath.Glob(filepath.Join(root, "benches", "*")); len(left) != 0 { // not .names.lock
+	ents, _ := os.ReadDir(filepath.Join(root, "benches"))
+	var left []string
+	for _, e := range ents {
+		if e.Name() != ".names.lock" { // the names' lock is the directory's, not a Bench's
+			left = append(left, e.Name())
+		}
+	}
+	if len(left) != 0 {
 		t.Errorf("bench state left after the sweep: %v", left)
 	}
 	// The kernel tears the pid namespace down asynchronously (SIGKILL to init by Pdeathsig, then to
