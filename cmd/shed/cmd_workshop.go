@@ -39,6 +39,9 @@ func cmdWorkshop() *cli.Command {
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
+						if c.NArg() > 1 && strings.HasPrefix(c.Args().Get(1), "-") {
+							return usageError("workshop add: flags go before FILE: shed workshop add --allow USER FILE")
+						}
 						return usageError("workshop add wants one recipe FILE")
 					}
 					v, err := call[records.Version](c, "workshop.add", &app.WorkshopAddRequest{File: c.Args().First(), Allow: c.StringSlice("allow")})
