@@ -26,6 +26,9 @@ type Client struct {
 	Progress, Verbose bool
 	// Notice receives the operation's notices as they come.
 	Notice func(app.Notice)
+	// Stdio are the descriptors sent with each request (nil: this process's stdin, stdout, stderr).
+	// An MCP server sends /dev/null for stdin and stdout: those are its protocol's.
+	Stdio *[3]*os.File
 }
 
 // ErrNoAnswer is a connection the supervisor closed without a result.
@@ -54,16 +57,20 @@ func (cl *Client) Call(ctx context.Context, op string, req, resp any) error {
 	defer stop()
 	var hdr [4]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(frame)))
-	rights := unix.UnixRights(int(os.Stdin.Fd()), int(os.Stdout.Fd()), int(os.Stderr.Fd()))
+	stdio := [3]*os.File{os.Stdin, os.Stdout, os.Stderr}
+	if cl.Stdio != nil {
+		stdio = *cl.Stdio
+	}
+	rights := unix.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
 	if _, _, err := c.WriteMsgUnix(hdr[:], rights, nil); err != nil {
 		return err
 	}
-	runtime.KeepAlive(os.Stdin)
+	runtime.KeepAlive(stdio)
 	if _, err := c.Write(frame); err != nil {
 		return err
 	}
 	// The kernel sends SIGWINCH to the terminal's foreground process, this one: pass it on.
-	if term.IsTerminal(int(os.Stdin.Fd())) {
+	if term.IsTerminal(int(stdio[0].Fd())) {
 		winch := make(chan os.Signal, 1)
 		signal.Notify(winch, syscall.SIGWINCH)
 		defer signal.Stop(winch)

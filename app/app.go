@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 
+	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
@@ -150,6 +151,14 @@ type Service struct {
 	// UserLimits bound the Benches users launch: a request above them is refused, an unset limit is
 	// set to them. Zero: no bound.
 	UserLimits sandbox.Limits
+	// Audit, if set, hears every operation that is not a read (refusals too, at a bounded rate per
+	// user) and every Bench event.
+	Audit    *audit.Log
+	refusals limiter
+	// Detached, set by the supervisor, runs the Benches that outlive their request (bench.create).
+	Detached *Detached
+	// UserBenches bounds the Benches (running or kept) each user may have at once. Zero: no bound.
+	UserBenches int
 	// UserKept bounds the kept Benches (their uppers are on the store's filesystem) each user may
 	// have at once. Zero: no bound.
 	UserKept int
@@ -253,6 +262,7 @@ func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any,
 		return nil, &Error{Code: CodeDenied, Err: fmt.Errorf("%w: no policy", ErrDenied)}
 	}
 	if err := s.Policy(s, c.Caller, op, req); err != nil {
+		s.record(c, op, req, nil, err)
 		return nil, err
 	}
 	defer func() {
@@ -260,6 +270,7 @@ func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any,
 			s.log().Error("operation panicked", "op", op, "user", c.Caller.User, "panic", p, "stack", string(debug.Stack()))
 			res, err = nil, &Error{Code: CodeInternal, Err: fmt.Errorf("operation %s failed inside shed (a bug: the supervisor logged it)", op)}
 		}
+		s.record(c, op, req, res, err)
 	}()
 	return o.run(ctx, s, c, req)
 }

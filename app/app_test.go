@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"toolshed.dev/shed/audit"
 )
+
+var auditOpen = audit.Open
 
 type panicRequest struct{}
 
@@ -43,5 +47,19 @@ func TestDoFailsClosed(t *testing.T) {
 	}
 	if _, err := s.Do(ctx, &Call{Caller: &Caller{Role: Operator}}, "no.such", &panicRequest{}); Classify(err).Code != CodeUnknownOperation {
 		t.Errorf("an unknown operation: %v", err)
+	}
+}
+
+// TestAuditFailedOperation: an operation that fails returns a nil result of its type; recording it
+// in the audit log must not take the caller down (it did: a nil *PromoteResult).
+func TestAuditFailedOperation(t *testing.T) {
+	s := &Service{Root: t.TempDir(), Policy: func(*Service, *Caller, string, any) error { return nil }}
+	s.Audit = auditOpen(s.Root)
+	for _, op := range []string{"workshop.promote", "workshop.add", "bench.create", "bench.propose", "realize"} {
+		o, _ := Lookup(op)
+		_, err := s.Do(context.Background(), &Call{Caller: &Caller{Role: Operator, User: "root"}}, op, o.New())
+		if Classify(err).Code == CodeInternal {
+			t.Errorf("%s: %v", op, err)
+		}
 	}
 }

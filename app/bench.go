@@ -2,13 +2,19 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
@@ -74,14 +80,7 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	if limits.MemoryBytes < 0 || limits.Pids < 0 {
 		return nil, usage("limits are positive", "negative limit")
 	}
-	if c.Caller.Role != Operator {
-		if limits.MemoryBytes == 0 {
-			limits.MemoryBytes = s.UserLimits.MemoryBytes
-		}
-		if limits.Pids == 0 {
-			limits.Pids = s.UserLimits.Pids
-		}
-	}
+	limits = s.limitsFor(c, limits)
 	// Without a terminal, the Bench's init starts now and initializes while the Workshop is realized
 	// (a cache hit takes about as long); with one, realizing may draw progress before the terminal
 	// is made raw, so init starts after.
@@ -101,18 +100,10 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	code, err := s.withStdio(ctx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
 		return bench.Run(ctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Grants: grants, Net: req.Net, Keep: req.Keep,
-			Argv: req.Argv, Env: env, Limits: limits, Stdio: stdio, Init: pending,
+			Argv: req.Argv, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: s.benchEvents(c, req.Workshop),
 			// The agent's one way to shed: a proposal, which a human then reads and confirms. It
 			// goes through the same policy as every other request, as the agent of this Bench.
-			Propose: func(ctx context.Context, id string) (string, error) {
-				agent := &Call{Caller: &Caller{UID: c.Caller.UID, User: "agent of bench " + id, Role: Agent, Bench: id, Dir: "/"}}
-				res, err := s.Do(ctx, agent, "bench.propose", &BenchProposeRequest{Bench: id})
-				if err != nil {
-					return "", err
-				}
-				p := res.(*ProposeResult)
-				return proposal.Visible(p.Diff) + fmt.Sprintf("shed: proposal %s: an operator promotes it with `shed workshop promote %s`\n", p.Proposal.ID, p.Proposal.ID), nil
-			},
+			Propose: s.agentProposes,
 		})
 	})
 	if err != nil {
@@ -257,35 +248,92 @@ func ownBench(c *Call, st *store.Store, nameOrID string) (*bench.Record, error) 
 
 // BenchExecRequest asks to run a command in a running Bench.
 type BenchExecRequest struct {
-	Bench string   `json:"bench"`          // the Bench, by name or id
-	Argv  []string `json:"argv"`           // the command and its arguments
-	TTY   bool     `json:"tty,omitempty"`  // give the command a pseudo-terminal (raw mode and the window size follow the client's stdin when it is a terminal)
-	Term  string   `json:"term,omitempty"` // the client's TERM, for that terminal (default xterm)
+	Bench string   `json:"bench"`           // the Bench, by name or id
+	Argv  []string `json:"argv,omitempty"`  // the command and its arguments
+	Shell string   `json:"shell,omitempty"` // or a command line for /bin/sh -c (exactly one of argv and shell)
+	Cwd   string   `json:"cwd,omitempty"`   // its working directory, absolute (default /root)
+	Env   []string `json:"env,omitempty"`   // NAME=VALUE variables added to the Bench's
+	// TimeoutS kills the command after that many seconds (0: none); the result then says timed_out.
+	TimeoutS int64 `json:"timeout_s,omitempty"`
+	// Capture returns stdout and stderr in the result (each at most MaxOutput bytes) instead of
+	// writing them to the caller's descriptors; Stdin is then the command's input.
+	Capture bool   `json:"capture,omitempty"`
+	Stdin   string `json:"stdin,omitempty"`
+	TTY     bool   `json:"tty,omitempty"`  // give the command a pseudo-terminal (raw mode and the window size follow the client's stdin when it is a terminal)
+	Term    string `json:"term,omitempty"` // the client's TERM, for that terminal (default xterm)
 }
 
-// BenchExec runs a command in a running Bench with the caller's stdio.
-func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest) (*ExitResult, error) {
-	if len(req.Argv) == 0 {
+// ExecResult is a command's exit code and, when captured, its output.
+type ExecResult struct {
+	Exit      int    `json:"exit"`                // the command's exit code (128+N for a signal N)
+	Stdout    string `json:"stdout,omitempty"`    // with capture: what it wrote to stdout
+	Stderr    string `json:"stderr,omitempty"`    // with capture: what it wrote to stderr
+	Truncated bool   `json:"truncated,omitempty"` // with capture: an output was longer than MaxOutput
+	TimedOut  bool   `json:"timed_out,omitempty"` // it was killed after timeout_s
+}
+
+var envRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`) })
+
+// BenchExec runs a command in a running Bench, with the caller's stdio or capturing its output.
+func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest) (*ExecResult, error) {
+	argv := req.Argv
+	switch {
+	case len(argv) > 0 && req.Shell != "":
+		return nil, usage("name the command as argv or as shell, not both", "both argv and shell")
+	case req.Shell != "":
+		argv = []string{"/bin/sh", "-c", req.Shell}
+	case len(argv) == 0:
 		return nil, usage("shed bench exec BENCH -- CMD [ARG...]", "bench exec wants a command")
 	}
-	st, err := s.openStore()
+	dir := "/root"
+	if req.Cwd != "" {
+		if !path.IsAbs(req.Cwd) {
+			return nil, usage("an absolute directory, as the Bench sees it", "cwd %q", req.Cwd)
+		}
+		dir = path.Clean(req.Cwd)
+	}
+	for _, e := range req.Env {
+		if !envRE().MatchString(e) || strings.ContainsRune(e, 0) {
+			return nil, usage("NAME=VALUE", "env %q", e)
+		}
+	}
+	if req.TimeoutS < 0 || (req.Capture && req.TTY) {
+		return nil, usage("a timeout in seconds; capture without tty", "timeout_s %d, capture %v, tty %v", req.TimeoutS, req.Capture, req.TTY)
+	}
+	st, rec, err := s.runningBench(c, req.Bench)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	rec, err := ownBench(c, st, req.Bench)
+	runCtx := ctx
+	if req.TimeoutS > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutS)*time.Second)
+		defer cancel()
+	}
+	er := sandbox.ExecRequest{Argv: argv, Dir: dir}
+	res := &ExecResult{}
+	if req.Capture {
+		er.Env = req.Env
+		var out, errb *capture
+		res.Exit, out, errb, err = s.execIn(runCtx, st, rec, er, strings.NewReader(req.Stdin), MaxOutput)
+		if out != nil {
+			res.Stdout, res.Stderr, res.Truncated = out.buf.String(), errb.buf.String(), out.truncated || errb.truncated
+		}
+	} else {
+		res.Exit, err = s.withStdio(runCtx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
+			er.Env = append(env, req.Env...)
+			return bench.Exec(runCtx, st, rec.ID, er, stdio)
+		})
+	}
+	if err != nil && req.TimeoutS > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		res.Exit, res.TimedOut = 124, true // as timeout(1) says it
+		return res, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	er := sandbox.ExecRequest{Argv: req.Argv, Dir: "/root"}
-	code, err := s.withStdio(ctx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
-		er.Env = env
-		return bench.Exec(ctx, st, rec.ID, er, stdio)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &ExitResult{Exit: code}, nil
+	return res, nil
 }
 
 // BenchRequest names one Bench.

@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +43,13 @@ type Options struct {
 	// Init, if set, is the Bench's init, started ahead (sandbox.Prestart, with Stdio) while the caller
 	// realized the layers; Run gives it the Bench's spec. The caller closes it (a no-op once used).
 	Init *sandbox.Pending
+	// Event, if set, hears what the Bench does, for the audit log: "bench.start", "bench.end" (detail:
+	// the exit code), and each network destination its proxy allowed ("net.allowed") or refused
+	// ("net.refused", detail: why).
+	Event func(bench, event, dest, detail string)
+	// Started, if set, is called once the Bench runs and its record is written (a Bench created for an
+	// API caller is returned then, while Run goes on until it ends).
+	Started func(*Record)
 	// Propose, if set, is served inside the Bench at ProposeSocket: an agent there can ask for a
 	// proposal made from this Bench (POST /propose), and nothing else. It returns the text to answer.
 	Propose func(ctx context.Context, bench string) (string, error)
@@ -175,6 +184,13 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			spec.Network.Listen = []string{proxyAddr}
 			enc := json.NewEncoder(&capped{w: netLog, left: MaxNetworkLog})
 			px, err = proxy.New(proxy.Config{Allow: rules, Log: func(d proxy.Decision) {
+				if opts.Event != nil {
+					ev := "net.refused"
+					if d.Allowed {
+						ev = "net.allowed"
+					}
+					opts.Event(name, ev, net.JoinHostPort(d.Host, strconv.Itoa(d.Port)), d.Reason)
+				}
 				// A proposal reads the refusals from this log: one it misses is reported at the end.
 				if err := enc.Encode(d); err != nil {
 					logMu.Lock()
@@ -225,7 +241,16 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		<-done
 		return 0, fmt.Errorf("bench %s: %w", name, err)
 	}
+	if opts.Started != nil {
+		opts.Started(rec)
+	}
+	if opts.Event != nil {
+		opts.Event(name, "bench.start", "", "")
+	}
 	code, err := p.Wait()
+	if opts.Event != nil {
+		opts.Event(name, "bench.end", "", "exit "+strconv.Itoa(code))
+	}
 	cancel()
 	<-done
 	if keep {
@@ -449,8 +474,22 @@ func Exec(ctx context.Context, s *store.Store, nameOrID string, req sandbox.Exec
 	if rec.Net == "recipe" {
 		env = append(env, proxyEnv()...)
 	}
-	req.Env = append(env, req.Env...)
+	req.Env = mergeEnv(env, req.Env)
 	return sandbox.Exec(ctx, filepath.Join(Dir(s), rec.ID, "control.sock"), req, stdio)
+}
+
+// mergeEnv is base with extra's variables, each replacing one of the same name.
+func mergeEnv(base, extra []string) []string {
+	out := slices.Clone(base)
+	for _, e := range extra {
+		name, _, _ := strings.Cut(e, "=")
+		if i := slices.IndexFunc(out, func(b string) bool { return strings.HasPrefix(b, name+"=") }); i >= 0 {
+			out[i] = e
+		} else {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func exitString(code *int) string {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 
 	"toolshed.dev/shed/app"
@@ -21,42 +20,49 @@ import (
 // Roles maps every operation to the roles that may call it. An operation missing here is refused
 // to everyone (a test checks that every operation of package app is listed).
 var Roles = map[string][]app.Role{
-	"init":             {app.Operator},
-	"realize":          {app.Operator, app.User},
-	"lock":             {app.Operator},
-	"instantiate":      {app.Operator},
-	"why":              {app.Operator, app.User},
-	"diff":             {app.Operator, app.User},
-	"bench.run":        {app.Operator, app.User},
-	"bench.ls":         {app.Operator, app.User},
-	"bench.exec":       {app.Operator, app.User},
-	"bench.logs":       {app.Operator, app.User},
-	"bench.rm":         {app.Operator, app.User},
-	"bench.propose":    {app.Operator, app.User, app.Agent},
-	"workshop.add":     {app.Operator},
-	"workshop.allow":   {app.Operator},
-	"workshop.ls":      {app.Operator, app.User},
-	"workshop.show":    {app.Operator, app.User},
-	"workshop.log":     {app.Operator, app.User},
-	"workshop.diff":    {app.Operator, app.User},
-	"workshop.promote": {app.Operator},
-	"proposal.show":    {app.Operator},
-	"store.ls":         {app.Operator},
-	"store.info":       {app.Operator},
-	"store.verify":     {app.Operator},
-	"store.sign":       {app.Operator},
-	"store.add":        {app.Operator},
-	"root.add":         {app.Operator},
-	"root.ls":          {app.Operator},
-	"root.rm":          {app.Operator},
-	"gc":               {app.Operator},
-	"log":              {app.Operator},
-	"key.show":         {app.Operator, app.User},
-	"key.rotate":       {app.Operator},
-	"key.trust":        {app.Operator},
-	"key.untrust":      {app.Operator},
-	"copy":             {app.Operator},
-	"import":           {app.Operator},
+	"init":                {app.Operator},
+	"realize":             {app.Operator, app.User},
+	"lock":                {app.Operator},
+	"instantiate":         {app.Operator},
+	"why":                 {app.Operator, app.User},
+	"diff":                {app.Operator, app.User},
+	"bench.run":           {app.Operator, app.User},
+	"bench.ls":            {app.Operator, app.User},
+	"bench.exec":          {app.Operator, app.User},
+	"bench.logs":          {app.Operator, app.User},
+	"bench.rm":            {app.Operator, app.User},
+	"bench.propose":       {app.Operator, app.User, app.Agent},
+	"bench.create":        {app.Operator, app.User},
+	"bench.write_file":    {app.Operator, app.User},
+	"bench.read_file":     {app.Operator, app.User},
+	"bench.list_files":    {app.Operator, app.User},
+	"workshop.launchable": {app.Operator, app.User},
+	"audit.ls":            {app.Operator},
+	"audit.verify":        {app.Operator},
+	"workshop.add":        {app.Operator},
+	"workshop.allow":      {app.Operator},
+	"workshop.ls":         {app.Operator, app.User},
+	"workshop.show":       {app.Operator, app.User},
+	"workshop.log":        {app.Operator, app.User},
+	"workshop.diff":       {app.Operator, app.User},
+	"workshop.promote":    {app.Operator},
+	"proposal.show":       {app.Operator},
+	"store.ls":            {app.Operator},
+	"store.info":          {app.Operator},
+	"store.verify":        {app.Operator},
+	"store.sign":          {app.Operator},
+	"store.add":           {app.Operator},
+	"root.add":            {app.Operator},
+	"root.ls":             {app.Operator},
+	"root.rm":             {app.Operator},
+	"gc":                  {app.Operator},
+	"log":                 {app.Operator},
+	"key.show":            {app.Operator, app.User},
+	"key.rotate":          {app.Operator},
+	"key.trust":           {app.Operator},
+	"key.untrust":         {app.Operator},
+	"copy":                {app.Operator},
+	"import":              {app.Operator},
 }
 
 var benchNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
@@ -102,14 +108,8 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 			return mayRun(s, caller, r.Workshop)
 		}
 	case *app.BenchRunRequest:
-		if r.Name != "" && !benchNameRE().MatchString(r.Name) {
-			return bad("lowercase letters, digits, '.', '_' and '-'", "bench name %q", r.Name)
-		}
-		if r.Net != "" && r.Net != "recipe" && r.Net != "none" {
-			return bad("--net recipe or --net none", "net %q", r.Net)
-		}
-		if r.MemoryBytes < 0 || r.Pids < 0 {
-			return bad("limits are positive", "a negative limit")
+		if err := launch(s, caller, r.Workshop, r.Name, r.Net, r.MemoryBytes, r.Pids); err != nil {
+			return err
 		}
 		if !op {
 			if len(r.Grants) > 0 {
@@ -118,21 +118,21 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 			if len(r.Substituters) > 0 {
 				return denied("", "substituters are for operators: the store's own substituters apply")
 			}
-			lim := s.UserLimits
-			if lim.MemoryBytes > 0 && r.MemoryBytes > lim.MemoryBytes {
-				return denied("ask for less, or an operator raises the supervisor's --user-memory", "memory limit %d bytes is above the users' %d", r.MemoryBytes, lim.MemoryBytes)
-			}
-			if lim.Pids > 0 && r.Pids > lim.Pids {
-				return denied("ask for less, or an operator raises the supervisor's --user-pids", "pids limit %d is above the users' %d", r.Pids, lim.Pids)
-			}
 			if r.Keep && s.UserKept > 0 {
 				if n := keptBy(s, caller); n >= s.UserKept {
 					return denied("remove one (`shed bench rm NAME`; `shed bench ls` lists them), or an operator raises the supervisor's --user-kept",
 						"you keep %d Benches, the most a user may", n)
 				}
 			}
-			return mayRun(s, caller, r.Workshop)
 		}
+	case *app.BenchCreateRequest:
+		return launch(s, caller, r.Workshop, r.Name, r.Net, r.MemoryBytes, r.Pids)
+	case *app.WriteFileRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.ReadFileRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.ListFilesRequest:
+		return ownBench(s, caller, r.Bench)
 	case *app.WhyRequest:
 		if !op {
 			return mayRun(s, caller, r.Workshop)
@@ -159,6 +159,37 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 	return nil
 }
 
+// launch is what every launch of a Bench is checked for: well-formed, and for a user, a record
+// they may run, within the users' limits, and no more Benches than a user may have.
+func launch(s *app.Service, caller *app.Caller, workshop, name, net string, memory, pids int64) error {
+	if name != "" && !benchNameRE().MatchString(name) {
+		return bad("lowercase letters, digits, '.', '_' and '-'", "bench name %q", name)
+	}
+	if net != "" && net != "recipe" && net != "none" {
+		return bad("--net recipe or --net none", "net %q", net)
+	}
+	if memory < 0 || pids < 0 {
+		return bad("limits are positive", "a negative limit")
+	}
+	if caller.Role == app.Operator {
+		return nil
+	}
+	lim := s.UserLimits
+	if lim.MemoryBytes > 0 && memory > lim.MemoryBytes {
+		return denied("ask for less, or an operator raises the supervisor's --user-memory", "memory limit %d bytes is above the users' %d", memory, lim.MemoryBytes)
+	}
+	if lim.Pids > 0 && pids > lim.Pids {
+		return denied("ask for less, or an operator raises the supervisor's --user-pids", "pids limit %d is above the users' %d", pids, lim.Pids)
+	}
+	if s.UserBenches > 0 {
+		if n := benchesOf(s, caller, false); n >= s.UserBenches {
+			return denied("remove one (`shed bench rm NAME`; `shed bench ls` lists them), or an operator raises the supervisor's --user-benches",
+				"you have %d Benches, the most a user may", n)
+		}
+	}
+	return mayRun(s, caller, workshop)
+}
+
 // mayRun: a user runs the Workshop records an operator allowed them, and nothing else.
 func mayRun(s *app.Service, caller *app.Caller, name string) error {
 	if name == "" {
@@ -170,28 +201,21 @@ func mayRun(s *app.Service, caller *app.Caller, name string) error {
 	} else if err != nil {
 		return err
 	}
-	if !Allowed(caller, v.Users) {
+	if !app.Allows(caller, v.Users) {
 		return denied("an operator allows you: shed workshop allow "+name+" "+caller.User, "%s may not use Workshop %s", caller.User, name)
 	}
 	return nil
 }
 
-// Allowed says whether caller is among users (names, or @group).
-func Allowed(caller *app.Caller, users []string) bool {
-	for _, u := range users {
-		if g, ok := strings.CutPrefix(u, "@"); ok && slices.Contains(caller.Groups, g) || u == caller.User {
-			return true
-		}
-	}
-	return false
-}
-
 // keptBy counts the kept Benches caller launched.
-func keptBy(s *app.Service, caller *app.Caller) int {
+func keptBy(s *app.Service, caller *app.Caller) int { return benchesOf(s, caller, true) }
+
+// benchesOf counts the Benches (running or kept; only kept ones with kept) caller launched.
+func benchesOf(s *app.Service, caller *app.Caller, kept bool) int {
 	recs, _ := bench.ListIn(filepath.Join(s.Root, "benches"))
 	n := 0
 	for _, r := range recs {
-		if r.Keep && r.Owner == caller.User {
+		if r.Owner == caller.User && (r.Keep || !kept) {
 			n++
 		}
 	}

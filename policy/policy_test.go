@@ -75,42 +75,49 @@ func snapshot(t *testing.T, root string) map[string]string {
 // record, grants, substituters, another user's Bench.
 func requests() map[string]any {
 	return map[string]any{
-		"init":             &app.InitRequest{KeyName: "evil-1"},
-		"realize":          &app.RealizeRequest{Workshop: "tools", Offline: true},
-		"lock":             &app.LockRequest{File: "/etc/passwd"},
-		"instantiate":      &app.InstantiateRequest{File: "/etc/shadow"},
-		"why":              &app.WhyRequest{Workshop: "tools", File: "/usr/bin/jq"},
-		"diff":             &app.DiffRequest{A: "tools", B: "tools"},
-		"bench.run":        &app.BenchRunRequest{Workshop: "tools", Argv: []string{"true"}, Offline: true},
-		"bench.ls":         &app.BenchListRequest{},
-		"bench.exec":       &app.BenchExecRequest{Bench: "someones", Argv: []string{"true"}},
-		"bench.logs":       &app.BenchRequest{Bench: "someones"},
-		"bench.rm":         &app.BenchRemoveRequest{Benches: []string{"someones"}},
-		"bench.propose":    &app.BenchRequest{Bench: "someones"},
-		"workshop.add":     &app.WorkshopAddRequest{File: "/etc/passwd"},
-		"workshop.allow":   &app.WorkshopAllowRequest{Name: "tools", Users: []string{"eve"}},
-		"workshop.ls":      &app.WorkshopListRequest{},
-		"workshop.show":    &app.WorkshopShowRequest{Name: "tools"},
-		"workshop.log":     &app.WorkshopRequest{Name: "tools"},
-		"workshop.diff":    &app.WorkshopDiffRequest{Name: "tools"},
-		"workshop.promote": &app.PromoteRequest{ID: "0123456789abcdef", DiffSHA256: strings.Repeat("0", 64)},
-		"proposal.show":    &app.ProposalRequest{ID: "0123456789abcdef"},
-		"store.ls":         &app.StoreListRequest{},
-		"store.info":       &app.PathRequest{Path: "00000000000000000000000000000000-x"},
-		"store.verify":     &app.VerifyRequest{},
-		"store.sign":       &app.SignRequest{},
-		"store.add":        &app.StoreAddRequest{Dir: "/etc/hostname"},
-		"root.add":         &app.RootAddRequest{Name: "x", Path: "00000000000000000000000000000000-x"},
-		"root.ls":          &app.RootListRequest{},
-		"root.rm":          &app.RootRequest{Name: "tools"},
-		"gc":               &app.GCRequest{},
-		"log":              &app.PathRequest{Path: "00000000000000000000000000000000-x"},
-		"key.show":         &app.KeyShowRequest{},
-		"key.rotate":       &app.KeyRotateRequest{},
-		"key.trust":        &app.KeyRequest{Key: "evil-1:" + strings.Repeat("A", 43) + "="},
-		"key.untrust":      &app.KeyRequest{Key: "test-1"},
-		"copy":             &app.CopyRequest{To: "oci-layout:/tmp/x"},
-		"import":           &app.ImportRequest{Dir: "/tmp"},
+		"init":                &app.InitRequest{KeyName: "evil-1"},
+		"realize":             &app.RealizeRequest{Workshop: "tools", Offline: true},
+		"lock":                &app.LockRequest{File: "/etc/passwd"},
+		"instantiate":         &app.InstantiateRequest{File: "/etc/shadow"},
+		"why":                 &app.WhyRequest{Workshop: "tools", File: "/usr/bin/jq"},
+		"diff":                &app.DiffRequest{A: "tools", B: "tools"},
+		"bench.run":           &app.BenchRunRequest{Workshop: "tools", Argv: []string{"true"}, Offline: true},
+		"bench.ls":            &app.BenchListRequest{},
+		"bench.exec":          &app.BenchExecRequest{Bench: "someones", Argv: []string{"true"}},
+		"bench.logs":          &app.BenchRequest{Bench: "someones"},
+		"bench.rm":            &app.BenchRemoveRequest{Benches: []string{"someones"}},
+		"bench.propose":       &app.BenchRequest{Bench: "someones"},
+		"bench.create":        &app.BenchCreateRequest{Workshop: "tools"},
+		"bench.write_file":    &app.WriteFileRequest{Bench: "someones", Path: "/root/x", Content: "x"},
+		"bench.read_file":     &app.ReadFileRequest{Bench: "someones", Path: "/etc/shadow"},
+		"bench.list_files":    &app.ListFilesRequest{Bench: "someones", Path: "/root"},
+		"workshop.launchable": &app.LaunchableRequest{},
+		"audit.ls":            &app.AuditRequest{},
+		"audit.verify":        &app.AuditVerifyRequest{},
+		"workshop.add":        &app.WorkshopAddRequest{File: "/etc/passwd"},
+		"workshop.allow":      &app.WorkshopAllowRequest{Name: "tools", Users: []string{"eve"}},
+		"workshop.ls":         &app.WorkshopListRequest{},
+		"workshop.show":       &app.WorkshopShowRequest{Name: "tools"},
+		"workshop.log":        &app.WorkshopRequest{Name: "tools"},
+		"workshop.diff":       &app.WorkshopDiffRequest{Name: "tools"},
+		"workshop.promote":    &app.PromoteRequest{ID: "0123456789abcdef", DiffSHA256: strings.Repeat("0", 64)},
+		"proposal.show":       &app.ProposalRequest{ID: "0123456789abcdef"},
+		"store.ls":            &app.StoreListRequest{},
+		"store.info":          &app.PathRequest{Path: "00000000000000000000000000000000-x"},
+		"store.verify":        &app.VerifyRequest{},
+		"store.sign":          &app.SignRequest{},
+		"store.add":           &app.StoreAddRequest{Dir: "/etc/hostname"},
+		"root.add":            &app.RootAddRequest{Name: "x", Path: "00000000000000000000000000000000-x"},
+		"root.ls":             &app.RootListRequest{},
+		"root.rm":             &app.RootRequest{Name: "tools"},
+		"gc":                  &app.GCRequest{},
+		"log":                 &app.PathRequest{Path: "00000000000000000000000000000000-x"},
+		"key.show":            &app.KeyShowRequest{},
+		"key.rotate":          &app.KeyRotateRequest{},
+		"key.trust":           &app.KeyRequest{Key: "evil-1:" + strings.Repeat("A", 43) + "="},
+		"key.untrust":         &app.KeyRequest{Key: "test-1"},
+		"copy":                &app.CopyRequest{To: "oci-layout:/tmp/x"},
+		"import":              &app.ImportRequest{Dir: "/tmp"},
 	}
 }
 
@@ -185,9 +192,9 @@ func wantDenied(op string, c *app.Caller) bool {
 		return true // its Bench does not exist here: not even bench.propose
 	}
 	switch op {
-	case "realize", "bench.run", "why":
+	case "realize", "bench.run", "bench.create", "why":
 		return c.User != "alice" // the record allows alice
-	case "diff", "bench.ls", "workshop.ls", "workshop.show", "workshop.log", "workshop.diff", "key.show":
+	case "diff", "bench.ls", "workshop.ls", "workshop.show", "workshop.log", "workshop.diff", "key.show", "workshop.launchable":
 		return false
 	}
 	return true // every other operation, and another user's Bench

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -219,6 +220,33 @@ PY
 	if r := mustShed(t, root, "workshop", "log", "loop"); !strings.Contains(r.stdout, "promoted proposal "+id) {
 		t.Errorf("workshop log:\n%s", r.stdout)
 	}
+	// The audit log has the loop: who recorded, launched and promoted, the Bench's start, end and
+	// network, the agent's proposal, the promotion's diff hash; and its chain verifies.
+	r = mustShed(t, root, "--json", "audit", "--bench", "agent")
+	var entries []struct {
+		User, Role, Event, Bench, Workshop, Dest, Detail string
+		DiffSHA256                                       string `json:"diff_sha256"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
+		t.Fatalf("audit --json: %v\n%s", err, r.stdout)
+	}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		seen[e.Event+" "+e.Role] = true
+		if e.Event == "net.allowed" && strings.HasPrefix(e.Dest, host) {
+			seen["the test host"] = true
+		}
+	}
+	for _, want := range []string{"bench.run operator", "bench.start operator", "bench.end operator", "net.allowed operator", "bench.propose agent", "the test host"} {
+		if !seen[want] {
+			t.Errorf("the audit log of bench agent lacks %q: %v", want, seen)
+		}
+	}
+	r = mustShed(t, root, "--json", "audit")
+	if !strings.Contains(r.stdout, `"event": "workshop.promote"`) || !strings.Contains(r.stdout, `"diff_sha256": "`) || strings.Contains(r.stdout, canary) {
+		t.Errorf("the audit log lacks the promotion and its diff hash, or has the canary:\n%.3000s", r.stdout)
+	}
+	mustShed(t, root, "audit", "verify")
 }
 
 // TestSupervisorRoles: who may do what is decided by the caller's uid, and an

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/user"
@@ -10,6 +11,7 @@ import (
 
 	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/policy"
 	"toolshed.dev/shed/store"
@@ -19,12 +21,18 @@ import (
 // socket, else in this process on the store (which only its owner, root, can open). Either way the
 // request is the same typed value and the policy decides on it before it runs.
 func call[Resp any](c *cli.Context, op string, req any) (*Resp, error) {
+	return callWith[Resp](c.Context, c, nil, op, req)
+}
+
+// callWith is call with a context of its own and, through the supervisor, the descriptors to send
+// (nil: this process's stdio).
+func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File, op string, req any) (*Resp, error) {
 	var resp Resp
 	if sock := supervisorSocket(c); sock != "" {
-		cl := &api.Client{Socket: sock, Progress: progress(c), Verbose: c.Bool("verbose"), Notice: notice(c)}
-		err := cl.Call(c.Context, op, req, &resp)
+		cl := &api.Client{Socket: sock, Progress: progress(c), Verbose: c.Bool("verbose"), Notice: notice(c), Stdio: stdio}
+		err := cl.Call(ctx, op, req, &resp)
 		if err != nil {
-			if _, ok := err.(*app.Error); !ok && c.Context.Err() == nil {
+			if _, ok := err.(*app.Error); !ok && ctx.Err() == nil {
 				return nil, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err),
 					"is `shed daemon` running? (`systemctl status shed`); set SHED_SOCKET=none to work on the store directly as root")
 			}
@@ -33,11 +41,15 @@ func call[Resp any](c *cli.Context, op string, req any) (*Resp, error) {
 		return &resp, nil
 	}
 	svc, call := embedded(c)
-	res, err := svc.Do(c.Context, call, op, req)
+	res, err := svc.Do(ctx, call, op, req)
 	if err != nil {
 		return nil, err
 	}
-	return res.(*Resp), nil
+	r, ok := res.(*Resp)
+	if !ok {
+		return nil, &app.Error{Code: app.CodeInternal, Err: fmt.Errorf("operation %s returned a %T, not a %T (a bug in shed)", op, res, r)}
+	}
+	return r, nil
 }
 
 // supervisorSocket returns the supervisor's socket if requests go through it: it exists, and neither
@@ -69,7 +81,8 @@ func storeRoot(c *cli.Context) string {
 
 // service is the application layer on the store this process opens itself.
 func service(c *cli.Context) *app.Service {
-	return &app.Service{Root: storeRoot(c), Version: version, Log: logger(c), Policy: policy.Check}
+	root := storeRoot(c)
+	return &app.Service{Root: root, Version: version, Log: logger(c), Policy: policy.Check, Audit: audit.Open(root)}
 }
 
 // embedded is the service and the call for working on a store directly: whoever can open the store

@@ -89,7 +89,12 @@ func cmdBench() *cli.Command {
 				Name:      "exec",
 				Usage:     "run a command in a running Bench",
 				ArgsUsage: "BENCH -- CMD [ARG...]",
-				Flags:     []cli.Flag{&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"}},
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"},
+					&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "the command's working `DIR` in the Bench (default /root)"},
+					&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "set `NAME=VALUE` for the command (repeatable)"},
+					&cli.DurationFlag{Name: "timeout", Usage: "kill the command after `DURATION` (e.g. 30s; exit 124)"},
+				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() < 2 {
 						return usageError("bench exec wants BENCH and a command")
@@ -101,10 +106,14 @@ func cmdBench() *cli.Command {
 					if len(argv) == 0 {
 						return usageError("bench exec wants a command after BENCH")
 					}
-					res, err := call[app.ExitResult](c, "bench.exec", &app.BenchExecRequest{
-						Bench: c.Args().First(), Argv: argv, TTY: c.Bool("tty"), Term: os.Getenv("TERM")})
+					res, err := call[app.ExecResult](c, "bench.exec", &app.BenchExecRequest{
+						Bench: c.Args().First(), Argv: argv, TTY: c.Bool("tty"), Term: os.Getenv("TERM"),
+						Cwd: c.String("workdir"), Env: c.StringSlice("env"), TimeoutS: int64(c.Duration("timeout").Seconds())})
 					if err != nil {
 						return err
+					}
+					if res.TimedOut {
+						fmt.Fprintf(c.App.ErrWriter, "shed: the command ran past --timeout %s and was killed\n", c.Duration("timeout"))
 					}
 					return exitCode(res.Exit)
 				},

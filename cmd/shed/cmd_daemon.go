@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
 	"toolshed.dev/shed/api"
+	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
 )
@@ -31,6 +33,7 @@ func cmdDaemon() *cli.Command {
 			&cli.StringFlag{Name: "user-memory", Value: "4G", Usage: "the most memory a user's Bench may have (and the limit of one that names none)"},
 			&cli.Int64Flag{Name: "user-pids", Value: 4096, Usage: "the most processes a user's Bench may have (and the limit of one that names none)"},
 			&cli.IntFlag{Name: "user-kept", Value: 4, Usage: "the most kept Benches (--keep) a user may have at once"},
+			&cli.IntFlag{Name: "user-benches", Value: 8, Usage: "the most Benches (running, created or kept) a user may have at once"},
 		},
 		Action: func(c *cli.Context) error {
 			if os.Geteuid() != 0 {
@@ -42,7 +45,11 @@ func cmdDaemon() *cli.Command {
 			}
 			svc := service(c)
 			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: c.Int64("user-pids")}
-			svc.UserKept = c.Int("user-kept")
+			svc.UserKept, svc.UserBenches = c.Int("user-kept"), c.Int("user-benches")
+			// Benches made by bench.create live in this process, until removed, their lifetime ends
+			// or the supervisor stops (they stop with it: their state is swept at the next start).
+			svc.Detached = &app.Detached{Ctx: c.Context}
+			defer svc.Detached.Wait()
 			// The store must open now: a supervisor that cannot serve says so at start, not per request.
 			st, err := store.Open(svc.Root)
 			if err != nil {
@@ -53,7 +60,13 @@ func cmdDaemon() *cli.Command {
 			if err != nil {
 				return err
 			}
+			// The supervisor logs every request (who, what, the outcome) to stderr, for journald;
+			// --verbose adds the debug lines.
 			log := logger(c)
+			if !c.Bool("verbose") {
+				log = slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			}
+			svc.Log = log
 			log.Info("supervisor listening", "socket", c.String("socket"), "root", svc.Root)
 			fmt.Fprintf(c.App.ErrWriter, "shed: supervisor on %s for the store at %s\n", c.String("socket"), svc.Root)
 			srv := &api.Server{Service: svc, Operators: c.String("operators-group"), Log: log}

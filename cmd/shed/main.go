@@ -170,6 +170,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdKey(),
 			cmdWorkshop(),
 			cmdDaemon(),
+			cmdMCP(),
+			cmdAudit(),
 			cmdCopy(),
 			cmdExport(),
 			cmdImport(),

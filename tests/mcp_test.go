@@ -1,0 +1,171 @@
+package tests
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// npmCache is where the tests install the real JavaScript clients from npm: outside the clone, so
+// reruns are quick; a fresh machine installs them (the npm registry is reachable).
+const npmCache = "/var/cache/toolshed-ci/npm"
+
+// npmPackage installs pkg at version (once) in the project dir npmCache/name and returns the
+// directory, readable by everyone (the clients run as an unprivileged user).
+func npmPackage(t *testing.T, name, pkg, version string) string {
+	t.Helper()
+	dir := filepath.Join(npmCache, name)
+	b, _ := os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(pkg), "package.json"))
+	var meta struct{ Version string }
+	if json.Unmarshal(b, &meta); meta.Version != version {
+		os.MkdirAll(dir, 0o755)
+		cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--loglevel=error", pkg+"@"+version)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm install %s@%s: %v\n%s", pkg, version, err, out)
+		}
+	}
+	if out, err := exec.Command("chmod", "-R", "a+rX", npmCache).CombinedOutput(); err != nil {
+		t.Fatalf("chmod: %v %s", err, out)
+	}
+	return dir
+}
+
+// TestMCP: the official MCP TypeScript SDK's client drives `shed mcp` through a real supervisor, as an
+// unprivileged user: it lists the Workshops it may use, creates a Bench, installs a package with
+// apt through the recipe's network profile, writes and runs a script, reads a file back, proposes,
+// removes the Bench; a Bench created with a short lifetime is removed by the supervisor.
+func TestMCP(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	sock := daemon(t, root)
+	dir := npmPackage(t, "mcp", "@modelcontextprotocol/sdk", "1.32.2")
+	client := filepath.Join(dir, "mcp-client.mjs")
+	writeFile(t, client, string(must(os.ReadFile("testdata/mcp-client.mjs"))))
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	for d := filepath.Dir(shedBin); d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			os.Chmod(d, fi.Mode().Perm()|0o011)
+		}
+	}
+	name := "mcp-" + strconv.Itoa(os.Getpid())
+	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = %q
+seed = "debian/bookworm"
+[apt]
+packages = ["jq"]
+[network]
+profile = "debian"
+`, name))
+	if r := via(t, sock, 0, "", "workshop", "add", "--allow", "nobody", f); r.code != 0 {
+		t.Fatalf("workshop add: %s", r.stderr)
+	}
+	cmd := exec.Command("node", client, shedBin, name, "hello")
+	cmd.Env = append(os.Environ(), "SHED_SOCKET="+sock, "SHED_ROOT=/nonexistent", "HOME=/")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the MCP client: %v\n%s\n%s", err, out, stderr.String())
+	}
+	type result struct {
+		Error bool           `json:"error"`
+		Data  map[string]any `json:"data"`
+		Text  string         `json:"text"`
+	}
+	steps := map[string]json.RawMessage{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var s struct {
+			Step  string          `json:"step"`
+			Value json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(sc.Bytes(), &s) == nil {
+			steps[s.Step] = s.Value
+		}
+	}
+	step := func(n string) result {
+		t.Helper()
+		var r result
+		if err := json.Unmarshal(steps[n], &r); err != nil {
+			t.Fatalf("step %s: %v (%s)\nall output:\n%s\n%s", n, err, steps[n], out, stderr.String())
+		}
+		return r
+	}
+	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_propose","bench_read_file","bench_remove","bench_write_file","workshop_list"]` {
+		t.Errorf("tools: %s", got)
+	}
+	if r := step("workshops"); r.Error || !strings.Contains(fmt.Sprint(r.Data), name) {
+		t.Errorf("workshop_list: %+v", r)
+	}
+	created := step("create")
+	bench, _ := created.Data["bench"].(string)
+	if created.Error || bench == "" {
+		t.Fatalf("bench_create: %+v\n%s", created, stderr.String())
+	}
+	if r := step("install"); r.Error || r.Data["exit_code"] != 0.0 || !strings.Contains(r.Data["stdout"].(string), "installed") {
+		t.Errorf("apt-get install through the network profile: %+v", r)
+	}
+	if r := step("write"); r.Error {
+		t.Errorf("bench_write_file: %+v", r)
+	}
+	if r := step("run"); r.Error || r.Data["stdout"] != "ran in /root/work with hi\n" {
+		t.Errorf("run the script: %+v", r)
+	}
+	if r := step("read"); r.Error || r.Data["content"] != "Hello, world!\n" {
+		t.Errorf("bench_read_file: %+v", r)
+	}
+	if r := step("timeout"); r.Error || r.Data["timed_out"] != true || r.Data["exit_code"] != 124.0 {
+		t.Errorf("a command past its timeout: %+v", r)
+	}
+	if r := step("list"); r.Error || !strings.Contains(fmt.Sprint(r.Data), bench) {
+		t.Errorf("bench_list: %+v", r)
+	}
+	p := step("propose")
+	if p.Error || !strings.Contains(fmt.Sprint(p.Data["diff"]), `"hello=`) {
+		t.Errorf("bench_propose: %+v", p)
+	} else if id, _ := p.Data["proposal"].(string); id == "" || !exists(filepath.Join(root, "proposals", id, "proposal.json")) {
+		t.Errorf("the proposal %q is not in the store's proposals", id)
+	}
+	if r := step("remove"); r.Error {
+		t.Errorf("bench_remove: %+v", r)
+	}
+	if r := step("list-after"); r.Error || strings.Contains(fmt.Sprint(r.Data), bench) {
+		t.Errorf("bench_list after remove: %+v", r)
+	}
+	if r := step("missing"); !r.Error || !strings.Contains(r.Text, "hint:") {
+		t.Errorf("exec in a removed Bench: %+v, want a tool error with a hint", r)
+	}
+	if r := step("not-allowed"); !r.Error || !strings.Contains(r.Text, "not a Workshop record") {
+		t.Errorf("bench_create of no record: %+v", r)
+	}
+	short := step("short")
+	if b, _ := short.Data["bench"].(string); short.Error || b == "" {
+		t.Errorf("bench_create with a lifetime: %+v", short)
+	} else if r := step("short-after"); strings.Contains(fmt.Sprint(r.Data), b) {
+		t.Errorf("a Bench past its lifetime is still listed: %+v", r)
+	}
+	// The record is as it was: an agent proposes, it never changes a Workshop.
+	if r := via(t, sock, 0, "", "workshop", "log", name); !strings.Contains(r.stdout, "version 1") || strings.Contains(r.stdout, "version 2") {
+		t.Errorf("the record changed:\n%s", r.stdout)
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
