@@ -95,26 +95,24 @@ func (srv *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 	}
 }
 
-// admit counts a request in flight, or says it is one too many. Operators are not counted against
-// the total: users holding every slot with long Bench sessions must not lock operators out (of
-// `bench rm` above all); each operator is still bounded per uid.
+// admit counts a user's request in flight, or says it is one too many. Operators are not counted:
+// users holding every slot with long Bench sessions must not lock them out (of `bench rm` above all),
+// and an operator's own load is theirs to decide.
 func (srv *Server) admit(c *app.Caller) (func(), bool) {
+	if c.Role == app.Operator {
+		return func() {}, true
+	}
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	shared := c.Role != app.Operator
-	if (shared && srv.active >= srv.MaxConns) || srv.byUID[c.UID] >= srv.MaxPerUser {
+	if srv.active >= srv.MaxConns || srv.byUID[c.UID] >= srv.MaxPerUser {
 		return nil, false
 	}
-	if shared {
-		srv.active++
-	}
+	srv.active++
 	srv.byUID[c.UID]++
 	return func() {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
-		if shared {
-			srv.active--
-		}
+		srv.active--
 		if srv.byUID[c.UID]--; srv.byUID[c.UID] == 0 {
 			delete(srv.byUID, c.UID)
 		}

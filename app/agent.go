@@ -134,8 +134,12 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		defer w.st.Close() // its temporary roots hold the layers while the Bench runs
 		bctx, cancel := context.WithDeadline(s.Detached.Ctx, expires)
 		defer cancel()
+		warm := s.Pool.Take()
+		if warm != nil {
+			defer warm.Close() // a no-op once used
+		}
 		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
-			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, Limits: limits,
+			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, Limits: limits, Init: warm,
 			Started: func(rec *bench.Record) { started <- rec },
 			Event:   s.benchEvents(c, req.Workshop),
 			Propose: s.agentProposes,

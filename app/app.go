@@ -157,6 +157,8 @@ type Service struct {
 	refusals limiter
 	// Detached, set by the supervisor, runs the Benches that outlive their request (bench.create).
 	Detached *Detached
+	// Pool, if set, has inits ready for bench.create.
+	Pool *Pool
 	// UserBenches bounds the Benches (running or kept) each user may have at once. Zero: no bound.
 	UserBenches int
 	// UserKept bounds the kept Benches (their uppers are on the store's filesystem) each user may

@@ -164,7 +164,9 @@ func (s *Service) benchEvents(c *Call, workshop string) func(bench, event, dest,
 				return
 			}
 		}
-		s.appendAudit(audit.Entry{User: c.Caller.User, Role: string(c.Caller.Role), Event: event, Bench: bench, Workshop: workshop, Dest: dest, Detail: detail})
+		if err := s.Audit.Note(audit.Entry{User: c.Caller.User, Role: string(c.Caller.Role), Event: event, Bench: bench, Workshop: workshop, Dest: dest, Detail: detail}); err != nil {
+			s.log().Error("audit log", "err", err, "event", event, "bench", bench)
+		}
 	}
 }
 

@@ -78,3 +78,29 @@ func TestTamper(t *testing.T) {
 		})
 	}
 }
+
+// TestNote: entries noted without an fsync chain on like the others; the head lags behind them until
+// the next Append, and the log verifies throughout.
+func TestNote(t *testing.T) {
+	l := fill(t, 3)
+	for range 4 {
+		if err := l.Note(Entry{Event: "net.allowed", Bench: "b", Dest: "deb.debian.org:80"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, problems, err := l.Verify(); err != nil || n != 7 || len(problems) != 0 {
+		t.Errorf("after notes: %d %v %v", n, problems, err)
+	}
+	if seq, _, _ := l.last(); seq != 3 {
+		t.Errorf("the head is at %d after notes, want 3", seq)
+	}
+	if err := l.Append(Entry{Event: "bench.rm", Bench: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if seq, _, _ := l.last(); seq != 8 {
+		t.Errorf("the head is at %d after an append, want 8", seq)
+	}
+	if n, problems, err := l.Verify(); err != nil || n != 8 || len(problems) != 0 {
+		t.Errorf("after the append: %d %v %v", n, problems, err)
+	}
+}

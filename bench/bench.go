@@ -225,6 +225,12 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if err != nil {
 		return 0, err
 	}
+	if opts.Init != nil {
+		// A pre-started init lives by the context it was started with (a warm pool's is the
+		// supervisor's): this Bench's context ends it too, as it does one started here.
+		stop := context.AfterFunc(ctx, func() { unix.Kill(p.Pid, unix.SIGKILL) })
+		defer stop()
+	}
 	rec.Pid = p.Pid
 	done := make(chan error, 1)
 	if px != nil {
@@ -390,6 +396,26 @@ func reserve(benches, dir, name string) (*os.File, error) {
 	return lk, nil
 }
 
+// waitStopped waits (at most limit) until the runner of the Bench in dir has let go of its lock: the
+// moment its Run returns, not the next tick of a poll.
+func waitStopped(dir string, limit time.Duration) {
+	f, err := os.Open(filepath.Join(dir, "lock"))
+	if err != nil {
+		return
+	}
+	got := make(chan struct{})
+	go func() {
+		// The goroutine owns f: past the limit it is left to end when the runner does.
+		defer f.Close()
+		unix.Flock(int(f.Fd()), unix.LOCK_SH)
+		close(got)
+	}()
+	select {
+	case <-got:
+	case <-time.After(limit):
+	}
+}
+
 // running reports whether the shed process running the Bench in dir is alive
 // (it holds dir/lock).
 func running(dir string) bool {
@@ -527,9 +553,7 @@ func Remove(s *store.Store, nameOrID string) error {
 		// Kill the sandbox's init: the pid namespace takes everything with
 		// it, and the runner returns and cleans up.
 		unix.Kill(rec.Pid, unix.SIGKILL)
-		for i := 0; i < 100 && running(dir); i++ {
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitStopped(dir, 2*time.Second)
 	}
 	return os.RemoveAll(dir)
 }

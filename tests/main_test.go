@@ -55,7 +55,7 @@ var viaDaemon = os.Getenv("SHED_TEST_VIA") == "daemon"
 
 // shedCmd is the command for shed on root with args: `shed --root ROOT ARGS`, or, via the daemon,
 // `shed ARGS` with SHED_SOCKET pointing at root's supervisor (started on first use).
-func shedCmd(t *testing.T, root string, args ...string) *exec.Cmd {
+func shedCmd(t testing.TB, root string, args ...string) *exec.Cmd {
 	t.Helper()
 	return shedCmdEnv(t, root, nil, args...)
 }
@@ -63,7 +63,7 @@ func shedCmd(t *testing.T, root string, args ...string) *exec.Cmd {
 // shedCmdEnv is shedCmd with variables added to shed's environment. Via the daemon they are the
 // supervisor's (registry credentials, failpoints: the process that does the work reads them), so
 // such a command goes to a supervisor started with them.
-func shedCmdEnv(t *testing.T, root string, env []string, args ...string) *exec.Cmd {
+func shedCmdEnv(t testing.TB, root string, env []string, args ...string) *exec.Cmd {
 	t.Helper()
 	if viaDaemon && !direct(args) {
 		cmd := exec.Command(shedBin, args...)
@@ -95,7 +95,7 @@ var daemons struct {
 // daemonFor returns the socket of root's supervisor with env, starting one if none runs. A test's
 // own store's supervisor stops with the test, and so does one with variables of its own; the shared
 // store's lives as long as the tests.
-func daemonFor(t *testing.T, root string, env []string) string {
+func daemonFor(t testing.TB, root string, env []string) string {
 	t.Helper()
 	daemons.Lock()
 	defer daemons.Unlock()
@@ -143,7 +143,7 @@ func daemonFor(t *testing.T, root string, env []string) string {
 }
 
 // shed runs the binary on root with args; env adds variables.
-func shed(t *testing.T, root string, env []string, args ...string) result {
+func shed(t testing.TB, root string, env []string, args ...string) result {
 	t.Helper()
 	cmd := shedCmdEnv(t, root, env, args...)
 	var out, errb bytes.Buffer
@@ -163,7 +163,7 @@ func shed(t *testing.T, root string, env []string, args ...string) result {
 }
 
 // mustShed runs shed and fails the test unless it exits 0.
-func mustShed(t *testing.T, root string, args ...string) result {
+func mustShed(t testing.TB, root string, args ...string) result {
 	t.Helper()
 	r := shed(t, root, nil, args...)
 	if r.code != 0 {
@@ -181,7 +181,7 @@ type realizeJSON struct {
 	FetchedBytes int64    `json:"fetched_bytes"`
 }
 
-func realize(t *testing.T, root, recipe string, extra ...string) realizeJSON {
+func realize(t testing.TB, root, recipe string, extra ...string) realizeJSON {
 	t.Helper()
 	r := mustShed(t, root, append(append([]string{"--json", "realize"}, extra...), recipe)...)
 	var j realizeJSON
@@ -206,7 +206,7 @@ var shared struct {
 	err  error
 }
 
-func sharedRoot(t *testing.T) string {
+func sharedRoot(t testing.TB) string {
 	t.Helper()
 	shared.once.Do(func() {
 		dir, err := os.MkdirTemp("", "shed-e2e-store-")
@@ -226,7 +226,7 @@ func sharedRoot(t *testing.T) string {
 	return shared.root
 }
 
-func writeFile(t *testing.T, name, content string) string {
+func writeFile(t testing.TB, name, content string) string {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func writeFile(t *testing.T, name, content string) string {
 	return name
 }
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds run in namespaces and keep Debian's owners (CI runs as root)")

@@ -43,7 +43,7 @@ func pipStatic(t *testing.T) string {
 
 // daemon starts `shed daemon` for root with its socket in a directory every
 // user can reach, and returns the socket.
-func daemon(t *testing.T, root string) string {
+func daemon(t testing.TB, root string) string {
 	t.Helper()
 	dir := fmt.Sprintf("/run/shed-test-%d", os.Getpid())
 	sock := filepath.Join(dir, "shed.sock")
@@ -89,7 +89,7 @@ func viaCmd(sock string, uid int, args ...string) *exec.Cmd {
 
 // via runs shed through the supervisor at sock (no --root), as uid if it is
 // not 0.
-func via(t *testing.T, sock string, uid int, stdin string, args ...string) result {
+func via(t testing.TB, sock string, uid int, stdin string, args ...string) result {
 	t.Helper()
 	cmd := viaCmd(sock, uid, args...)
 	cmd.Stdin = strings.NewReader(stdin)

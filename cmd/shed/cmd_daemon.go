@@ -34,6 +34,7 @@ func cmdDaemon() *cli.Command {
 			&cli.Int64Flag{Name: "user-pids", Value: 4096, Usage: "the most processes a user's Bench may have (and the limit of one that names none)"},
 			&cli.IntFlag{Name: "user-kept", Value: 4, Usage: "the most kept Benches (--keep) a user may have at once"},
 			&cli.IntFlag{Name: "user-benches", Value: 8, Usage: "the most Benches (running, created or kept) a user may have at once"},
+			&cli.IntFlag{Name: "warm", Value: 2, Usage: "`N` Bench inits kept started ahead for API creates (each holds one of the 512 id slots)"},
 		},
 		Action: func(c *cli.Context) error {
 			if os.Geteuid() != 0 {
@@ -50,6 +51,7 @@ func cmdDaemon() *cli.Command {
 			// or the supervisor stops (they stop with it: their state is swept at the next start).
 			svc.Detached = &app.Detached{Ctx: c.Context}
 			defer svc.Detached.Wait()
+			svc.Pool = app.NewPool(c.Context, c.Int("warm"))
 			// The store must open now: a supervisor that cannot serve says so at start, not per request.
 			st, err := store.Open(svc.Root)
 			if err != nil {
