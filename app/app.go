@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/builder"
@@ -155,6 +156,9 @@ type Service struct {
 	// user) and every Bench event.
 	Audit    *audit.Log
 	refusals limiter
+
+	sweepMu sync.Mutex
+	swept   time.Time
 	// Detached, set by the supervisor, runs the Benches that outlive their request (bench.create).
 	Detached *Detached
 	// Pool, if set, has inits ready for bench.create.
@@ -182,14 +186,27 @@ func (s *Service) openStore() (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Every path this process registers is signed with the store's key. A store made before shed
+	// Every path this process registers is signed with the store's key, opened when the first one
+	// is (most operations register none: an exec, a cache-hit launch). A store made before shed
 	// signed its paths still opens, for reading; registering then fails with what to do.
-	if t, err := trust.Open(st, s.Version); err == nil {
-		st.SetAttestor(t.Attest)
+	attest := sync.OnceValues(func() (*trust.Store, error) { return trust.Open(st, s.Version) })
+	st.SetAttestor(func(info *store.PathInfo, facts any) ([]byte, error) {
+		t, err := attest()
+		if err != nil {
+			return nil, err
+		}
+		return t.Attest(info, facts)
+	})
+	// What dead Benches left is swept by every operation that opens the store, at most once a second
+	// in a long-lived supervisor: a SIGKILLed shed leaves nothing for long.
+	s.sweepMu.Lock()
+	if time.Since(s.swept) > time.Second {
+		s.swept = time.Now()
+		s.sweepMu.Unlock()
+		sweep(st)
 	} else {
-		st.SetAttestor(func(*store.PathInfo, any) ([]byte, error) { return nil, err })
+		s.sweepMu.Unlock()
 	}
-	sweep(st)
 	return st, nil
 }
 
