@@ -10,7 +10,7 @@ BUILDFLAGS = -tags urfave_cli_no_docs
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./api:FuzzDecode
 
-.PHONY: help build example test test-daemon bench lint fuzz docs clean
+.PHONY: help build example test test-daemon bench lint fuzz docs generate clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -63,6 +63,11 @@ docs: build ## regenerate docs/cli.md and the man page from the CLI definition, 
 	bin/shed man --markdown > docs/cli.md
 	mkdir -p docs/man && bin/shed man > docs/man/shed.1
 	SHED_UPDATE_DOCS=1 $(GO) test -count=1 -run TestAPIDoc ./api
+
+generate: ## regenerate the E2B API's envd messages and Connect handlers from e2b/envd/*.proto (needs protoc: apt-get install protobuf-compiler)
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go connectrpc.com/connect/cmd/protoc-gen-connect-go
+	PATH=$(CURDIR)/bin:$$PATH protoc -I e2b/envd -I /usr/include --go_out=. --go_opt=module=toolshed.dev/shed \
+		--connect-go_out=. --connect-go_opt=module=toolshed.dev/shed e2b/envd/process.proto e2b/envd/filesystem.proto
 
 clean: ## remove build output
 	rm -rf bin

@@ -3,6 +3,7 @@ module toolshed.dev/shed
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.19.1
 	github.com/apex/log v1.9.0
 	github.com/google/go-cmp v0.7.0
 	github.com/klauspost/pgzip v1.2.6
@@ -20,6 +21,7 @@ require (
 	golang.org/x/net v0.50.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
+	google.golang.org/protobuf v1.36.10
 	oras.land/oras-go/v2 v2.7.0
 )
 
@@ -52,5 +54,4 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	golang.org/x/tools v0.42.0 // indirect
-	google.golang.org/protobuf v1.36.10 // indirect
 )

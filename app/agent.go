@@ -27,6 +27,11 @@ func init() {
 	op("bench.write_file", (*Service).WriteFile)
 	op("bench.read_file", (*Service).ReadFile)
 	op("bench.list_files", (*Service).ListFiles)
+	op("bench.stat_file", (*Service).StatFile)
+	op("bench.make_dir", (*Service).MakeDir)
+	op("bench.remove_file", (*Service).RemoveFile)
+	op("bench.move_file", (*Service).MoveFile)
+	op("bench.set_lifetime", (*Service).SetLifetime)
 }
 
 // Detached runs the Benches that outlive their request (bench.create): only a long-lived process, the
@@ -34,10 +39,64 @@ func init() {
 type Detached struct {
 	Ctx context.Context
 	wg  sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]*lifetime // by Bench id, while it runs
+}
+
+// lifetime is when a detached Bench ends: a timer that cancels its context, which a caller may reset.
+type lifetime struct {
+	timer   *time.Timer
+	expires time.Time
 }
 
 // Wait waits for every detached Bench to end (after Ctx is done).
 func (d *Detached) Wait() { d.wg.Wait() }
+
+// Expires says when the detached Bench id ends (ok false: it is not one, or it ended).
+func (d *Detached) Expires(id string) (time.Time, bool) {
+	if d == nil {
+		return time.Time{}, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.running[id]
+	if !ok {
+		return time.Time{}, false
+	}
+	return l.expires, true
+}
+
+func (d *Detached) track(id string, l *lifetime) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running == nil {
+		d.running = map[string]*lifetime{}
+	}
+	d.running[id] = l
+}
+
+func (d *Detached) untrack(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.running, id)
+}
+
+// reset moves the end of the detached Bench id to expires.
+func (d *Detached) reset(id string, expires time.Time) bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.running[id]
+	if !ok {
+		return false
+	}
+	l.timer.Reset(time.Until(expires))
+	l.expires = expires
+	return true
+}
 
 // holdArgv is a created Bench's main command: it only holds the Bench open for exec and files.
 var holdArgv = []string{"sleep", "infinity"}
@@ -111,14 +170,9 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	if s.Detached == nil {
 		return nil, usage("start the supervisor (`shed daemon`, docs/supervisor.md) and call it", "bench.create needs the supervisor: a Bench it makes outlives the command that asked")
 	}
-	life := time.Duration(req.LifetimeS) * time.Second
-	switch {
-	case req.LifetimeS < 0:
-		return nil, usage("a number of seconds", "lifetime_s %d", req.LifetimeS)
-	case life == 0:
-		life = DefaultLifetime
-	case life > MaxLifetime:
-		return nil, usage(fmt.Sprintf("at most %d seconds", int(MaxLifetime/time.Second)), "lifetime_s %d is too long", req.LifetimeS)
+	life, err := lifetimeOf(req.LifetimeS)
+	if err != nil {
+		return nil, err
 	}
 	limits := s.limitsFor(c, sandbox.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids})
 	w, err := s.realize(ctx, c, req.Workshop, false, nil)
@@ -132,15 +186,27 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	go func() {
 		defer s.Detached.wg.Done()
 		defer w.st.Close() // its temporary roots hold the layers while the Bench runs
-		bctx, cancel := context.WithDeadline(s.Detached.Ctx, expires)
+		bctx, cancel := context.WithCancel(s.Detached.Ctx)
 		defer cancel()
-		warm := s.Pool.Take()
+		life := &lifetime{timer: time.AfterFunc(time.Until(expires), cancel), expires: expires}
+		defer life.timer.Stop()
+		var id string
+		defer func() {
+			if id != "" {
+				s.Detached.untrack(id)
+			}
+		}()
+		warm := s.Pool.Take(req.Workshop)
 		if warm != nil {
 			defer warm.Close() // a no-op once used
 		}
 		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, Limits: limits, Init: warm,
-			Started: func(rec *bench.Record) { started <- rec },
+			Started: func(rec *bench.Record) {
+				id = rec.ID
+				s.Detached.track(id, life)
+				started <- rec
+			},
 			Event:   s.benchEvents(c, req.Workshop),
 			Propose: s.agentProposes,
 		})
@@ -158,6 +224,46 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		// The caller went away before its Bench was up: the Bench ends with its lifetime, or now.
 		return nil, ctx.Err()
 	}
+}
+
+// lifetimeOf is a request's lifetime_s as a duration: 0 is DefaultLifetime, MaxLifetime bounds it.
+func lifetimeOf(seconds int64) (time.Duration, error) {
+	life := time.Duration(seconds) * time.Second
+	switch {
+	case seconds < 0:
+		return 0, usage("a number of seconds", "lifetime_s %d", seconds)
+	case life == 0:
+		return DefaultLifetime, nil
+	case seconds > int64(MaxLifetime/time.Second):
+		return 0, usage(fmt.Sprintf("at most %d seconds", int(MaxLifetime/time.Second)), "lifetime_s %d is too long", seconds)
+	}
+	return life, nil
+}
+
+// SetLifetimeRequest asks to move the end of a created Bench.
+type SetLifetimeRequest struct {
+	Bench     string `json:"bench"`      // the Bench, by name or id
+	LifetimeS int64  `json:"lifetime_s"` // seconds from now after which the supervisor removes it (0: the default)
+}
+
+// SetLifetime moves the end of a Bench that bench.create made to lifetime_s from now (as E2B's
+// set-timeout does: shorter or longer).
+func (s *Service) SetLifetime(ctx context.Context, c *Call, req *SetLifetimeRequest) (*BenchCreateResult, error) {
+	life, err := lifetimeOf(req.LifetimeS)
+	if err != nil {
+		return nil, err
+	}
+	st, rec, err := s.runningBench(c, req.Bench)
+	if err != nil {
+		return nil, err
+	}
+	st.Close()
+	expires := time.Now().Add(life).UTC().Truncate(time.Second)
+	if !s.Detached.reset(rec.ID, expires) {
+		return nil, fail(CodeFailed, fmt.Errorf("bench %s has no lifetime: it was not made by bench.create, or it is ending", rec.Name),
+			"a Bench of `shed bench run` ends with its command")
+	}
+	return &BenchCreateResult{Bench: rec.Name, ID: rec.ID, Expires: expires}, nil
 }
 
 // limitsFor fills a user's unset limits with the users' bounds (the policy refused any above them).
@@ -310,58 +416,181 @@ func (s *Service) ReadFile(ctx context.Context, c *Call, req *ReadFileRequest) (
 
 // ListFilesRequest asks for a directory's entries in a Bench.
 type ListFilesRequest struct {
-	Bench string `json:"bench"` // the Bench, by name or id
-	Path  string `json:"path"`  // an absolute directory, as the Bench sees it
+	Bench string `json:"bench"`           // the Bench, by name or id
+	Path  string `json:"path"`            // an absolute directory, as the Bench sees it
+	Depth int    `json:"depth,omitempty"` // how many levels down to list (default 1: the directory's own entries)
 }
 
-// FileEntry is one entry of a directory.
+// FileEntry is one file of a Bench, as `find -printf` inside it tells.
 type FileEntry struct {
-	Name string `json:"name"` // its name in the directory
-	Path string `json:"path"` // its absolute path
-	Type string `json:"type"` // "file", "dir", "symlink" or "other"
-	Size int64  `json:"size"` // bytes
+	Name     string    `json:"name"`             // its name in its directory
+	Path     string    `json:"path"`             // its absolute path
+	Type     string    `json:"type"`             // "file", "dir", "symlink" or "other"
+	Size     int64     `json:"size"`             // bytes
+	Mode     uint32    `json:"mode"`             // permission bits (07777)
+	Owner    string    `json:"owner"`            // its owner's name in the Bench
+	Group    string    `json:"group"`            // its group's
+	Modified time.Time `json:"modified"`         // its last change
+	Target   string    `json:"target,omitempty"` // a symlink's target
 }
 
-// ListFilesResult is a directory's entries, sorted by name.
+// ListFilesResult is a directory's entries, sorted by path.
 type ListFilesResult struct {
 	Entries []FileEntry `json:"entries"` // the entries
 }
 
+// MaxDepth bounds a listing's depth.
+const MaxDepth = 16
+
 // ListFiles lists a directory of a running Bench, from inside it.
 func (s *Service) ListFiles(ctx context.Context, c *Call, req *ListFilesRequest) (*ListFilesResult, error) {
-	p, err := benchFile(req.Path)
+	depth := req.Depth
+	switch {
+	case depth == 0:
+		depth = 1
+	case depth < 0 || depth > MaxDepth:
+		return nil, usage(fmt.Sprintf("a depth from 1 to %d", MaxDepth), "depth %d", req.Depth)
+	}
+	entries, err := s.findIn(ctx, c, req.Bench, req.Path, "-mindepth", "1", "-maxdepth", strconv.Itoa(depth))
 	if err != nil {
 		return nil, err
 	}
-	st, rec, err := s.runningBench(c, req.Bench)
+	return &ListFilesResult{Entries: entries}, nil
+}
+
+// StatFile describes one file of a running Bench (a symlink itself, not its target).
+func (s *Service) StatFile(ctx context.Context, c *Call, req *BenchPathRequest) (*FileEntry, error) {
+	entries, err := s.findIn(ctx, c, req.Bench, req.Path, "-maxdepth", "0")
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) != 1 {
+		return nil, fail(CodeFailed, fmt.Errorf("stat %s in bench %s: %d entries", req.Path, req.Bench, len(entries)), "")
+	}
+	return &entries[0], nil
+}
+
+// findEntry is what find prints of a file: NUL-separated fields, the last ends the entry.
+const findEntry = `%y\0%m\0%s\0%T@\0%u\0%g\0%l\0%p\0`
+
+// findIn runs find over a path of the caller's Bench, inside it, and parses what it prints.
+func (s *Service) findIn(ctx context.Context, c *Call, benchName, dir string, args ...string) ([]FileEntry, error) {
+	p, err := benchFile(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, rec, err := s.runningBench(c, benchName)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	er := sandbox.ExecRequest{Argv: []string{"find", p, "-mindepth", "1", "-maxdepth", "1", "-printf", `%y %s %f\0`}, Dir: "/", Env: agentEnv}
-	code, out, errb, err := s.execIn(ctx, st, rec, er, nil, MaxText)
+	argv := append([]string{"find", p}, args...)
+	argv = append(argv, "-printf", findEntry)
+	code, out, errb, err := s.execIn(ctx, st, rec, sandbox.ExecRequest{Argv: argv, Dir: "/", Env: agentEnv}, nil, MaxText)
 	if err != nil {
 		return nil, err
 	}
 	if code != 0 {
-		return nil, fail(CodeNotFound, fmt.Errorf("list %s in bench %s: %s", p, rec.Name, firstLine(errb.buf.String(), code)), "")
+		return nil, fail(CodeNotFound, fmt.Errorf("%s in bench %s: %s", p, rec.Name, firstLine(errb.buf.String(), code)), "")
 	}
-	res := &ListFilesResult{Entries: []FileEntry{}}
-	for _, e := range strings.Split(out.buf.String(), "\x00") {
-		kind, rest, ok := strings.Cut(e, " ")
-		if !ok {
-			continue
-		}
-		size, name, _ := strings.Cut(rest, " ")
-		n, _ := strconv.ParseInt(size, 10, 64)
-		t := map[string]string{"f": "file", "d": "dir", "l": "symlink"}[kind]
+	if out.truncated {
+		return nil, fail(CodeFailed, fmt.Errorf("list %s in bench %s: longer than %d bytes", p, rec.Name, MaxText), "list a smaller depth, or parts")
+	}
+	f := strings.Split(out.buf.String(), "\x00")
+	entries := []FileEntry{}
+	for i := 0; i+8 <= len(f); i += 8 {
+		mode, _ := strconv.ParseUint(f[i+1], 8, 32)
+		size, _ := strconv.ParseInt(f[i+2], 10, 64)
+		secs, _ := strconv.ParseFloat(f[i+3], 64)
+		t := map[string]string{"f": "file", "d": "dir", "l": "symlink"}[f[i]]
 		if t == "" {
 			t = "other"
 		}
-		res.Entries = append(res.Entries, FileEntry{Name: name, Path: path.Join(p, name), Type: t, Size: n})
+		full := f[i+7]
+		entries = append(entries, FileEntry{
+			Name: path.Base(full), Path: full, Type: t, Size: size, Mode: uint32(mode), Owner: f[i+4], Group: f[i+5],
+			Modified: time.Unix(0, int64(secs*1e9)).UTC(), Target: f[i+6],
+		})
 	}
-	slices.SortFunc(res.Entries, func(a, b FileEntry) int { return strings.Compare(a.Name, b.Name) })
-	return res, nil
+	slices.SortFunc(entries, func(a, b FileEntry) int { return strings.Compare(a.Path, b.Path) })
+	return entries, nil
+}
+
+// BenchPathRequest names one path of a Bench.
+type BenchPathRequest struct {
+	Bench string `json:"bench"` // the Bench, by name or id
+	Path  string `json:"path"`  // absolute, as the Bench sees it
+}
+
+// MadeResult says whether an operation made something or found it there.
+type MadeResult struct {
+	Created bool `json:"created"` // false: it was there already
+}
+
+// MakeDir makes a directory of a running Bench and the ones above it, from inside it.
+func (s *Service) MakeDir(ctx context.Context, c *Call, req *BenchPathRequest) (*MadeResult, error) {
+	out, err := s.shIn(ctx, c, req.Bench, `if [ -d "$1" ]; then echo exists; else mkdir -p -- "$1"; fi`, req.Path)
+	if err != nil {
+		return nil, err
+	}
+	return &MadeResult{Created: out != "exists\n"}, nil
+}
+
+// RemoveFile removes a file of a running Bench, or a directory and all it holds, from inside it.
+func (s *Service) RemoveFile(ctx context.Context, c *Call, req *BenchPathRequest) (*Empty, error) {
+	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || { echo "$1: no such file or directory" >&2; exit 2; }; rm -rf -- "$1"`, req.Path); err != nil {
+		return nil, err
+	}
+	return &Empty{}, nil
+}
+
+// MoveFileRequest asks to rename a file of a Bench.
+type MoveFileRequest struct {
+	Bench string `json:"bench"` // the Bench, by name or id
+	From  string `json:"from"`  // absolute, as the Bench sees it
+	To    string `json:"to"`    // the new path, absolute; missing directories are made
+}
+
+// MoveFile renames a file or directory of a running Bench, from inside it.
+func (s *Service) MoveFile(ctx context.Context, c *Call, req *MoveFileRequest) (*FileEntry, error) {
+	to, err := benchFile(req.To)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.shIn(ctx, c, req.Bench, `mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2"`, req.From, to); err != nil {
+		return nil, err
+	}
+	return s.StatFile(ctx, c, &BenchPathRequest{Bench: req.Bench, Path: to})
+}
+
+// shIn runs a short script over paths of the caller's Bench, inside it, as its root; its output
+// comes back, a failure as an error with its first line.
+func (s *Service) shIn(ctx context.Context, c *Call, benchName, script string, paths ...string) (string, error) {
+	args := []string{"/bin/sh", "-c", "set -e; " + script, "sh"}
+	for _, p := range paths {
+		clean, err := benchFile(p)
+		if err != nil {
+			return "", err
+		}
+		args = append(args, clean)
+	}
+	st, rec, err := s.runningBench(c, benchName)
+	if err != nil {
+		return "", err
+	}
+	defer st.Close()
+	code, out, errb, err := s.execIn(ctx, st, rec, sandbox.ExecRequest{Argv: args, Dir: "/", Env: agentEnv}, nil, MaxText)
+	if err != nil {
+		return "", err
+	}
+	if code != 0 {
+		code := CodeFailed
+		if strings.Contains(errb.buf.String(), "No such file") || strings.Contains(errb.buf.String(), "no such file") {
+			code = CodeNotFound
+		}
+		return "", fail(code, fmt.Errorf("in bench %s: %s", rec.Name, firstLine(errb.buf.String(), 1)), "")
+	}
+	return out.buf.String(), nil
 }
 
 // runningBench opens the store and finds the caller's running Bench.

@@ -60,6 +60,9 @@ type Caller struct {
 	Dir string
 	// Bench is, for an agent, the Bench it is in.
 	Bench string
+	// Via says how the caller reached the supervisor when it was not its socket: "e2b key ID" (an API
+	// key's public id, never the key).
+	Via string
 }
 
 // IO is what an operation may reach of the caller besides its request and result: the caller's

@@ -21,7 +21,7 @@ var reads = map[string]bool{
 	"bench.ls": true, "workshop.ls": true, "workshop.show": true, "workshop.log": true, "workshop.diff": true,
 	"workshop.launchable": true, "key.show": true, "store.ls": true, "store.info": true, "root.ls": true,
 	"why": true, "diff": true, "log": true, "bench.logs": true, "proposal.show": true, "bench.read_file": true,
-	"bench.list_files": true, "audit.ls": true, "audit.verify": true, "store.verify": true,
+	"bench.list_files": true, "bench.stat_file": true, "audit.ls": true, "audit.verify": true, "agent.key_ls": true, "store.verify": true,
 }
 
 // record appends what an operation did (or was refused) to the audit log.
@@ -35,7 +35,7 @@ func (s *Service) record(c *Call, op string, req, res any, err error) {
 			s.log().Error("audit record panicked", "op", op, "panic", p)
 		}
 	}()
-	e := audit.Entry{User: c.Caller.User, Role: string(c.Caller.Role), Event: op}
+	e := audit.Entry{User: c.Caller.User, Role: string(c.Caller.Role), Via: c.Caller.Via, Event: op}
 	switch r := req.(type) {
 	case *RealizeRequest:
 		e.Workshop = r.Workshop
@@ -49,6 +49,12 @@ func (s *Service) record(c *Call, op string, req, res any, err error) {
 		e.Bench = r.Bench
 	case *WriteFileRequest:
 		e.Bench, e.Detail = r.Bench, r.Path
+	case *BenchPathRequest:
+		e.Bench, e.Detail = r.Bench, r.Path
+	case *MoveFileRequest:
+		e.Bench, e.Detail = r.Bench, r.From+" -> "+r.To
+	case *SetLifetimeRequest:
+		e.Bench, e.Detail = r.Bench, fmt.Sprintf("lifetime %ds", r.LifetimeS)
 	case *BenchRemoveRequest:
 		if len(r.Benches) == 1 {
 			e.Bench = r.Benches[0]
@@ -61,6 +67,10 @@ func (s *Service) record(c *Call, op string, req, res any, err error) {
 		e.DiffSHA256, e.Detail = r.DiffSHA256, "proposal "+r.ID
 	case *KeyRequest:
 		e.Detail = r.Key // a public key: never a secret
+	case *KeyCreateRequest:
+		e.Detail = "for " + r.User
+	case *KeyRemoveRequest:
+		e.Detail = r.ID
 	}
 	switch r := res.(type) {
 	case *records.Version:
@@ -83,6 +93,10 @@ func (s *Service) record(c *Call, op string, req, res any, err error) {
 	case *RealizeResult:
 		if r != nil {
 			e.Workshop = r.Workshop
+		}
+	case *KeyCreateResult, *KeyListResult:
+		if d := keyDetail(r); d != "" {
+			e.Detail = d
 		}
 	}
 	if err != nil {
@@ -164,7 +178,7 @@ func (s *Service) benchEvents(c *Call, workshop string) func(bench, event, dest,
 				return
 			}
 		}
-		if err := s.Audit.Note(audit.Entry{User: c.Caller.User, Role: string(c.Caller.Role), Event: event, Bench: bench, Workshop: workshop, Dest: dest, Detail: detail}); err != nil {
+		if err := s.Audit.Note(audit.Entry{User: c.Caller.User, Role: string(c.Caller.Role), Via: c.Caller.Via, Event: event, Bench: bench, Workshop: workshop, Dest: dest, Detail: detail}); err != nil {
 			s.log().Error("audit log", "err", err, "event", event, "bench", bench)
 		}
 	}

@@ -194,7 +194,7 @@ type BenchListRequest struct{}
 
 // BenchListResult lists Benches, by start time.
 type BenchListResult struct {
-	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit)
+	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit, expires)
 }
 
 // MayUse says whether caller may act on the Bench rec: operators on every Bench, users on the ones
@@ -223,6 +223,11 @@ func (s *Service) BenchList(ctx context.Context, c *Call, req *BenchListRequest)
 	recs := slices.DeleteFunc(all, func(r *bench.Record) bool { return !MayUse(c.Caller, r) })
 	if recs == nil {
 		recs = []*bench.Record{}
+	}
+	for _, r := range recs {
+		if t, ok := s.Detached.Expires(r.ID); ok {
+			r.Expires = &t
+		}
 	}
 	return &BenchListResult{Benches: recs}, nil
 }

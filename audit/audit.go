@@ -42,6 +42,7 @@ type Entry struct {
 	// key is logged as the user it acts for).
 	User string `json:"user,omitempty"`
 	Role string `json:"role,omitempty"`
+	Via  string `json:"via,omitempty"` // how, when not the socket: "e2b key ID" (a key's public id)
 	// What: an operation of the API (bench.run, workshop.promote, ...) or a Bench event (bench.start,
 	// bench.end, net.allowed, net.refused).
 	Event    string `json:"event"`

@@ -78,6 +78,9 @@ type Record struct {
 	Running bool `json:"running"`
 	// Exit is the command's exit code, written when it ends (kept Benches).
 	Exit *int `json:"exit,omitempty"`
+	// Expires is when the supervisor removes a Bench that bench.create made: told by the supervisor
+	// that holds its lifetime, never stored.
+	Expires *time.Time `json:"expires,omitempty"`
 }
 
 // ErrNoBench is returned for a name or id that matches no Bench.

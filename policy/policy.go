@@ -36,8 +36,16 @@ var Roles = map[string][]app.Role{
 	"bench.write_file":    {app.Operator, app.User},
 	"bench.read_file":     {app.Operator, app.User},
 	"bench.list_files":    {app.Operator, app.User},
+	"bench.stat_file":     {app.Operator, app.User},
+	"bench.make_dir":      {app.Operator, app.User},
+	"bench.remove_file":   {app.Operator, app.User},
+	"bench.move_file":     {app.Operator, app.User},
+	"bench.set_lifetime":  {app.Operator, app.User},
 	"workshop.launchable": {app.Operator, app.User},
 	"audit.ls":            {app.Operator},
+	"agent.key_create":    {app.Operator},
+	"agent.key_ls":        {app.Operator},
+	"agent.key_rm":        {app.Operator},
 	"audit.verify":        {app.Operator},
 	"workshop.add":        {app.Operator},
 	"workshop.allow":      {app.Operator},
@@ -132,6 +140,12 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 	case *app.ReadFileRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.ListFilesRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.BenchPathRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.MoveFileRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.SetLifetimeRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.WhyRequest:
 		if !op {

@@ -50,16 +50,7 @@ func TestMCP(t *testing.T) {
 	dir := npmPackage(t, "mcp", "@modelcontextprotocol/sdk", "1.32.2")
 	client := filepath.Join(dir, "mcp-client.mjs")
 	writeFile(t, client, string(must(os.ReadFile("testdata/mcp-client.mjs"))))
-	nobody, err := user.Lookup("nobody")
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(nobody.Uid)
-	for d := filepath.Dir(shedBin); d != "/"; d = filepath.Dir(d) {
-		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-			os.Chmod(d, fi.Mode().Perm()|0o011)
-		}
-	}
+	uid := nobodyUID(t)
 	name := "mcp-" + strconv.Itoa(os.Getpid())
 	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = %q
 seed = "debian/bookworm"
@@ -86,18 +77,7 @@ profile = "debian"
 		Data  map[string]any `json:"data"`
 		Text  string         `json:"text"`
 	}
-	steps := map[string]json.RawMessage{}
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var s struct {
-			Step  string          `json:"step"`
-			Value json.RawMessage `json:"value"`
-		}
-		if json.Unmarshal(sc.Bytes(), &s) == nil {
-			steps[s.Step] = s.Value
-		}
-	}
+	steps := clientSteps(out)
 	step := func(n string) result {
 		t.Helper()
 		var r result
@@ -163,6 +143,40 @@ profile = "debian"
 	if r := via(t, sock, 0, "", "workshop", "log", name); !strings.Contains(r.stdout, "version 1") || strings.Contains(r.stdout, "version 2") {
 		t.Errorf("the record changed:\n%s", r.stdout)
 	}
+}
+
+// nobodyUID is the uid the agent clients run as: nobody, a user with no rights on the store, who can
+// reach shed's binary (its directories are opened for search).
+func nobodyUID(t *testing.T) int {
+	t.Helper()
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	for d := filepath.Dir(shedBin); d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			os.Chmod(d, fi.Mode().Perm()|0o011)
+		}
+	}
+	return uid
+}
+
+// clientSteps parses a client's output: one {"step", "value"} object a line.
+func clientSteps(out []byte) map[string]json.RawMessage {
+	steps := map[string]json.RawMessage{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var s struct {
+			Step  string          `json:"step"`
+			Value json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(sc.Bytes(), &s) == nil {
+			steps[s.Step] = s.Value
+		}
+	}
+	return steps
 }
 
 func exists(p string) bool {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -45,32 +46,50 @@ func pipStatic(t *testing.T) string {
 // user can reach, and returns the socket.
 func daemon(t testing.TB, root string) string {
 	t.Helper()
-	dir := fmt.Sprintf("/run/shed-test-%d", os.Getpid())
+	sock, _ := daemonWith(t, root)
+	return sock
+}
+
+// daemonSeq numbers the test daemons of this process: each has a socket directory of its own.
+var daemonSeq atomic.Int64
+
+// daemonWith starts a supervisor for root with more flags, and returns its socket and the file its
+// log (stdout and stderr) goes to.
+func daemonWith(t testing.TB, root string, flags ...string) (string, string) {
+	t.Helper()
+	dir := fmt.Sprintf("/run/shed-test-%d-%d", os.Getpid(), daemonSeq.Add(1))
 	sock := filepath.Join(dir, "shed.sock")
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	cmd := exec.Command(shedBin, "--root", root, "daemon", "--socket", sock)
+	cmd := exec.Command(shedBin, append([]string{"--root", root, "daemon", "--socket", sock}, flags...)...)
 	cmd.SysProcAttr = dieWithTests()
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	logPath := filepath.Join(t.TempDir(), "daemon.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	log.Close()
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		if t.Failed() {
-			t.Logf("daemon log:\n%s", log.String())
+			b, _ := os.ReadFile(logPath)
+			t.Logf("daemon log:\n%s", b)
 		}
 	})
 	for i := 0; i < 200; i++ {
 		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
 			daemonPids.Store(sock, cmd.Process.Pid)
-			return sock
+			return sock, logPath
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("the daemon did not listen:\n%s", log.String())
-	return ""
+	b, _ := os.ReadFile(logPath)
+	t.Fatalf("the daemon did not listen:\n%s", b)
+	return "", ""
 }
 
 // daemonPids maps a test daemon's socket to its pid.

@@ -4,15 +4,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"toolshed.dev/shed/api"
+	"toolshed.dev/shed/apikey"
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/e2b"
+	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
 )
+
+// maxWarm bounds the inits kept ready: each holds a sandbox id slot that builds and Benches need.
+const maxWarm = 64
 
 func cmdDaemon() *cli.Command {
 	return &cli.Command{
@@ -35,6 +44,8 @@ func cmdDaemon() *cli.Command {
 			&cli.IntFlag{Name: "user-kept", Value: 4, Usage: "the most kept Benches (--keep) a user may have at once"},
 			&cli.IntFlag{Name: "user-benches", Value: 8, Usage: "the most Benches (running, created or kept) a user may have at once"},
 			&cli.IntFlag{Name: "warm", Value: 2, Usage: "`N` Bench inits kept started ahead for API creates (each holds one of the 512 id slots)"},
+			&cli.StringSliceFlag{Name: "warm-workshop", Usage: "`NAME=N`: N more inits kept ready for creates of the Workshop record NAME only (repeatable)"},
+			&cli.StringFlag{Name: "e2b", Usage: "also serve the E2B API (control and data plane) on `ADDR` (host:port; docs/agents.md): plain HTTP, so keep it on loopback or behind TLS"},
 		},
 		Action: func(c *cli.Context) error {
 			if os.Geteuid() != 0 {
@@ -51,7 +62,21 @@ func cmdDaemon() *cli.Command {
 			// or the supervisor stops (they stop with it: their state is swept at the next start).
 			svc.Detached = &app.Detached{Ctx: c.Context}
 			defer svc.Detached.Wait()
-			svc.Pool = app.NewPool(c.Context, c.Int("warm"))
+			perWorkshop := map[string]int{}
+			total := c.Int("warm")
+			for _, w := range c.StringSlice("warm-workshop") {
+				name, num, _ := strings.Cut(w, "=")
+				n, err := strconv.Atoi(num)
+				if !records.IsName(name) || err != nil || n < 0 {
+					return usageError("--warm-workshop %q: want NAME=N (a record's name, a count)", w)
+				}
+				perWorkshop[name] = n
+				total += n
+			}
+			if total > maxWarm {
+				return usageError("--warm and --warm-workshop keep %d inits ready: at most %d (each holds one of the 512 sandbox id slots)", total, maxWarm)
+			}
+			svc.Pool = app.NewPool(c.Context, c.Int("warm"), perWorkshop)
 			// The store must open now: a supervisor that cannot serve says so at start, not per request.
 			st, err := store.Open(svc.Root)
 			if err != nil {
@@ -71,6 +96,23 @@ func cmdDaemon() *cli.Command {
 			svc.Log = log
 			log.Info("supervisor listening", "socket", c.String("socket"), "root", svc.Root)
 			fmt.Fprintf(c.App.ErrWriter, "shed: supervisor on %s for the store at %s\n", c.String("socket"), svc.Root)
+			if addr := c.String("e2b"); addr != "" {
+				eln, err := net.Listen("tcp", addr)
+				if err != nil {
+					ln.Close()
+					return withHint(exitUsage, fmt.Errorf("--e2b %s: %w", addr, err), "name a free host:port, e.g. 127.0.0.1:49982")
+				}
+				if ip := eln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+					log.Warn("the E2B API is plain HTTP on a non-loopback address: API keys and tokens cross the network in clear; put TLS in front", "addr", eln.Addr().String())
+				}
+				es := &e2b.Server{Service: svc, Operators: c.String("operators-group"), Log: log, Keys: apikey.Open(svc.Root), CallerOf: api.CallerOf}
+				fmt.Fprintf(c.App.ErrWriter, "shed: E2B API on http://%s (E2B_API_URL and E2B_SANDBOX_URL)\n", eln.Addr())
+				go func() {
+					if err := es.Serve(c.Context, eln); err != nil {
+						log.Error("e2b server", "err", err)
+					}
+				}()
+			}
 			srv := &api.Server{Service: svc, Operators: c.String("operators-group"), Log: log}
 			return srv.Serve(c.Context, ln)
 		},

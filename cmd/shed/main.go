@@ -172,6 +172,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdDaemon(),
 			cmdMCP(),
 			cmdAudit(),
+			cmdAgent(),
 			cmdCopy(),
 			cmdExport(),
 			cmdImport(),

@@ -1,0 +1,397 @@
+package e2b
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/records"
+)
+
+// maxBody bounds a control-plane request's body.
+const maxBody = 1 << 20
+
+// newSandbox is the body of POST /sandboxes: what shed serves, and the fields it refuses rather than
+// silently ignore.
+type newSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	Alias               string            `json:"alias"`
+	Timeout             *int64            `json:"timeout"` // seconds
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Secure              *bool             `json:"secure"`
+	AutoPause           *bool             `json:"autoPause"`
+	Network             json.RawMessage   `json:"network"`
+	IAM                 json.RawMessage   `json:"iam"`
+	MCP                 json.RawMessage   `json:"mcp"`
+	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
+	AutoResume          json.RawMessage   `json:"autoResume"`
+	AutoPauseMemory     json.RawMessage   `json:"autoPauseMemory"`
+}
+
+// sandboxJSON is E2B's Sandbox and ListedSandbox (create, connect, get and list answer with it).
+type sandboxJSON struct {
+	SandboxID       string            `json:"sandboxID"`
+	TemplateID      string            `json:"templateID"`
+	Alias           string            `json:"alias,omitempty"`
+	ClientID        string            `json:"clientID"`
+	EnvdVersion     string            `json:"envdVersion"`
+	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
+	Domain          *string           `json:"domain"`
+	StartedAt       *time.Time        `json:"startedAt,omitempty"`
+	EndAt           *time.Time        `json:"endAt,omitempty"`
+	State           string            `json:"state,omitempty"`
+	CPUCount        int               `json:"cpuCount"`
+	MemoryMB        int64             `json:"memoryMB"`
+	DiskSizeMB      int64             `json:"diskSizeMB"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+}
+
+// apiError is the control plane's error body: the SDK shows message.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, format string, args ...any) {
+	writeJSON(w, status, apiError{Code: status, Message: fmt.Sprintf(format, args...)})
+}
+
+// writeAppError answers with an operation's error: its message and hint, under the HTTP status that
+// its code means.
+func writeAppError(w http.ResponseWriter, err error) {
+	e := app.Classify(err)
+	msg := e.Error()
+	if e.Hint != "" {
+		msg += " (hint: " + e.Hint + ")"
+	}
+	writeError(w, httpStatus(e.Code), "%s", msg)
+}
+
+func httpStatus(c app.Code) int {
+	switch c {
+	case app.CodeUsage, app.CodeInvalid, app.CodeBadRequest:
+		return http.StatusBadRequest
+	case app.CodeDenied:
+		return http.StatusForbidden
+	case app.CodeNotFound:
+		return http.StatusNotFound
+	case app.CodeConflict:
+		return http.StatusConflict
+	case app.CodeBusy:
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}
+
+// authorized is the caller of a control-plane request, from its X-API-Key; nil after answering 401.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) *app.Caller {
+	c, _, err := s.callerOfKey(r.Header.Get("X-API-Key"))
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "no valid API key: an operator makes one with `shed agent key create USER`; set it as E2B_API_KEY")
+		return nil
+	}
+	return c
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	c, k, err := s.callerOfKey(r.Header.Get("X-API-Key"))
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "no valid API key: an operator makes one with `shed agent key create USER`; set it as E2B_API_KEY")
+		return
+	}
+	var req newSandbox
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "request body: %v", err)
+		return
+	}
+	if msg := unsupportedCreate(&req); msg != "" {
+		writeError(w, http.StatusBadRequest, "%s", msg)
+		return
+	}
+	for name := range req.EnvVars {
+		if !envName(name) {
+			writeError(w, http.StatusBadRequest, "envVars: %q is not a variable name", name)
+			return
+		}
+	}
+	timeout := DefaultTimeout
+	if req.Timeout != nil {
+		if *req.Timeout <= 0 {
+			writeError(w, http.StatusBadRequest, "timeout %d: a number of seconds above 0", *req.Timeout)
+			return
+		}
+		timeout = time.Duration(*req.Timeout) * time.Second
+	}
+	call := &app.Call{Caller: c}
+	// A template is a record the caller may launch, never a file: a key of an operator must not reach
+	// the files an operator's request may name.
+	res, err := s.Service.Do(r.Context(), call, "workshop.launchable", &app.LaunchableRequest{})
+	if err != nil {
+		writeAppError(w, err)
+		return
+	}
+	if !slices.ContainsFunc(res.(*app.LaunchableResult).Workshops, func(v *records.Version) bool { return v.Name == req.TemplateID }) {
+		writeError(w, http.StatusNotFound, "template %q: no Workshop record of that name that %s may launch (`shed workshop ls` lists them; an operator allows one with `shed workshop allow NAME USER`)", req.TemplateID, c.User)
+		return
+	}
+	net := ""
+	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+		net = "none"
+	}
+	created, err := s.Service.Do(r.Context(), call, "bench.create", &app.BenchCreateRequest{
+		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: int64(timeout / time.Second), Net: net,
+	})
+	if err != nil {
+		writeAppError(w, err)
+		return
+	}
+	b := created.(*app.BenchCreateResult)
+	sb := &sandbox{
+		id: b.Bench, bench: b.ID, template: req.TemplateID, keyID: k.ID, user: c.User, token: newToken(),
+		started: time.Now().UTC(), envs: req.EnvVars, metadata: req.Metadata, procs: map[uint32]*proc{},
+	}
+	s.add(sb)
+	out := s.describe(sb, &b.Expires)
+	out.EnvdAccessToken = sb.token
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// unsupportedCreate names what a create asks that shed does not do, or "".
+func unsupportedCreate(r *newSandbox) string {
+	set := func(m json.RawMessage) bool { s := strings.TrimSpace(string(m)); return s != "" && s != "null" }
+	switch {
+	case r.TemplateID == "":
+		return "templateID: name a Workshop record (`shed workshop ls`)"
+	case r.AutoPause != nil && *r.AutoPause, set(r.AutoResume), set(r.AutoPauseMemory):
+		return "pausing is not supported: a Bench ends at its timeout (docs/agents.md)"
+	case set(r.Network):
+		return "network rules are not supported per sandbox: a Workshop's network profile decides (allowInternetAccess: false gives none)"
+	case set(r.IAM):
+		return "iam tokens are not supported"
+	case set(r.MCP):
+		return "an MCP gateway in the sandbox is not supported: run `shed mcp` beside the harness instead (docs/agents.md)"
+	case set(r.VolumeMounts) && strings.TrimSpace(string(r.VolumeMounts)) != "[]":
+		return "volume mounts are not supported: an operator grants directories in the Workshop's recipe"
+	}
+	return ""
+}
+
+// describe is the control plane's view of a sandbox.
+func (s *Server) describe(sb *sandbox, expires *time.Time) sandboxJSON {
+	started := sb.started
+	return sandboxJSON{
+		SandboxID: sb.id, TemplateID: sb.template, Alias: sb.id, ClientID: "shed", EnvdVersion: EnvdVersion,
+		StartedAt: &started, EndAt: expires, State: "running", CPUCount: 1, Metadata: sb.metadata,
+	}
+}
+
+// running returns the caller's sandboxes that still run, by start, with their Benches' records;
+// sandboxes whose Bench ended (a timeout, `shed bench rm`) are forgotten.
+func (s *Server) running(w http.ResponseWriter, r *http.Request, c *app.Caller) ([]*sandbox, map[string]*bench.Record, bool) {
+	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.ls", &app.BenchListRequest{})
+	if err != nil {
+		writeAppError(w, err)
+		return nil, nil, false
+	}
+	recs := map[string]*bench.Record{}
+	for _, rec := range res.(*app.BenchListResult).Benches {
+		if rec.Running {
+			recs[rec.ID] = rec
+		}
+	}
+	s.mu.Lock()
+	var out []*sandbox
+	for id, sb := range s.sandboxes {
+		if sb.user != c.User && c.Role != app.Operator {
+			continue
+		}
+		if recs[sb.bench] == nil {
+			delete(s.sandboxes, id) // its Bench ended: a created Bench is never kept
+			continue
+		}
+		out = append(out, sb)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b *sandbox) int { return a.started.Compare(b.started) })
+	return out, recs, true
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	c := s.authorized(w, r)
+	if c == nil {
+		return
+	}
+	sbs, recs, ok := s.running(w, r, c)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	out := []sandboxJSON{}
+	for _, sb := range sbs {
+		if t := q.Get("template"); t != "" && t != sb.template {
+			continue
+		}
+		if st := q.Get("state"); st != "" && !slices.Contains(strings.Split(st, ","), "running") {
+			continue
+		}
+		if !metadataMatches(sb.metadata, q.Get("metadata")) {
+			continue
+		}
+		out = append(out, s.describe(sb, recs[sb.bench].Expires))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// metadataMatches applies list's metadata filter: key=value pairs joined by &, each URL-encoded.
+func metadataMatches(have map[string]string, filter string) bool {
+	if filter == "" {
+		return true
+	}
+	for _, pair := range strings.Split(filter, "&") {
+		k, v, _ := strings.Cut(pair, "=")
+		if have[unescape(k)] != unescape(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// lookup finds the caller's running sandbox named by the path, or answers 404.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*app.Caller, *sandbox, *bench.Record) {
+	c := s.authorized(w, r)
+	if c == nil {
+		return nil, nil, nil
+	}
+	id := r.PathValue("id")
+	sbs, recs, ok := s.running(w, r, c)
+	if !ok {
+		return nil, nil, nil
+	}
+	for _, sb := range sbs {
+		if sb.id == id {
+			return c, sb, recs[sb.bench]
+		}
+	}
+	writeError(w, http.StatusNotFound, "sandbox %q not found", id)
+	return nil, nil, nil
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	_, sb, rec := s.lookup(w, r)
+	if sb == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, s.describe(sb, rec.Expires))
+}
+
+// connect answers as create did, for a running sandbox (E2B resumes a paused one; shed has none).
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	_, sb, rec := s.lookup(w, r)
+	if sb == nil {
+		return
+	}
+	var body struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	_ = json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&body)
+	out := s.describe(sb, rec.Expires)
+	if body.Timeout != nil {
+		exp, ok := s.extend(w, r, sb, *body.Timeout)
+		if !ok {
+			return
+		}
+		out.EndAt = exp
+	}
+	out.EnvdAccessToken = sb.token
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	c, sb, _ := s.lookup(w, r)
+	if sb == nil {
+		return
+	}
+	sb.killAll()
+	if _, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.rm", &app.BenchRemoveRequest{Benches: []string{sb.bench}}); err != nil {
+		writeAppError(w, err)
+		return
+	}
+	s.drop(sb.id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	s.retime(w, r, "timeout")
+}
+
+// refresh is the older SDKs' keep-alive: {duration} seconds more.
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	s.retime(w, r, "duration")
+}
+
+func (s *Server) retime(w http.ResponseWriter, r *http.Request, field string) {
+	_, sb, _ := s.lookup(w, r)
+	if sb == nil {
+		return
+	}
+	var body map[string]int64
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&body); err != nil || body[field] <= 0 {
+		writeError(w, http.StatusBadRequest, "body: want {%q: SECONDS}, seconds above 0", field)
+		return
+	}
+	if _, ok := s.extend(w, r, sb, body[field]); ok {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// extend sets a sandbox's end to seconds from now (bench.set_lifetime).
+func (s *Server) extend(w http.ResponseWriter, r *http.Request, sb *sandbox, seconds int64) (*time.Time, bool) {
+	c, err := s.callerOfUser(sb.user, sb.keyID)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "the key's user is gone")
+		return nil, false
+	}
+	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.set_lifetime", &app.SetLifetimeRequest{Bench: sb.bench, LifetimeS: seconds})
+	if err != nil {
+		writeAppError(w, err)
+		return nil, false
+	}
+	exp := res.(*app.BenchCreateResult).Expires
+	return &exp, true
+}
+
+// unsupported answers the E2B endpoints shed does not serve (pause, resume, snapshots, metrics,
+// templates, network updates) with what to do instead.
+func (s *Server) unsupported(w http.ResponseWriter, r *http.Request) {
+	if s.authorized(w, r) == nil {
+		return
+	}
+	writeError(w, http.StatusNotImplemented, "%s %s is not supported by shed's E2B API: docs/agents.md lists what is", r.Method, r.URL.Path)
+}
+
+func unescape(s string) string {
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+var envRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func envName(s string) bool { return envRE.MatchString(s) }

@@ -1,0 +1,289 @@
+package e2b
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/e2b/envd/filesystem"
+	"toolshed.dev/shed/e2b/envd/filesystem/filesystemconnect"
+)
+
+// home is where a relative path of the SDK's is: the home of the Bench's one user, root.
+const home = "/root"
+
+// inBench makes a path the SDK sent absolute, as envd does: relative to the user's home.
+func inBench(p string) string {
+	if p == "" || !strings.HasPrefix(p, "/") {
+		return path.Join(home, p)
+	}
+	return p
+}
+
+func connectCode(c app.Code) connect.Code {
+	switch c {
+	case app.CodeNotFound:
+		return connect.CodeNotFound
+	case app.CodeUsage, app.CodeInvalid, app.CodeBadRequest:
+		return connect.CodeInvalidArgument
+	case app.CodeDenied:
+		return connect.CodePermissionDenied
+	case app.CodeConflict:
+		return connect.CodeAlreadyExists
+	case app.CodeBusy:
+		return connect.CodeResourceExhausted
+	}
+	return connect.CodeInternal
+}
+
+// connectError is an operation's error as a Connect error: its message and hint.
+func connectError(err error) error {
+	e := app.Classify(err)
+	msg := e.Error()
+	if e.Hint != "" {
+		msg += " (hint: " + e.Hint + ")"
+	}
+	return connect.NewError(connectCode(e.Code), errors.New(msg))
+}
+
+// dataCaller authenticates an envd HTTP request (/files): the sandbox's token, and the user.
+func (s *Server) dataCaller(w http.ResponseWriter, r *http.Request) (*sandbox, *app.Caller) {
+	sb, c, err := s.byToken(r.Header)
+	if err != nil {
+		writeError(w, http.StatusNotFound, "%v", errNoSandbox)
+		return nil, nil
+	}
+	if u := r.URL.Query().Get("username"); u != "" && u != "root" {
+		writeError(w, http.StatusBadRequest, "user %q: a Bench has one user, root (of its own user namespace)", u)
+		return nil, nil
+	}
+	return sb, c
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	sb, c := s.dataCaller(w, r)
+	if sb == nil {
+		return
+	}
+	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.read_file", &app.ReadFileRequest{Bench: sb.bench, Path: inBench(r.URL.Query().Get("path"))})
+	if err != nil {
+		writeAppError(w, err)
+		return
+	}
+	content := res.(*app.FileResult).Content
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", fmt.Sprint(len(content)))
+	_, _ = io.WriteString(w, content)
+}
+
+// writeInfo is what envd answers for each file written.
+type writeInfo struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// writeFile writes the files of a POST /files: one body (application/octet-stream, at the path the
+// query names) or a multipart form (each part "file", at the query's path or the part's file name).
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
+	sb, c := s.dataCaller(w, r)
+	if sb == nil {
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, app.MaxText+1<<20)
+	queryPath := r.URL.Query().Get("path")
+	type file struct {
+		path string
+		data []byte
+	}
+	var files []file
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case mt == "multipart/form-data":
+		mr := multipart.NewReader(body, params["boundary"])
+		for {
+			part, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "multipart body: %v", err)
+				return
+			}
+			if part.FormName() != "file" {
+				continue
+			}
+			p := queryPath
+			if p == "" {
+				p = part.FileName()
+			}
+			data, err := io.ReadAll(io.LimitReader(part, app.MaxText+1))
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "multipart body: %v", err)
+				return
+			}
+			files = append(files, file{p, data})
+		}
+	default:
+		var in io.Reader = body
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(body)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "gzip body: %v", err)
+				return
+			}
+			in = zr
+		}
+		data, err := io.ReadAll(io.LimitReader(in, app.MaxText+1))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "body: %v", err)
+			return
+		}
+		files = append(files, file{queryPath, data})
+	}
+	out := []writeInfo{}
+	for _, f := range files {
+		if f.path == "" {
+			writeError(w, http.StatusBadRequest, "name the file's path (the path query or the part's file name)")
+			return
+		}
+		if len(f.data) > app.MaxText {
+			writeError(w, http.StatusRequestEntityTooLarge, "%s: larger than %d bytes; write it in parts and join them with a command", f.path, app.MaxText)
+			return
+		}
+		p := inBench(f.path)
+		if _, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.write_file", &app.WriteFileRequest{Bench: sb.bench, Path: p, Content: string(f.data)}); err != nil {
+			writeAppError(w, err)
+			return
+		}
+		out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: path.Clean(p)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type filesystemService struct{ s *Server }
+
+var _ filesystemconnect.FilesystemHandler = (*filesystemService)(nil)
+
+// do runs an operation for a filesystem RPC, as the sandbox's user, on its Bench.
+func (fs *filesystemService) do(ctx context.Context, h http.Header, op string, req func(bench string) any) (any, error) {
+	sb, c, err := fs.s.byToken(h)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeNotFound, errNoSandbox)
+	}
+	if err := checkUser(h); err != nil {
+		return nil, err
+	}
+	res, err := fs.s.Service.Do(ctx, &app.Call{Caller: c}, op, req(sb.bench))
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return res, nil
+}
+
+// entryInfo is a Bench's file as envd describes one.
+func entryInfo(e *app.FileEntry) *filesystem.EntryInfo {
+	mode := fs.FileMode(e.Mode & 0o777)
+	if e.Mode&0o4000 != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if e.Mode&0o2000 != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if e.Mode&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	t := filesystem.FileType_FILE_TYPE_UNSPECIFIED
+	switch e.Type {
+	case "file":
+		t = filesystem.FileType_FILE_TYPE_FILE
+	case "dir":
+		t, mode = filesystem.FileType_FILE_TYPE_DIRECTORY, mode|fs.ModeDir
+	case "symlink":
+		t, mode = filesystem.FileType_FILE_TYPE_SYMLINK, mode|fs.ModeSymlink
+	}
+	info := &filesystem.EntryInfo{
+		Name: e.Name, Type: t, Path: e.Path, Size: e.Size, Mode: uint32(mode), Permissions: mode.String(),
+		Owner: e.Owner, Group: e.Group, ModifiedTime: timestamppb.New(e.Modified),
+	}
+	if e.Type == "symlink" {
+		info.SymlinkTarget = &e.Target
+	}
+	return info
+}
+
+func (fs *filesystemService) stat(ctx context.Context, h http.Header, p string) (*filesystem.EntryInfo, error) {
+	res, err := fs.do(ctx, h, "bench.stat_file", func(b string) any { return &app.BenchPathRequest{Bench: b, Path: p} })
+	if err != nil {
+		return nil, err
+	}
+	return entryInfo(res.(*app.FileEntry)), nil
+}
+
+func (fs *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
+	e, err := fs.stat(ctx, req.Header(), inBench(req.Msg.GetPath()))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.StatResponse{Entry: e}), nil
+}
+
+func (fs *filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
+	p := inBench(req.Msg.GetPath())
+	res, err := fs.do(ctx, req.Header(), "bench.make_dir", func(b string) any { return &app.BenchPathRequest{Bench: b, Path: p} })
+	if err != nil {
+		return nil, err
+	}
+	if !res.(*app.MadeResult).Created {
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory %s exists", p))
+	}
+	e, err := fs.stat(ctx, req.Header(), p)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
+}
+
+func (fs *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
+	from, to := inBench(req.Msg.GetSource()), inBench(req.Msg.GetDestination())
+	res, err := fs.do(ctx, req.Header(), "bench.move_file", func(b string) any { return &app.MoveFileRequest{Bench: b, From: from, To: to} })
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.MoveResponse{Entry: entryInfo(res.(*app.FileEntry))}), nil
+}
+
+func (fs *filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
+	p := inBench(req.Msg.GetPath())
+	res, err := fs.do(ctx, req.Header(), "bench.list_files", func(b string) any {
+		return &app.ListFilesRequest{Bench: b, Path: p, Depth: int(req.Msg.GetDepth())}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &filesystem.ListDirResponse{}
+	for i := range res.(*app.ListFilesResult).Entries {
+		out.Entries = append(out.Entries, entryInfo(&res.(*app.ListFilesResult).Entries[i]))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (fs *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
+	p := inBench(req.Msg.GetPath())
+	if _, err := fs.do(ctx, req.Header(), "bench.remove_file", func(b string) any { return &app.BenchPathRequest{Bench: b, Path: p} }); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
+}

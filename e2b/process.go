@@ -1,0 +1,439 @@
+package e2b
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/e2b/envd/process"
+	"toolshed.dev/shed/e2b/envd/process/processconnect"
+)
+
+// A command of a sandbox runs as one bench.exec, for as long as it runs: its Start stream, and any
+// Connect stream after, only watch it. As with envd, a stream that ends (the client's timeout, a
+// dropped connection) leaves the command running; it ends when it exits, is sent a signal, or its
+// Bench ends.
+type proc struct {
+	pid    uint32 // the sandbox's number for it (the SDK's handle), not a kernel pid
+	tag    string
+	config *process.ProcessConfig
+	cancel context.CancelFunc
+	stdin  *os.File // the write end of its stdin, if it has one open
+
+	mu   sync.Mutex
+	subs map[*sub]struct{}
+	end  *process.ProcessEvent // set when it ended
+	done chan struct{}
+}
+
+// sub is one stream watching a command: it gets every event from when it subscribed.
+type sub struct {
+	events chan *process.ProcessEvent
+	gone   <-chan struct{} // the stream's context: a send gives up when it ends
+}
+
+func (p *proc) subscribe(ctx context.Context) *sub {
+	sb := &sub{events: make(chan *process.ProcessEvent, 64), gone: ctx.Done()}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.end == nil {
+		p.subs[sb] = struct{}{}
+	}
+	return sb
+}
+
+func (p *proc) unsubscribe(sb *sub) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.subs, sb)
+}
+
+// publish sends ev to every watcher, waiting for slow ones (a command's output is not dropped while
+// a stream is there to read it).
+func (p *proc) publish(ev *process.ProcessEvent) {
+	p.mu.Lock()
+	subs := make([]*sub, 0, len(p.subs))
+	for sb := range p.subs {
+		subs = append(subs, sb)
+	}
+	p.mu.Unlock()
+	for _, sb := range subs {
+		select {
+		case sb.events <- ev:
+		case <-sb.gone:
+		}
+	}
+}
+
+// output is a command's stdout or stderr, as data events.
+type output struct {
+	p      *proc
+	stderr bool
+}
+
+func (o output) Write(b []byte) (int, error) {
+	data := &process.ProcessEvent_DataEvent{}
+	if o.stderr {
+		data.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: append([]byte(nil), b...)}
+	} else {
+		data.Output = &process.ProcessEvent_DataEvent_Stdout{Stdout: append([]byte(nil), b...)}
+	}
+	o.p.publish(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: data}})
+	return len(b), nil
+}
+
+type processService struct{ s *Server }
+
+var _ processconnect.ProcessHandler = (*processService)(nil)
+
+// authorize checks a data-plane request: the sandbox's access token, and (if named) the user.
+func (ps *processService) authorize(h http.Header) (*sandbox, *app.Caller, error) {
+	sb, c, err := ps.s.byToken(h)
+	if err != nil {
+		return nil, nil, connect.NewError(connect.CodeNotFound, errNoSandbox)
+	}
+	if err := checkUser(h); err != nil {
+		return nil, nil, err
+	}
+	return sb, c, nil
+}
+
+// checkUser refuses a command for another user than root: a Bench has one, the root of its own user
+// namespace (no one on the host).
+func checkUser(h http.Header) error {
+	a := h.Get("Authorization")
+	if a == "" {
+		return nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(a, "Basic "))
+	name, _, _ := strings.Cut(string(raw), ":")
+	if err != nil || name == "root" {
+		return nil
+	}
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("user %q: a Bench runs commands as root (of its own user namespace); leave user unset or use \"root\"", name))
+}
+
+func (ps *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
+	sb, c, err := ps.authorize(req.Header())
+	if err != nil {
+		return err
+	}
+	m := req.Msg
+	if m.Pty != nil {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals (sandbox.pty) are not supported: use commands, or `shed bench exec -t` from a terminal"))
+	}
+	cfg := m.GetProcess()
+	if cfg.GetCmd() == "" {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
+	}
+	env := make([]string, 0, len(sb.envs)+len(cfg.GetEnvs()))
+	for _, vars := range []map[string]string{sb.envs, cfg.GetEnvs()} {
+		names := make([]string, 0, len(vars))
+		for k := range vars {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			env = append(env, k+"="+vars[k])
+		}
+	}
+	p, err := ps.s.start(sb, c, m.GetTag(), cfg, env, m.GetStdin())
+	if err != nil {
+		return err
+	}
+	w := p.subscribe(ctx)
+	defer p.unsubscribe(w)
+	if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: p.pid}}}}); err != nil {
+		return err
+	}
+	return watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
+		return stream.Send(&process.StartResponse{Event: ev})
+	})
+}
+
+// watch sends a command's events to a stream until it ends (or the stream does), with keepalives at
+// the interval the client asked (Keepalive-Ping-Interval, seconds).
+func watch(ctx context.Context, h http.Header, p *proc, w *sub, send func(*process.ProcessEvent) error) error {
+	var tick <-chan time.Time
+	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
+		t := time.NewTicker(time.Duration(n) * time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case ev := <-w.events:
+			if err := send(ev); err != nil {
+				return err
+			}
+		case <-p.done:
+			// Everything it wrote was published before done closed: send what is queued, then the end.
+		drain:
+			for {
+				select {
+				case ev := <-w.events:
+					if err := send(ev); err != nil {
+						return err
+					}
+				default:
+					break drain
+				}
+			}
+			p.mu.Lock()
+			end := p.end
+			p.mu.Unlock()
+			return send(end)
+		case <-tick:
+			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// start runs a command in the sandbox's Bench, as one bench.exec of the sandbox's user.
+func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.ProcessConfig, env []string, withStdin bool) (*proc, error) {
+	// The command belongs to the sandbox, not to the stream that started it; the supervisor's
+	// shutdown and the Bench's end stop it.
+	ctx, cancel := context.WithCancel(s.Service.Detached.Ctx)
+	p := &proc{tag: tag, config: cfg, cancel: cancel, subs: map[*sub]struct{}{}, done: make(chan struct{})}
+	io := &app.IO{Stdout: output{p: p}, Stderr: output{p: p, stderr: true}}
+	var stdinRead *os.File
+	if withStdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			cancel()
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		stdinRead, p.stdin, io.Stdin = r, w, r
+	}
+	sb.mu.Lock()
+	sb.nextPid++
+	p.pid = 1000 + sb.nextPid
+	sb.procs[p.pid] = p
+	sb.mu.Unlock()
+	req := &app.BenchExecRequest{Bench: sb.bench, Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), Env: env}
+	go func() {
+		defer cancel()
+		res, err := s.Service.Do(ctx, &app.Call{Caller: c, IO: io}, "bench.exec", req)
+		if stdinRead != nil {
+			stdinRead.Close()
+		}
+		end := &process.ProcessEvent_EndEvent{}
+		switch {
+		case err == nil:
+			code := res.(*app.ExecResult).Exit
+			end.ExitCode, end.Exited, end.Status = int32(code), true, "exit status "+strconv.Itoa(code)
+			if code != 0 {
+				end.Error = &end.Status // as envd says it: the SDK's CommandExitError shows it
+			}
+		case ctx.Err() != nil:
+			end.ExitCode, end.Status = -1, "signal: killed"
+		default:
+			e := app.Classify(err)
+			msg := e.Error()
+			if e.Hint != "" {
+				msg += " (hint: " + e.Hint + ")"
+			}
+			end.ExitCode, end.Status, end.Error = -1, "error", &msg
+		}
+		p.mu.Lock()
+		p.end = &process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}}
+		p.subs = map[*sub]struct{}{}
+		if p.stdin != nil {
+			p.stdin.Close()
+			p.stdin = nil
+		}
+		p.mu.Unlock()
+		close(p.done)
+		sb.mu.Lock()
+		delete(sb.procs, p.pid)
+		sb.mu.Unlock()
+	}()
+	return p, nil
+}
+
+// killAll stops every command of a sandbox (it is being killed).
+func (sb *sandbox) killAll() {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	for _, p := range sb.procs {
+		p.cancel()
+	}
+}
+
+// find is the sandbox's running command that sel selects.
+func (sb *sandbox) find(sel *process.ProcessSelector) (*proc, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	switch v := sel.GetSelector().(type) {
+	case *process.ProcessSelector_Pid:
+		if p := sb.procs[v.Pid]; p != nil {
+			return p, nil
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", v.Pid))
+	case *process.ProcessSelector_Tag:
+		for _, p := range sb.procs {
+			if p.tag == v.Tag {
+				return p, nil
+			}
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %q not found", v.Tag))
+	}
+	return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("select a process by pid or tag"))
+}
+
+func (ps *processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
+	sb, _, err := ps.authorize(req.Header())
+	if err != nil {
+		return err
+	}
+	p, err := sb.find(req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	w := p.subscribe(ctx)
+	defer p.unsubscribe(w)
+	if err := stream.Send(&process.ConnectResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: p.pid}}}}); err != nil {
+		return err
+	}
+	return watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
+		return stream.Send(&process.ConnectResponse{Event: ev})
+	})
+}
+
+func (ps *processService) List(ctx context.Context, req *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
+	sb, _, err := ps.authorize(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	res := &process.ListResponse{}
+	sb.mu.Lock()
+	for _, p := range sb.procs {
+		info := &process.ProcessInfo{Config: p.config, Pid: p.pid}
+		if p.tag != "" {
+			info.Tag = &p.tag
+		}
+		res.Processes = append(res.Processes, info)
+	}
+	sb.mu.Unlock()
+	sort.Slice(res.Processes, func(i, j int) bool { return res.Processes[i].Pid < res.Processes[j].Pid })
+	return connect.NewResponse(res), nil
+}
+
+func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
+	sb, _, err := ps.authorize(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	p, err := sb.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	switch req.Msg.GetSignal() {
+	case process.Signal_SIGNAL_SIGKILL, process.Signal_SIGNAL_SIGTERM:
+		// Both end the command: an exec's end kills what it started.
+		p.cancel()
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v: send SIGKILL or SIGTERM", req.Msg.GetSignal()))
+	}
+	return connect.NewResponse(&process.SendSignalResponse{}), nil
+}
+
+func (ps *processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
+	sb, _, err := ps.authorize(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	p, err := sb.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.write(req.Msg.GetInput()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.SendInputResponse{}), nil
+}
+
+func (p *proc) write(in *process.ProcessInput) error {
+	if in.GetPty() != nil {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals are not supported"))
+	}
+	p.mu.Lock()
+	w := p.stdin
+	p.mu.Unlock()
+	if w == nil {
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("the command has no stdin open: start it with stdin: true"))
+	}
+	// A command that does not read its stdin must not hold the request forever.
+	_ = w.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if _, err := w.Write(in.GetStdin()); err != nil {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("write stdin: %w", err))
+	}
+	return nil
+}
+
+func (ps *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
+	sb, _, err := ps.authorize(stream.RequestHeader())
+	if err != nil {
+		return nil, err
+	}
+	var p *proc
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *process.StreamInputRequest_Start:
+			if p, err = sb.find(ev.Start.GetProcess()); err != nil {
+				return nil, err
+			}
+		case *process.StreamInputRequest_Data:
+			if p == nil {
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("a start event first"))
+			}
+			if err := p.write(ev.Data.GetInput()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.StreamInputResponse{}), nil
+}
+
+func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
+	sb, _, err := ps.authorize(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	p, err := sb.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	p.mu.Unlock()
+	return connect.NewResponse(&process.CloseStdinResponse{}), nil
+}
+
+func (ps *processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
+	if _, _, err := ps.authorize(req.Header()); err != nil {
+		return nil, err
+	}
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals are not supported, so there is no size to update"))
+}

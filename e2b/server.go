@@ -1,0 +1,240 @@
+// Package e2b serves the E2B sandbox API over the supervisor's typed operations, so that the
+// unmodified `e2b` SDK (and the harnesses built on it) get Benches: the control plane (create, list,
+// get, kill and set the timeout of sandboxes) and, on the same address, the data plane the SDK
+// reaches inside a sandbox (envd's commands and filesystem, over Connect, and its /files API).
+//
+// A sandbox is a Bench that bench.create made; its id is the Bench's name; a template is a Workshop
+// record's name. Every request becomes an operation of package app, called as the local user whose
+// API key the control plane was given (package apikey), through the same policy and audit log as a
+// request on the supervisor's socket: this package decides nothing of who may do what. The data
+// plane's requests carry the sandbox's access token instead, made at create and held only in this
+// process's memory, as envd's are. docs/agents.md says what is supported.
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/user"
+	"strconv"
+	"sync"
+	"time"
+
+	"toolshed.dev/shed/apikey"
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/e2b/envd/filesystem/filesystemconnect"
+	"toolshed.dev/shed/e2b/envd/process/processconnect"
+)
+
+// EnvdVersion is the envd version the sandboxes report: the SDK turns features on by it. 0.5.7 has
+// what this package serves (a closable stdin, octet-stream uploads) and not what it does not (file
+// metadata is 0.6.2).
+const EnvdVersion = "0.5.7"
+
+// DefaultTimeout is a sandbox's lifetime when create names none (E2B's default).
+const DefaultTimeout = 300 * time.Second
+
+// Server is the E2B API of a supervisor.
+type Server struct {
+	Service   *app.Service
+	Operators string // the supervisor's operators group (a key of one of its members acts as an operator)
+	Log       *slog.Logger
+	Keys      *apikey.Keys
+	// CallerOf identifies a key's user as the socket would (api.CallerOf).
+	CallerOf func(uid, gid uint32, operators string) *app.Caller
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox // by id (the Bench's name)
+}
+
+// sandbox is what the server holds of a sandbox it made: the Bench, its owner's key, its access
+// token (memory only) and its commands.
+type sandbox struct {
+	id       string // the Bench's name
+	bench    string // the Bench's id
+	template string
+	keyID    string // the API key it was made with
+	user     string // that key's user
+	token    string // envd's X-Access-Token for it
+	started  time.Time
+	envs     map[string]string // added to every command's environment
+	metadata map[string]string
+
+	mu      sync.Mutex
+	procs   map[uint32]*proc
+	nextPid uint32
+}
+
+// Handler is the API's HTTP handler: the control plane, envd's HTTP API and its Connect services.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, prefix := range []string{"", "/v2"} {
+		mux.HandleFunc("POST "+prefix+"/sandboxes", s.create)
+		mux.HandleFunc("GET "+prefix+"/sandboxes", s.list)
+	}
+	mux.HandleFunc("GET /sandboxes/{id}", s.get)
+	mux.HandleFunc("DELETE /sandboxes/{id}", s.kill)
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
+	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
+	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupported)
+	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupported)
+	mux.HandleFunc("/templates/", s.unsupported)
+	mux.HandleFunc("/snapshots/", s.unsupported)
+
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /files", s.readFile)
+	mux.HandleFunc("POST /files", s.writeFile)
+	mux.Handle(processconnect.NewProcessHandler(&processService{s}))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{s}))
+	return s.logged(mux)
+}
+
+// Serve answers on ln until ctx ends; the sandboxes' Benches end with the supervisor's context.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelWarn),
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	err := hs.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
+}
+
+// logged logs each request: method, path, status, who. Never a header: they hold the keys.
+func (s *Server) logged(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		h.ServeHTTP(sw, r)
+		s.log().Info("e2b request", "method", r.Method, "path", r.URL.Path, "sandbox", r.Header.Get("E2b-Sandbox-Id"),
+			"status", sw.status, "ms", time.Since(start).Milliseconds())
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// errNoSandbox is the data plane's one answer to a sandbox that is not running and to a token that is
+// not its: which of the two would tell a stranger which sandbox names exist.
+var errNoSandbox = errors.New("no running sandbox with this id and access token (killed, past its timeout, its key removed, or not the envdAccessToken its create returned)")
+
+// errUnauthorized is the answer to a missing, unknown or removed key or token.
+var errUnauthorized = errors.New("unauthorized")
+
+// callerOfKey is the caller an API key acts as: its user, with the roles and groups the socket would
+// give that user, and the key's id (never the key) for the audit log.
+func (s *Server) callerOfKey(secret string) (*app.Caller, *apikey.Key, error) {
+	if secret == "" {
+		return nil, nil, errUnauthorized
+	}
+	k, err := s.Keys.Lookup(secret)
+	if err != nil {
+		return nil, nil, errUnauthorized
+	}
+	c, err := s.callerOfUser(k.User, k.ID)
+	return c, k, err
+}
+
+func (s *Server) callerOfUser(name, keyID string) (*app.Caller, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, errUnauthorized // the key's user is gone: the key acts as no one
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	c := s.CallerOf(uint32(uid), uint32(gid), s.Operators)
+	c.Dir, c.Via = "/", "e2b key "+keyID
+	return c, nil
+}
+
+// keyLive says whether the key id is still the store's: a removed key's sandboxes are refused too.
+func (s *Server) keyLive(id string) bool {
+	keys, err := s.Keys.List()
+	if err != nil {
+		return false
+	}
+	for _, k := range keys {
+		if k.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func newToken() string {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // the kernel's random source failed: nothing secret can be made
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Server) add(sb *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sandboxes == nil {
+		s.sandboxes = map[string]*sandbox{}
+	}
+	s.sandboxes[sb.id] = sb
+}
+
+func (s *Server) drop(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.sandboxes, id)
+}
+
+// byToken returns the sandbox a data-plane request is for, and the caller it acts as, if its access
+// token is that sandbox's and the key that made it still exists.
+func (s *Server) byToken(h http.Header) (*sandbox, *app.Caller, error) {
+	id, token := h.Get("E2b-Sandbox-Id"), h.Get("X-Access-Token")
+	s.mu.Lock()
+	sb := s.sandboxes[id]
+	s.mu.Unlock()
+	if sb == nil || token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(sb.token)) != 1 || !s.keyLive(sb.keyID) {
+		return nil, nil, errUnauthorized
+	}
+	c, err := s.callerOfUser(sb.user, sb.keyID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sb, c, nil
+}

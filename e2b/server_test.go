@@ -1,0 +1,189 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"toolshed.dev/shed/apikey"
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/e2b/envd/filesystem"
+	"toolshed.dev/shed/e2b/envd/filesystem/filesystemconnect"
+	"toolshed.dev/shed/e2b/envd/process"
+	"toolshed.dev/shed/e2b/envd/process/processconnect"
+	"toolshed.dev/shed/policy"
+	"toolshed.dev/shed/records"
+	"toolshed.dev/shed/store"
+)
+
+// server is an E2B API over a new store with one record, "tools", that nobody may launch, and a key
+// for nobody. Its callers are identified as the socket would, except that no user is an operator.
+func server(t *testing.T) (*httptest.Server, string, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the store is root-only (CI runs as root)")
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	st, err := store.Init(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	f := &records.Files{Recipe: []byte("name = \"tools\"\nseed = \"debian/bookworm\"\n"), Lock: []byte("# lock\n"), Extra: map[string][]byte{}}
+	if _, err := records.Open(root).Add(context.Background(), records.Version{Name: "tools", By: "root", Users: []string{"nobody"}}, f, nil); err != nil {
+		t.Fatal(err)
+	}
+	svc := &app.Service{Root: root, Version: "test", Policy: policy.Check, Detached: &app.Detached{Ctx: context.Background()}}
+	keys := apikey.Open(root)
+	key, _, err := keys.Create("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Service: svc, Keys: keys, CallerOf: func(uid, gid uint32, _ string) *app.Caller {
+		return &app.Caller{UID: uid, GID: gid, User: "nobody", Role: app.User}
+	}}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return hs, key, root
+}
+
+func do(t *testing.T, hs *httptest.Server, method, path, key, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	resp, err := hs.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestControlPlaneRefusals: no key, a wrong key, a template that is no record the user may launch,
+// what shed does not do (pause, network rules, volumes, an MCP gateway), another user's or an
+// unknown sandbox: each is refused with its status and a message that says what to do, and nothing
+// is created.
+func TestControlPlaneRefusals(t *testing.T) {
+	hs, key, root := server(t)
+	cases := []struct {
+		name, method, path, key, body string
+		status                        int
+		want                          string
+	}{
+		{"no key", "POST", "/v2/sandboxes", "", `{"templateID":"tools"}`, 401, "shed agent key create"},
+		{"wrong key", "POST", "/v2/sandboxes", "e2b_" + strings.Repeat("0", 40), `{"templateID":"tools"}`, 401, "E2B_API_KEY"},
+		{"a key's hash", "GET", "/v2/sandboxes", hashOf(t, root), ``, 401, ""},
+		{"no template", "POST", "/v2/sandboxes", key, `{}`, 400, "templateID"},
+		{"unknown template", "POST", "/v2/sandboxes", key, `{"templateID":"nope"}`, 404, "shed workshop allow"},
+		{"a file as template", "POST", "/v2/sandboxes", key, `{"templateID":"/etc/shadow"}`, 404, "no Workshop record"},
+		{"pause", "POST", "/v2/sandboxes", key, `{"templateID":"tools","autoPause":true}`, 400, "pausing"},
+		{"network rules", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowOut":["1.1.1.1"]}}`, 400, "network profile"},
+		{"volumes", "POST", "/v2/sandboxes", key, `{"templateID":"tools","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volume"},
+		{"mcp", "POST", "/v2/sandboxes", key, `{"templateID":"tools","mcp":{"x":{}}}`, 400, "shed mcp"},
+		{"bad env", "POST", "/v2/sandboxes", key, `{"templateID":"tools","envVars":{"A=B":"c"}}`, 400, "not a variable name"},
+		{"bad json", "POST", "/v2/sandboxes", key, `{"templateID":`, 400, "request body"},
+		{"unknown sandbox", "GET", "/sandboxes/tools-000000", key, ``, 404, "not found"},
+		{"kill unknown", "DELETE", "/sandboxes/tools-000000", key, ``, 404, "not found"},
+		{"timeout unknown", "POST", "/sandboxes/tools-000000/timeout", key, `{"timeout":10}`, 404, "not found"},
+		{"pause endpoint", "POST", "/sandboxes/tools-000000/pause", key, ``, 501, "docs/agents.md"},
+		{"templates", "GET", "/templates/", key, ``, 501, "not supported"},
+	}
+	for _, c := range cases {
+		status, body := do(t, hs, c.method, c.path, c.key, c.body)
+		if status != c.status || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s, want %d with %q", c.name, status, body, c.status, c.want)
+		}
+	}
+	if status, body := do(t, hs, "GET", "/v2/sandboxes", key, ""); status != 200 || strings.TrimSpace(body) != "[]" {
+		t.Errorf("list: %d %s, want none", status, body)
+	}
+	if es, _ := os.ReadDir(filepath.Join(root, "benches")); len(es) != 0 {
+		t.Errorf("a refused create left %d Benches", len(es))
+	}
+}
+
+func hashOf(t *testing.T, root string) string {
+	keys, err := apikey.Open(root).List()
+	if err != nil || len(keys) == 0 {
+		t.Fatal(err)
+	}
+	return keys[0].SHA256
+}
+
+// TestDataPlaneRefusals: envd's API without a sandbox's access token (none, a wrong one, the API key
+// itself) is refused the same way for every sandbox id, so that it tells no one which exist.
+func TestDataPlaneRefusals(t *testing.T) {
+	hs, key, _ := server(t)
+	headers := func(token string) http.Header {
+		h := http.Header{}
+		h.Set("E2b-Sandbox-Id", "tools-000000")
+		if token != "" {
+			h.Set("X-Access-Token", token)
+		}
+		return h
+	}
+	pc := processconnect.NewProcessClient(hs.Client(), hs.URL, connect.WithProtoJSON())
+	fc := filesystemconnect.NewFilesystemClient(hs.Client(), hs.URL, connect.WithProtoJSON())
+	for _, token := range []string{"", "0123", key} {
+		req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/true"}})
+		for k, v := range headers(token) {
+			req.Header()[k] = v
+		}
+		stream, err := pc.Start(context.Background(), req)
+		if err == nil {
+			for stream.Receive() {
+				t.Errorf("token %q: an event: %v", token, stream.Msg())
+			}
+			err = stream.Err()
+		}
+		if connect.CodeOf(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "no running sandbox") {
+			t.Errorf("process.Start with token %q: %v", token, err)
+		}
+		lreq := connect.NewRequest(&filesystem.ListDirRequest{Path: "/"})
+		for k, v := range headers(token) {
+			lreq.Header()[k] = v
+		}
+		if _, err := fc.ListDir(context.Background(), lreq); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("filesystem.ListDir with token %q: %v", token, err)
+		}
+		hreq, _ := http.NewRequest("GET", hs.URL+"/files?path=/etc/shadow", nil)
+		hreq.Header = headers(token)
+		resp, err := hs.Client().Do(hreq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e apiError
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 404 || !strings.Contains(e.Message, "no running sandbox") {
+			t.Errorf("GET /files with token %q: %d %+v", token, resp.StatusCode, e)
+		}
+	}
+}
+
+// TestCheckUser: a command or file for another user than root is refused (a Bench has one user).
+func TestCheckUser(t *testing.T) {
+	for auth, ok := range map[string]bool{"": true, "Basic cm9vdDo=": true, "Basic dXNlcjo=": false} {
+		h := http.Header{}
+		if auth != "" {
+			h.Set("Authorization", auth)
+		}
+		if err := checkUser(h); (err == nil) != ok {
+			t.Errorf("Authorization %q: %v", auth, err)
+		}
+	}
+}
