@@ -183,10 +183,10 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	failed := make(chan error, 1)
 	expires := time.Now().Add(life).UTC().Truncate(time.Second)
 	s.Detached.wg.Add(1)
+	bctx, cancel := context.WithCancel(s.Detached.Ctx)
 	go func() {
 		defer s.Detached.wg.Done()
 		defer w.st.Close() // its temporary roots hold the layers while the Bench runs
-		bctx, cancel := context.WithCancel(s.Detached.Ctx)
 		defer cancel()
 		life := &lifetime{timer: time.AfterFunc(time.Until(expires), cancel), expires: expires}
 		defer life.timer.Stop()
@@ -221,23 +221,24 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	case err := <-failed:
 		return nil, err
 	case <-ctx.Done():
-		// The caller went away before its Bench was up: the Bench ends with its lifetime, or now.
+		// The caller went away before its Bench was up: no one has its name, so it ends now rather
+		// than hold a slot of the caller's until its lifetime.
+		cancel()
 		return nil, ctx.Err()
 	}
 }
 
 // lifetimeOf is a request's lifetime_s as a duration: 0 is DefaultLifetime, MaxLifetime bounds it.
 func lifetimeOf(seconds int64) (time.Duration, error) {
-	life := time.Duration(seconds) * time.Second
 	switch {
 	case seconds < 0:
 		return 0, usage("a number of seconds", "lifetime_s %d", seconds)
-	case life == 0:
+	case seconds == 0:
 		return DefaultLifetime, nil
-	case seconds > int64(MaxLifetime/time.Second):
+	case seconds > int64(MaxLifetime/time.Second): // before the multiplication, which could wrap
 		return 0, usage(fmt.Sprintf("at most %d seconds", int(MaxLifetime/time.Second)), "lifetime_s %d is too long", seconds)
 	}
-	return life, nil
+	return time.Duration(seconds) * time.Second, nil
 }
 
 // SetLifetimeRequest asks to move the end of a created Bench.

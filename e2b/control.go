@@ -124,21 +124,26 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%s", msg)
 		return
 	}
-	for name := range req.EnvVars {
-		if !envName(name) {
-			writeError(w, http.StatusBadRequest, "envVars: %q is not a variable name", name)
+	for name, value := range req.EnvVars {
+		if !envName(name) || strings.ContainsRune(value, 0) {
+			writeError(w, http.StatusBadRequest, "envVars: %q is not a variable name, or its value holds a NUL", name)
 			return
 		}
 	}
-	timeout := DefaultTimeout
+	timeout := int64(DefaultTimeout / time.Second)
 	if req.Timeout != nil {
-		if *req.Timeout <= 0 {
-			writeError(w, http.StatusBadRequest, "timeout %d: a number of seconds above 0", *req.Timeout)
+		if *req.Timeout <= 0 || *req.Timeout > int64(app.MaxLifetime/time.Second) {
+			writeError(w, http.StatusBadRequest, "timeout %d: a number of seconds from 1 to %d", *req.Timeout, int64(app.MaxLifetime/time.Second))
 			return
 		}
-		timeout = time.Duration(*req.Timeout) * time.Second
+		timeout = *req.Timeout
 	}
 	call := &app.Call{Caller: c}
+	// Forget the caller's sandboxes that ended (their timeout, `shed bench rm`): the table holds only
+	// what may still be asked for.
+	if _, _, ok := s.running(w, r, c); !ok {
+		return
+	}
 	// A template is a record the caller may launch, never a file: a key of an operator must not reach
 	// the files an operator's request may name.
 	res, err := s.Service.Do(r.Context(), call, "workshop.launchable", &app.LaunchableRequest{})
@@ -155,7 +160,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		net = "none"
 	}
 	created, err := s.Service.Do(r.Context(), call, "bench.create", &app.BenchCreateRequest{
-		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: int64(timeout / time.Second), Net: net,
+		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: timeout, Net: net,
 	})
 	if err != nil {
 		writeAppError(w, err)
@@ -165,6 +170,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	sb := &sandbox{
 		id: b.Bench, bench: b.ID, template: req.TemplateID, keyID: k.ID, user: c.User, token: newToken(),
 		started: time.Now().UTC(), envs: req.EnvVars, metadata: req.Metadata, procs: map[uint32]*proc{},
+		files: make(chan struct{}, maxFileOps),
 	}
 	s.add(sb)
 	out := s.describe(sb, &b.Expires)
@@ -302,7 +308,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 
 // connect answers as create did, for a running sandbox (E2B resumes a paused one; shed has none).
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	_, sb, rec := s.lookup(w, r)
+	c, sb, rec := s.lookup(w, r)
 	if sb == nil {
 		return
 	}
@@ -312,7 +318,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&body)
 	out := s.describe(sb, rec.Expires)
 	if body.Timeout != nil {
-		exp, ok := s.extend(w, r, sb, *body.Timeout)
+		exp, ok := s.extend(w, r, c, sb, *body.Timeout)
 		if !ok {
 			return
 		}
@@ -346,7 +352,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) retime(w http.ResponseWriter, r *http.Request, field string) {
-	_, sb, _ := s.lookup(w, r)
+	c, sb, _ := s.lookup(w, r)
 	if sb == nil {
 		return
 	}
@@ -355,18 +361,13 @@ func (s *Server) retime(w http.ResponseWriter, r *http.Request, field string) {
 		writeError(w, http.StatusBadRequest, "body: want {%q: SECONDS}, seconds above 0", field)
 		return
 	}
-	if _, ok := s.extend(w, r, sb, body[field]); ok {
+	if _, ok := s.extend(w, r, c, sb, body[field]); ok {
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
 
-// extend sets a sandbox's end to seconds from now (bench.set_lifetime).
-func (s *Server) extend(w http.ResponseWriter, r *http.Request, sb *sandbox, seconds int64) (*time.Time, bool) {
-	c, err := s.callerOfUser(sb.user, sb.keyID)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, "the key's user is gone")
-		return nil, false
-	}
+// extend sets a sandbox's end to seconds from now (bench.set_lifetime), as the caller who asked.
+func (s *Server) extend(w http.ResponseWriter, r *http.Request, c *app.Caller, sb *sandbox, seconds int64) (*time.Time, bool) {
 	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.set_lifetime", &app.SetLifetimeRequest{Bench: sb.bench, LifetimeS: seconds})
 	if err != nil {
 		writeAppError(w, err)

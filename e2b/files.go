@@ -62,7 +62,7 @@ func connectError(err error) error {
 func (s *Server) dataCaller(w http.ResponseWriter, r *http.Request) (*sandbox, *app.Caller) {
 	sb, c, err := s.byToken(r.Header)
 	if err != nil {
-		writeError(w, http.StatusNotFound, "%v", errNoSandbox)
+		writeError(w, http.StatusUnauthorized, "%v", errNoSandbox)
 		return nil, nil
 	}
 	if u := r.URL.Query().Get("username"); u != "" && u != "root" {
@@ -72,11 +72,26 @@ func (s *Server) dataCaller(w http.ResponseWriter, r *http.Request) (*sandbox, *
 	return sb, c
 }
 
+// slot takes one of the sandbox's file-operation slots for the request, or answers why not.
+func slot(w http.ResponseWriter, r *http.Request, sb *sandbox) func() {
+	release, err := sb.fileSlot(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "the request ended while waiting for the sandbox's other file operations")
+		return nil
+	}
+	return release
+}
+
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 	sb, c := s.dataCaller(w, r)
 	if sb == nil {
 		return
 	}
+	release := slot(w, r, sb)
+	if release == nil {
+		return
+	}
+	defer release()
 	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.read_file", &app.ReadFileRequest{Bench: sb.bench, Path: inBench(r.URL.Query().Get("path"))})
 	if err != nil {
 		writeAppError(w, err)
@@ -102,6 +117,11 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	if sb == nil {
 		return
 	}
+	release := slot(w, r, sb)
+	if release == nil {
+		return
+	}
+	defer release()
 	body := http.MaxBytesReader(w, r.Body, app.MaxText+1<<20)
 	queryPath := r.URL.Query().Get("path")
 	type file struct {
@@ -127,7 +147,10 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 			}
 			p := queryPath
 			if p == "" {
-				p = part.FileName()
+				// The SDK names each file of a multi-file write by its whole path; FileName would keep
+				// only its last element.
+				_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				p = dp["filename"]
 			}
 			data, err := io.ReadAll(io.LimitReader(part, app.MaxText+1))
 			if err != nil {
@@ -181,11 +204,16 @@ var _ filesystemconnect.FilesystemHandler = (*filesystemService)(nil)
 func (fs *filesystemService) do(ctx context.Context, h http.Header, op string, req func(bench string) any) (any, error) {
 	sb, c, err := fs.s.byToken(h)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeNotFound, errNoSandbox)
+		return nil, connect.NewError(connect.CodeUnauthenticated, errNoSandbox)
 	}
 	if err := checkUser(h); err != nil {
 		return nil, err
 	}
+	release, err := sb.fileSlot(ctx)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeCanceled, err)
+	}
+	defer release()
 	res, err := fs.s.Service.Do(ctx, &app.Call{Caller: c}, op, req(sb.bench))
 	if err != nil {
 		return nil, connectError(err)

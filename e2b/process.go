@@ -37,20 +37,38 @@ type proc struct {
 	done chan struct{}
 }
 
-// sub is one stream watching a command: it gets every event from when it subscribed.
+// sub is one stream watching a command: it gets every event from when it subscribed, in a bounded
+// queue. A stream that does not keep up is dropped (its stream ends with resource_exhausted): a
+// client that stops reading must not stop the command, nor hold the supervisor's memory.
 type sub struct {
-	events chan *process.ProcessEvent
-	gone   <-chan struct{} // the stream's context: a send gives up when it ends
+	events  chan *process.ProcessEvent
+	dropped chan struct{} // closed when it fell behind
 }
 
-func (p *proc) subscribe(ctx context.Context) *sub {
-	sb := &sub{events: make(chan *process.ProcessEvent, 64), gone: ctx.Done()}
+// Bounds on what one sandbox's clients hold in the supervisor.
+const (
+	subQueue       = 256 // events queued for a stream (each at most one read of the command's output)
+	maxSubs        = 8   // streams watching one command
+	maxProcs       = 128 // commands running in one sandbox
+	maxKeepaliveS  = 3600
+	maxStdinChunk  = 1 << 20
+	maxRPCMessage  = 4 << 20
+	maxConnections = 256
+)
+
+var errBehind = connect.NewError(connect.CodeResourceExhausted, errors.New("this stream fell behind the command's output and was dropped; the command goes on (commands.connect to watch it again)"))
+
+func (p *proc) subscribe() (*sub, error) {
+	sb := &sub{events: make(chan *process.ProcessEvent, subQueue), dropped: make(chan struct{})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.end == nil {
+		if len(p.subs) >= maxSubs {
+			return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d streams watch this command already", maxSubs))
+		}
 		p.subs[sb] = struct{}{}
 	}
-	return sb
+	return sb, nil
 }
 
 func (p *proc) unsubscribe(sb *sub) {
@@ -59,19 +77,16 @@ func (p *proc) unsubscribe(sb *sub) {
 	delete(p.subs, sb)
 }
 
-// publish sends ev to every watcher, waiting for slow ones (a command's output is not dropped while
-// a stream is there to read it).
+// publish queues ev for every watcher; one whose queue is full is dropped, never waited for.
 func (p *proc) publish(ev *process.ProcessEvent) {
 	p.mu.Lock()
-	subs := make([]*sub, 0, len(p.subs))
+	defer p.mu.Unlock()
 	for sb := range p.subs {
-		subs = append(subs, sb)
-	}
-	p.mu.Unlock()
-	for _, sb := range subs {
 		select {
 		case sb.events <- ev:
-		case <-sb.gone:
+		default:
+			delete(p.subs, sb)
+			close(sb.dropped)
 		}
 	}
 }
@@ -101,7 +116,7 @@ var _ processconnect.ProcessHandler = (*processService)(nil)
 func (ps *processService) authorize(h http.Header) (*sandbox, *app.Caller, error) {
 	sb, c, err := ps.s.byToken(h)
 	if err != nil {
-		return nil, nil, connect.NewError(connect.CodeNotFound, errNoSandbox)
+		return nil, nil, connect.NewError(connect.CodeUnauthenticated, errNoSandbox)
 	}
 	if err := checkUser(h); err != nil {
 		return nil, nil, err
@@ -148,11 +163,10 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 			env = append(env, k+"="+vars[k])
 		}
 	}
-	p, err := ps.s.start(sb, c, m.GetTag(), cfg, env, m.GetStdin())
+	p, w, err := ps.s.start(sb, c, m.GetTag(), cfg, env, m.GetStdin())
 	if err != nil {
 		return err
 	}
-	w := p.subscribe(ctx)
 	defer p.unsubscribe(w)
 	if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: p.pid}}}}); err != nil {
 		return err
@@ -166,7 +180,7 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 // the interval the client asked (Keepalive-Ping-Interval, seconds).
 func watch(ctx context.Context, h http.Header, p *proc, w *sub, send func(*process.ProcessEvent) error) error {
 	var tick <-chan time.Time
-	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
+	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 && n <= maxKeepaliveS {
 		t := time.NewTicker(time.Duration(n) * time.Second)
 		defer t.Stop()
 		tick = t.C
@@ -194,6 +208,8 @@ func watch(ctx context.Context, h http.Header, p *proc, w *sub, send func(*proce
 			end := p.end
 			p.mu.Unlock()
 			return send(end)
+		case <-w.dropped:
+			return errBehind
 		case <-tick:
 			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
@@ -205,18 +221,26 @@ func watch(ctx context.Context, h http.Header, p *proc, w *sub, send func(*proce
 }
 
 // start runs a command in the sandbox's Bench, as one bench.exec of the sandbox's user.
-func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.ProcessConfig, env []string, withStdin bool) (*proc, error) {
+// The stream that starts it is subscribed before it runs, so that it misses none of its output.
+func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.ProcessConfig, env []string, withStdin bool) (*proc, *sub, error) {
+	sb.mu.Lock()
+	n := len(sb.procs)
+	sb.mu.Unlock()
+	if n >= maxProcs {
+		return nil, nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d commands run in this sandbox already: wait for one, or kill one", maxProcs))
+	}
 	// The command belongs to the sandbox, not to the stream that started it; the supervisor's
 	// shutdown and the Bench's end stop it.
 	ctx, cancel := context.WithCancel(s.Service.Detached.Ctx)
 	p := &proc{tag: tag, config: cfg, cancel: cancel, subs: map[*sub]struct{}{}, done: make(chan struct{})}
+	first, _ := p.subscribe() // a new command has no watcher yet
 	io := &app.IO{Stdout: output{p: p}, Stderr: output{p: p, stderr: true}}
 	var stdinRead *os.File
 	if withStdin {
 		r, w, err := os.Pipe()
 		if err != nil {
 			cancel()
-			return nil, connect.NewError(connect.CodeInternal, err)
+			return nil, nil, connect.NewError(connect.CodeInternal, err)
 		}
 		stdinRead, p.stdin, io.Stdin = r, w, r
 	}
@@ -263,7 +287,7 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 		delete(sb.procs, p.pid)
 		sb.mu.Unlock()
 	}()
-	return p, nil
+	return p, first, nil
 }
 
 // killAll stops every command of a sandbox (it is being killed).
@@ -305,7 +329,10 @@ func (ps *processService) Connect(ctx context.Context, req *connect.Request[proc
 	if err != nil {
 		return err
 	}
-	w := p.subscribe(ctx)
+	w, err := p.subscribe()
+	if err != nil {
+		return err
+	}
 	defer p.unsubscribe(w)
 	if err := stream.Send(&process.ConnectResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: p.pid}}}}); err != nil {
 		return err
@@ -369,6 +396,9 @@ func (ps *processService) SendInput(ctx context.Context, req *connect.Request[pr
 }
 
 func (p *proc) write(in *process.ProcessInput) error {
+	if len(in.GetStdin()) > maxStdinChunk {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("stdin: at most %d bytes a message", maxStdinChunk))
+	}
 	if in.GetPty() != nil {
 		return connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals are not supported"))
 	}

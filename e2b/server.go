@@ -25,6 +25,9 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+	"golang.org/x/net/netutil"
+
 	"toolshed.dev/shed/apikey"
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/e2b/envd/filesystem/filesystemconnect"
@@ -64,6 +67,7 @@ type sandbox struct {
 	started  time.Time
 	envs     map[string]string // added to every command's environment
 	metadata map[string]string
+	files    chan struct{} // a slot for each file operation in flight (each may hold MaxText twice)
 
 	mu      sync.Mutex
 	procs   map[uint32]*proc
@@ -90,8 +94,17 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", s.readFile)
 	mux.HandleFunc("POST /files", s.writeFile)
-	mux.Handle(processconnect.NewProcessHandler(&processService{s}))
-	mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{s}))
+	// connect-go reads a whole message (decompressed) before the handler authenticates: bound it.
+	limit := connect.WithReadMaxBytes(maxRPCMessage)
+	for _, h := range []func() (string, http.Handler){
+		func() (string, http.Handler) { return processconnect.NewProcessHandler(&processService{s}, limit) },
+		func() (string, http.Handler) {
+			return filesystemconnect.NewFilesystemHandler(&filesystemService{s}, limit)
+		},
+	} {
+		path, handler := h()
+		mux.Handle(path, handler)
+	}
 	return s.logged(mux)
 }
 
@@ -100,6 +113,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelWarn),
 	}
@@ -109,7 +123,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()
-	err := hs.Serve(ln)
+	// Connections are bounded, keyed or not: each costs the root daemon a goroutine and buffers.
+	err := hs.Serve(netutil.LimitListener(ln, maxConnections))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -183,6 +198,19 @@ func (s *Server) callerOfUser(name, keyID string) (*app.Caller, error) {
 	c := s.CallerOf(uint32(uid), uint32(gid), s.Operators)
 	c.Dir, c.Via = "/", "e2b key "+keyID
 	return c, nil
+}
+
+// maxFileOps bounds a sandbox's file operations in flight.
+const maxFileOps = 4
+
+// fileSlot waits for one of the sandbox's file-operation slots; release gives it back.
+func (sb *sandbox) fileSlot(ctx context.Context) (release func(), err error) {
+	select {
+	case sb.files <- struct{}{}:
+		return func() { <-sb.files }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // keyLive says whether the key id is still the store's: a removed key's sandboxes are refused too.

@@ -95,6 +95,9 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"volumes", "POST", "/v2/sandboxes", key, `{"templateID":"tools","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volume"},
 		{"mcp", "POST", "/v2/sandboxes", key, `{"templateID":"tools","mcp":{"x":{}}}`, 400, "shed mcp"},
 		{"bad env", "POST", "/v2/sandboxes", key, `{"templateID":"tools","envVars":{"A=B":"c"}}`, 400, "not a variable name"},
+		{"timeout too long", "POST", "/v2/sandboxes", key, `{"templateID":"tools","timeout":18446744074}`, 400, "from 1 to 86400"},
+		{"timeout past int64", "POST", "/v2/sandboxes", key, `{"templateID":"tools","timeout":1e30}`, 400, "request body"},
+		{"env with NUL", "POST", "/v2/sandboxes", key, `{"templateID":"tools","envVars":{"A":"b\u0000c"}}`, 400, "NUL"},
 		{"bad json", "POST", "/v2/sandboxes", key, `{"templateID":`, 400, "request body"},
 		{"unknown sandbox", "GET", "/sandboxes/tools-000000", key, ``, 404, "not found"},
 		{"kill unknown", "DELETE", "/sandboxes/tools-000000", key, ``, 404, "not found"},
@@ -150,14 +153,14 @@ func TestDataPlaneRefusals(t *testing.T) {
 			}
 			err = stream.Err()
 		}
-		if connect.CodeOf(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "no running sandbox") {
+		if connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), "no running sandbox") {
 			t.Errorf("process.Start with token %q: %v", token, err)
 		}
 		lreq := connect.NewRequest(&filesystem.ListDirRequest{Path: "/"})
 		for k, v := range headers(token) {
 			lreq.Header()[k] = v
 		}
-		if _, err := fc.ListDir(context.Background(), lreq); connect.CodeOf(err) != connect.CodeNotFound {
+		if _, err := fc.ListDir(context.Background(), lreq); connect.CodeOf(err) != connect.CodeUnauthenticated {
 			t.Errorf("filesystem.ListDir with token %q: %v", token, err)
 		}
 		hreq, _ := http.NewRequest("GET", hs.URL+"/files?path=/etc/shadow", nil)
@@ -169,9 +172,45 @@ func TestDataPlaneRefusals(t *testing.T) {
 		var e apiError
 		json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
-		if resp.StatusCode != 404 || !strings.Contains(e.Message, "no running sandbox") {
+		if resp.StatusCode != 401 || !strings.Contains(e.Message, "no running sandbox") {
 			t.Errorf("GET /files with token %q: %d %+v", token, resp.StatusCode, e)
 		}
+	}
+}
+
+// TestSlowStreamDropped: a stream that stops reading is dropped when its queue is full; publishing
+// never waits for it, and the streams that read get every event.
+func TestSlowStreamDropped(t *testing.T) {
+	p := &proc{subs: map[*sub]struct{}{}, done: make(chan struct{})}
+	slow, err := p.subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, _ := p.subscribe()
+	got := 0
+	for i := 0; i < subQueue*2; i++ {
+		p.publish(&process.ProcessEvent{})
+		select {
+		case <-fast.events:
+			got++
+		default:
+		}
+	}
+	select {
+	case <-slow.dropped:
+	default:
+		t.Fatal("a stream that read nothing was not dropped")
+	}
+	if got != subQueue*2 {
+		t.Errorf("the reading stream got %d of %d events", got, subQueue*2)
+	}
+	for range maxSubs - 1 {
+		if _, err := p.subscribe(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.subscribe(); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("stream %d on one command: %v, want resource_exhausted", maxSubs+1, err)
 	}
 }
 

@@ -94,6 +94,7 @@ profile = "debian"
 				t.Error("the create step gave no access token")
 			}
 			noSecrets(t, root, logPath, pathsBefore, cmd.Process.Pid, secrets)
+			othersCannot(t, sock, addr, holdID(out.Bytes()))
 			io.WriteString(stdin, "go\n")
 			stdin.Close()
 		}
@@ -136,6 +137,8 @@ profile = "debian"
 	ok("read", `"Hello, world!\n"`)
 	ok("relative", `"relative"`)
 	ok("bytes", `true`)
+	ok("many", `["A","B"]`)
+	ok("fast", `true`)
 	ok("ls", `[{"name":"out.txt","type":"file","path":"/root/work/out.txt","size":14},{"name":"run.sh","type":"file","path":"/root/work/run.sh"`)
 	ok("mkdir", `[true,false]`)
 	ok("exists", `[true,false]`)
@@ -144,6 +147,10 @@ profile = "debian"
 	fails("exit-code", "CommandExitError: exit status 3")
 	ok("streamed", `{"chunks":3,"stdout":"line 1\nline 2\nline 3\n"}`)
 	ok("background-kill", `{"listed":true,"killed":true,"ended":"CommandExitError"}`)
+	ok("reconnect-command", `"stdout":"late\n"`)
+	ok("rename", `{"path":"/root/new/place.txt","content":"moved","old":false}`)
+	ok("stat", `{"name":"run.sh","type":"file","size":72,"permissions":"-rw-r--r--","owner":"root"}`)
+	ok("connect", `"again\n"`)
 	ok("stdin", `"stdout":"got hello\n"`)
 	ok("propose", `adds: apt hello=`)
 	ok("timeout", ``)
@@ -154,7 +161,7 @@ profile = "debian"
 	}
 	ok("kill", `true`)
 	ok("list-after", `[]`)
-	fails("run-after-kill", "no running sandbox")
+	fails("run-after-kill", "AuthenticationError")
 	fails("no-template", "404: template \"no-such-template\"")
 	fails("bad-key", "AuthenticationError")
 	ok("short", name)
@@ -194,6 +201,42 @@ profile = "debian"
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("create with a removed key: %s, want 401", resp.Status)
+	}
+}
+
+// holdID is the sandbox the client named when it stopped to be looked at.
+func holdID(out []byte) string {
+	var s struct{ Value string }
+	json.Unmarshal(clientSteps(out)["hold"], &s.Value)
+	return s.Value
+}
+
+// othersCannot: a key of another user (daemon) neither sees, reads, nor kills nobody's sandbox, and
+// the sandbox still runs after.
+func othersCannot(t *testing.T, sock, addr, id string) {
+	t.Helper()
+	made := via(t, sock, 0, "", "--json", "agent", "key", "create", "daemon")
+	var other struct{ Key string }
+	if err := json.Unmarshal([]byte(made.stdout), &other); err != nil {
+		t.Fatalf("agent key create daemon: %v %s", err, made.stderr)
+	}
+	call := func(method, path, body string) (int, string) {
+		req := must(http.NewRequest(method, "http://"+addr+path, strings.NewReader(body)))
+		req.Header.Set("X-API-Key", other.Key)
+		resp := must(http.DefaultClient.Do(req))
+		defer resp.Body.Close()
+		return resp.StatusCode, string(must(io.ReadAll(resp.Body)))
+	}
+	if code, body := call("GET", "/v2/sandboxes", ""); code != 200 || strings.Contains(body, id) {
+		t.Errorf("another user's list: %d %s", code, body)
+	}
+	for _, c := range [][2]string{{"GET", "/sandboxes/" + id}, {"DELETE", "/sandboxes/" + id}, {"POST", "/sandboxes/" + id + "/timeout"}} {
+		if code, body := call(c[0], c[1], `{"timeout":1}`); code != 404 {
+			t.Errorf("another user's %s %s: %d %s, want 404", c[0], c[1], code, body)
+		}
+	}
+	if r := via(t, sock, 0, "", "bench", "ls"); !strings.Contains(r.stdout, id) {
+		t.Errorf("nobody's sandbox %s is gone after another user's requests:\n%s", id, r.stdout)
 	}
 }
 

@@ -22,7 +22,18 @@ import (
 // all succeed, and the file is one of their writes, whole. On an error nothing is left behind but the
 // old file, and the error is an *os.PathError for path (Op "write") whose Err names the step that
 // failed: "write /r/config.toml: fsync: input/output error".
-func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, true)
+}
+
+// Replace is WriteFile without its fsyncs: a reader sees the old content or the new, whole, but after
+// a crash the file may be either. It is for state that a crash makes moot, such as the record of a
+// running process, which the crash ended too.
+func Replace(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, false)
+}
+
+func write(path string, data []byte, perm os.FileMode, durable bool) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -52,8 +63,10 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 		return err
 	}
 	step = "fsync"
-	if err = f.Sync(); err != nil {
-		return err
+	if durable {
+		if err = f.Sync(); err != nil {
+			return err
+		}
 	}
 	step, closed = "close", true
 	if err = f.Close(); err != nil {
@@ -62,6 +75,9 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	step = "rename"
 	if err = os.Rename(tmp, path); err != nil {
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	step = "fsync directory"
 	return syncDir(dir)

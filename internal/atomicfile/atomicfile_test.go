@@ -173,3 +173,24 @@ func TestWriteFileError(t *testing.T) {
 		t.Errorf("into a missing directory: %v, want ErrNotExist", err)
 	}
 }
+
+// TestReplace: Replace leaves the new content whole at the mode asked, and no temporary file.
+func TestReplace(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "bench.json")
+	for _, content := range []string{"first", "second, longer"} {
+		if err := atomicfile.Replace(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || string(b) != content {
+			t.Fatalf("after Replace(%q): %q, %v", content, b, err)
+		}
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode: %v %v", fi.Mode(), err)
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 1 {
+		t.Fatalf("left %d entries, want the file alone", len(es))
+	}
+}

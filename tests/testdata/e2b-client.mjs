@@ -42,6 +42,16 @@ await attempt("bytes", async () => {
   const back = await sandbox.files.read("/root/bin.dat", { format: "bytes" });
   return Buffer.from(back).equals(Buffer.from(data));
 });
+await attempt("many", async () => {
+  await sandbox.files.write([{ path: "/root/m/a.txt", data: "A" }, { path: "/root/n/a.txt", data: "B" }]);
+  return [await sandbox.files.read("/root/m/a.txt"), await sandbox.files.read("/root/n/a.txt")];
+});
+await attempt("fast", async () => {
+  // Commands that end at once: their output must not be lost to the start of the stream.
+  const outs = [];
+  for (let i = 0; i < 20; i++) outs.push((await sandbox.commands.run(`echo fast ${i}`)).stdout);
+  return outs.every((o, i) => o === `fast ${i}\n`);
+});
 await attempt("ls", async () => (await sandbox.files.list("/root/work")).map((e) => ({ name: e.name, type: e.type, path: e.path, size: e.size })));
 await attempt("mkdir", async () => [await sandbox.files.makeDir("/root/made/deep"), await sandbox.files.makeDir("/root/made/deep")]);
 await attempt("exists", async () => [await sandbox.files.exists("/root/made/deep"), await sandbox.files.exists("/root/nothing")]);
@@ -60,6 +70,24 @@ await attempt("background-kill", async () => {
   let ended;
   try { await h.wait(); ended = "exited"; } catch (e) { ended = e.name; }
   return { listed: listed.includes(h.pid), killed, ended };
+});
+await attempt("reconnect-command", async () => {
+  const h = await sandbox.commands.run("sleep 1; echo late", { background: true });
+  const again = await sandbox.commands.connect(h.pid);
+  return result(await again.wait());
+});
+await attempt("rename", async () => {
+  await sandbox.files.write("/root/old.txt", "moved");
+  const info = await sandbox.files.rename("/root/old.txt", "/root/new/place.txt");
+  return { path: info.path, content: await sandbox.files.read("/root/new/place.txt"), old: await sandbox.files.exists("/root/old.txt") };
+});
+await attempt("stat", async () => {
+  const i = await sandbox.files.getInfo("/root/work/run.sh");
+  return { name: i.name, type: i.type, size: i.size, permissions: i.permissions, owner: i.owner };
+});
+await attempt("connect", async () => {
+  const again = await Sandbox.connect(sandbox.sandboxId);
+  return (await again.commands.run("echo again")).stdout;
 });
 await attempt("stdin", async () => {
   const h = await sandbox.commands.run("read line; echo got $line", { background: true, stdin: true });
