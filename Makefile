@@ -6,11 +6,15 @@ STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # How shed is built, here, by the e2e tests and by the scripts: static (no cgo: nothing to load
 # at start, runs on any Linux), and without urfave/cli's Markdown/man converter, whose package
 # initialization every shed process and every sandbox init would pay (docs/benchmarks.md).
-BUILDFLAGS = -tags urfave_cli_no_docs
+# The version is the latest tag (none yet: 0.0.0-dev); the commit is HEAD's, "-dirty" with uncommitted changes.
+VERSION   ?= $(shell git describe --tags --dirty 2>/dev/null || echo 0.0.0-dev)
+COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+BUILDFLAGS = -tags urfave_cli_no_docs -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)"
+PREFIX    ?= /usr/local
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./api:FuzzDecode
 
-.PHONY: help build example test test-daemon bench lint fuzz docs generate clean
+.PHONY: help build install uninstall example test test-daemon bench lint fuzz docs generate clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -64,6 +68,20 @@ docs: build ## regenerate docs/cli.md and the man page from the CLI definition, 
 	bin/shed man --markdown > docs/cli.md
 	mkdir -p docs/man && bin/shed man > docs/man/shed.1
 	SHED_UPDATE_DOCS=1 $(GO) test -count=1 -run TestAPIDoc ./api
+
+install: build ## install shed, its man page and shell completions under DESTDIR/PREFIX (default /usr/local)
+	install -D -m 0755 bin/shed $(DESTDIR)$(PREFIX)/bin/shed
+	install -D -m 0644 docs/man/shed.1 $(DESTDIR)$(PREFIX)/share/man/man1/shed.1
+	mkdir -p $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	bin/shed completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/shed
+	bin/shed completion zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_shed
+	bin/shed completion fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
+
+uninstall: ## remove what install installed
+	rm -f $(DESTDIR)$(PREFIX)/bin/shed $(DESTDIR)$(PREFIX)/share/man/man1/shed.1 \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/shed $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_shed \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
 
 generate: ## regenerate the E2B API's envd messages and Connect handlers from e2b/envd/*.proto (needs protoc: apt-get install protobuf-compiler)
 	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go connectrpc.com/connect/cmd/protoc-gen-connect-go

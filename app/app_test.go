@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"errors"
+	"regexp"
+	"strings"
 	"testing"
 
 	"toolshed.dev/shed/audit"
@@ -61,5 +63,22 @@ func TestAuditFailedOperation(t *testing.T) {
 		if Classify(err).Code == CodeInternal {
 			t.Errorf("%s: %v", op, err)
 		}
+	}
+}
+
+// TestDefaultKeyName: two stores made on one host get keys of different names, each the host's and
+// ending in -1 (so that rotation makes -2).
+func TestDefaultKeyName(t *testing.T) {
+	a, b := defaultKeyName(), defaultKeyName()
+	if a == b {
+		t.Fatalf("two stores' keys are both named %s", a)
+	}
+	for _, n := range []string{a, b} {
+		if !regexp.MustCompile(`^[A-Za-z0-9.-]+-[0-9a-f]{6}-1$`).MatchString(n) || len(n) > 64 {
+			t.Errorf("key name %q: want HOST-XXXXXX-1", n)
+		}
+	}
+	if got := nextKeyName(a); got != strings.TrimSuffix(a, "1")+"2" {
+		t.Errorf("nextKeyName(%s) = %s", a, got)
 	}
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -39,7 +40,7 @@ func init() {
 
 // InitRequest asks to create the store (idempotent).
 type InitRequest struct {
-	KeyName string `json:"key_name,omitempty"` // the signing key's name (default: HOSTNAME-1)
+	KeyName string `json:"key_name,omitempty"` // the signing key's name (default: HOSTNAME-XXXXXX-1, a random suffix)
 }
 
 // InitResult is the store made (or found).
@@ -69,7 +70,9 @@ func (s *Service) Init(ctx context.Context, c *Call, req *InitRequest) (*InitRes
 	return &InitResult{Root: st.Root(), StoreDir: st.StoreDir(), PublicKey: key.Public().String(), NewKey: made}, nil
 }
 
-// defaultKeyName names a store's first key after the host, as Nix's cache keys are named.
+// defaultKeyName names a store's first key after the host, as Nix's cache keys are named, with a
+// random suffix: two stores on one host (or on two hosts of one name, as cloned machines are) must
+// not have keys of the same name, or "signed by host-1" could not tell them apart.
 func defaultKeyName() string {
 	h, _ := os.Hostname()
 	h = strings.Map(func(r rune) rune {
@@ -81,10 +84,12 @@ func defaultKeyName() string {
 	if h == "" || strings.Trim(h, ".-") != h {
 		h = "shed"
 	}
-	if len(h) > 60 {
-		h = h[:60]
+	if len(h) > 53 {
+		h = h[:53]
 	}
-	return h + "-1"
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // crypto/rand: never fails on Linux
+	return fmt.Sprintf("%s-%x-1", h, b)
 }
 
 // PathInfo is what the store records about a path; locations are absolute.

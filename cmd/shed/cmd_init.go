@@ -17,7 +17,7 @@ func cmdInit() *cli.Command {
 			"which every path it builds is signed (docs/trust.md). Running it again on an existing store\n" +
 			"changes nothing but tightens permissions (and makes the key if there is none).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "key-name", Usage: "`NAME` of the signing key, as other stores will list it (default: HOSTNAME-1)"},
+			&cli.StringFlag{Name: "key-name", Usage: "`NAME` of the signing key, as other stores will list it (default: HOSTNAME-XXXXXX-1, a random suffix so that two stores are told apart)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

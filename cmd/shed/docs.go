@@ -106,7 +106,8 @@ func manPage(app *cli.App) string {
 			fmt.Fprintf(&b, ".TP\n\\fB%s\\fR\n%s\n", esc(names), esc(help))
 		}
 	}
-	fmt.Fprintf(&b, ".TH SHED 1 \"\" \"shed %s\" \"Toolshed manual\"\n", esc(app.Version))
+	// No version: the page is generated into the repository, and a commit cannot name itself.
+	b.WriteString(".TH SHED 1 \"\" \"shed\" \"Toolshed manual\"\n")
 	fmt.Fprintf(&b, ".SH NAME\nshed \\- %s\n", esc(app.Usage))
 	b.WriteString(".SH SYNOPSIS\n\\fBshed\\fR [\\fIGLOBAL OPTIONS\\fR] \\fICOMMAND\\fR [\\fIOPTIONS\\fR] [\\fIARGS\\fR]\n")
 	b.WriteString(".SH DESCRIPTION\n")

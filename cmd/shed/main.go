@@ -141,7 +141,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:    "shed",
 		Usage:   "keep agent sandbox environments as recipes, cached in a content-addressed store",
-		Version: version,
+		Version: buildVersion(),
 		Description: "shed compiles a Workshop recipe (workshop.toml) to derivations, builds their outputs into\n" +
 			"the Tool Shed (a content-addressed store), and keeps the store valid across crashes and\n" +
 			"concurrent use. The recipe is the only truth; the store is a cache.",
