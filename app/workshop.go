@@ -387,7 +387,8 @@ type Derivation struct {
 	Output string `json:"output"`
 }
 
-// Instantiate writes a recipe's .drv files (versions as written: nothing is locked or built).
+// Instantiate writes a recipe's .drv files, with the lock beside it as realize uses it (so the outputs are
+// the paths realize builds); nothing is resolved or built.
 func (s *Service) Instantiate(ctx context.Context, c *Call, req *InstantiateRequest) (*InstantiateResult, error) {
 	r, err := s.loadRecipe(c, req.File)
 	if err != nil {
@@ -398,7 +399,25 @@ func (s *Service) Instantiate(ctx context.Context, c *Call, req *InstantiateRequ
 		return nil, err
 	}
 	defer st.Close()
-	plan, err := recipe.Compile(r, nil, st.StoreDir())
+	// The lock beside the recipe, as realize uses it, so that these are the paths realize builds.
+	// Without one (or with one the recipe no longer matches) realize would resolve first, which needs
+	// the network: instantiate stays offline and compiles the recipe unlocked, and says so.
+	lock, err := recipe.LoadLock(recipe.LockFile(r.File))
+	switch {
+	case errors.Is(err, recipe.ErrNoLock):
+		lock = nil
+		c.notice("warning", "%s does not exist: these derivations are unlocked, and realize would lock first (`shed lock %s`)", recipe.LockFile(r.File), req.File)
+	case err != nil:
+		return nil, err
+	default:
+		if ok, err := lock.Matches(r); err != nil {
+			return nil, err
+		} else if !ok {
+			lock = nil
+			c.notice("warning", "%s no longer matches %s: these derivations are unlocked, and realize would lock again (`shed lock %s`)", recipe.LockFile(r.File), r.File, req.File)
+		}
+	}
+	plan, err := recipe.Compile(r, lock, st.StoreDir())
 	if err != nil {
 		return nil, err
 	}

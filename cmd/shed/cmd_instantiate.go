@@ -16,8 +16,10 @@ func cmdInstantiate() *cli.Command {
 		ArgsUsage: "[FILE]",
 		Description: "Compiles FILE (default ./workshop.toml) to derivations (a seed, then an apt layer,\n" +
 			"then a pip layer, each over the one below), writes their .drv files to the store and\n" +
-			"prints each derivation with the output path it will build. Nothing is built.\n" +
-			"Versions are taken as written; `shed lock` will resolve them.",
+			"prints each derivation with the output path it will build. Nothing is built or resolved:\n" +
+			"with the lock beside FILE (workshop.lock), these are the paths `shed realize` builds, a\n" +
+			"fetch for each locked package included; without one (or with a stale one) the versions are\n" +
+			"taken as written, and a warning says that realize would lock first.",
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
 				return usageError("want at most one recipe FILE")

@@ -1,0 +1,41 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// TestInstantiateMatchesRealize: for a locked recipe, instantiate's outputs are the paths realize
+// built (it compiles with the lock beside the recipe, as realize does), fetches included.
+func TestInstantiateMatchesRealize(t *testing.T) {
+	requireRoot(t)
+	root := sharedRoot(t)
+	file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf("name = \"inst-%d\"\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"jq\"]\n", os.Getpid()))
+	layers := realize(t, root, file).Layers
+	r := mustShed(t, root, "--json", "instantiate", file)
+	var res struct {
+		Derivations []struct{ Kind, Output string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res.Derivations); err != nil {
+		t.Fatalf("instantiate --json: %v\n%s", err, r.stdout)
+	}
+	var outs []string
+	fetches := 0
+	for _, d := range res.Derivations {
+		if d.Kind == "fetch" {
+			fetches++
+			continue
+		}
+		outs = append(outs, d.Output)
+	}
+	if !slices.Equal(outs, layers) {
+		t.Errorf("instantiate's seed and layer outputs %v, realize's %v", outs, layers)
+	}
+	if fetches == 0 {
+		t.Errorf("instantiate of a locked recipe wrote no fetch derivations: %s", r.stdout)
+	}
+}
