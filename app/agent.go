@@ -174,6 +174,9 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	if err != nil {
 		return nil, err
 	}
+	if err := checkMemory(req.MemoryBytes); err != nil {
+		return nil, err
+	}
 	limits := s.limitsFor(c, sandbox.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids})
 	w, err := s.realize(ctx, c, req.Workshop, false, nil)
 	if err != nil {

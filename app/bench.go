@@ -66,6 +66,9 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	if len(req.Argv) == 0 {
 		return nil, usage("shed bench run [-f FILE] -- CMD [ARG...]", "a Bench needs a command")
 	}
+	if err := checkMemory(req.MemoryBytes); err != nil {
+		return nil, err
+	}
 	var grants []bench.Grant
 	for _, g := range req.Grants {
 		gr, err := bench.ParseGrant(g)
@@ -188,6 +191,17 @@ func (s *Service) withStdio(ctx context.Context, c *Call, tty bool, termName str
 // sweep removes what dead Benches left; every operation that opens the store runs it, so that a
 // SIGKILLed shed leaves nothing for long.
 func sweep(st *store.Store) { _, _ = bench.Sweep(st) }
+
+// MinMemory is the least memory limit a Bench may have: below it not even a shell starts, and a limit
+// that small is a unit forgotten (64 meant as 64M).
+const MinMemory = 16 << 20
+
+func checkMemory(n int64) error {
+	if n != 0 && n < MinMemory {
+		return usage("a size with a unit: 512M, 4G (at least 16M)", "memory limit %d bytes is below the least a Bench can run in", n)
+	}
+	return nil
+}
 
 // BenchListRequest asks for the running and kept Benches.
 type BenchListRequest struct{}

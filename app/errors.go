@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/cache"
 	"toolshed.dev/shed/proposal"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/records"
+	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
 	"toolshed.dev/shed/trust"
 	"toolshed.dev/shed/why"
@@ -32,6 +35,7 @@ const (
 	CodeBadRequest       Code = "bad_request"       // a request that does not decode (unknown field, wrong type)
 	CodeUnknownOperation Code = "unknown_operation" // no such operation
 	CodeBusy             Code = "busy"              // the supervisor has too many requests in flight
+	CodeNoCommand        Code = "no_command"        // the command to run is not in the Bench (the CLI exits 127, as a shell does)
 	CodeInternal         Code = "internal"          // a bug in shed (the supervisor logged it)
 )
 
@@ -67,6 +71,11 @@ func Classify(err error) *Error {
 	var re *recipe.Error
 	if errors.As(err, &re) {
 		return &Error{Code: CodeInvalid, Err: err, Hint: re.Hint}
+	}
+	var se *sandbox.SetupError
+	if errors.As(err, &se) && se.Op == "exec" && errors.Is(se.Err, unix.ENOENT) {
+		return &Error{Code: CodeNoCommand, Err: err, Hint: "the Workshop does not have it: add its package to the recipe's [apt] packages " +
+			"(`apt-file search bin/NAME` finds which), or install it in a Bench and propose; or name it by its absolute path"}
 	}
 	code := CodeFailed
 	switch {

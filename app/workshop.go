@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -61,7 +62,11 @@ func (s *Service) loadRecipe(c *Call, workshop string) (*recipe.Recipe, error) {
 	if err != nil {
 		return nil, err
 	}
-	return recipe.Load(file, recipe.Options{ForbiddenPaths: []string{s.Root}})
+	r, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{s.Root}})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fail(CodeNotFound, err, "name a recipe file (default ./workshop.toml), or a Workshop record (`shed workshop ls`)")
+	}
+	return r, err
 }
 
 func (s *Service) newBuilder(c *Call, st *store.Store, offline bool) *builder.Builder {

@@ -17,14 +17,14 @@ import (
 func cmdBench() *cli.Command {
 	runFlags := []cli.Flag{
 		&cli.StringSliceFlag{Name: "grant", Usage: "mount `HOSTPATH[:BENCHPATH][:ro|rw]`, within the recipe's [[grant]] bounds (repeatable)"},
-		&cli.StringFlag{Name: "net", Value: "recipe", Usage: "network: `recipe` (the recipe's allowlist, through a proxy) or none (loopback only)"},
+		&cli.StringFlag{Name: "net", Value: "recipe", Usage: "network `MODE`: recipe (the recipe's allowlist, through a proxy) or none (loopback only)"},
 		&cli.BoolFlag{Name: "offline", Usage: "realize without touching the network (the Workshop must be in the store)"},
-		&cli.BoolFlag{Name: "keep", Usage: "keep the Bench's upper layer after the command exits (`shed bench rm` deletes it)"},
+		&cli.BoolFlag{Name: "keep", Usage: "keep the Bench's upper layer after the command exits (shed bench rm deletes it)"},
 		&cli.StringFlag{Name: "name", Usage: "the Bench's `NAME` (default: the Workshop's name and a random suffix)"},
 		&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"},
 		&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: app.DefaultRecipe, Usage: "the Workshop's recipe `FILE`"},
-		&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512M"},
-		&cli.Int64Flag{Name: "pids", Usage: "limit on the number of processes"},
+		&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` with a unit: 512M, 4G (at least 16M)"},
+		&cli.Int64Flag{Name: "pids", Usage: "limit on the number of processes, `N`", DefaultText: "none"},
 		substituterFlag,
 	}
 	return &cli.Command{
@@ -188,7 +188,7 @@ func benchRun(c *cli.Context, argv []string) error {
 		Keep: c.Bool("keep"), Name: c.String("name"), TTY: tty, Term: os.Getenv("TERM"), Pids: c.Int64("pids"), Substituters: c.StringSlice("substituter"),
 	}
 	if m := c.String("memory"); m != "" {
-		n, err := parseSize(m)
+		n, err := parseMemory(m)
 		if err != nil {
 			return usageError("--memory %q: %v", m, err)
 		}

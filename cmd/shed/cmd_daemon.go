@@ -39,10 +39,10 @@ func cmdDaemon() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: api.DefaultSocket, Usage: "the socket's `PATH`"},
 			&cli.StringFlag{Name: "operators-group", Value: "shed-ops", Usage: "`GROUP` whose members are operators"},
-			&cli.StringFlag{Name: "user-memory", Value: "4G", Usage: "the most memory a user's Bench may have (and the limit of one that names none)"},
-			&cli.Int64Flag{Name: "user-pids", Value: 4096, Usage: "the most processes a user's Bench may have (and the limit of one that names none)"},
-			&cli.IntFlag{Name: "user-kept", Value: 4, Usage: "the most kept Benches (--keep) a user may have at once"},
-			&cli.IntFlag{Name: "user-benches", Value: 8, Usage: "the most Benches (running, created or kept) a user may have at once"},
+			&cli.StringFlag{Name: "user-memory", Value: "4G", Usage: "the most memory `SIZE` a user's Bench may have (and the limit of one that names none)"},
+			&cli.Int64Flag{Name: "user-pids", Value: 4096, Usage: "the most processes, `N`, a user's Bench may have (and the limit of one that names none)"},
+			&cli.IntFlag{Name: "user-kept", Value: 4, Usage: "the most kept Benches, `N` (--keep), a user may have at once"},
+			&cli.IntFlag{Name: "user-benches", Value: 8, Usage: "the most Benches, `N` (running, created or kept), a user may have at once"},
 			&cli.IntFlag{Name: "warm", Value: 2, Usage: "`N` Bench inits kept started ahead for API creates (each holds one of the 512 id slots)"},
 			&cli.StringSliceFlag{Name: "warm-workshop", Usage: "`NAME=N`: N more inits kept ready for creates of the Workshop record NAME only (repeatable)"},
 			&cli.StringFlag{Name: "e2b", Usage: "also serve the E2B API (control and data plane) on `ADDR` (host:port; docs/agents.md): plain HTTP, so keep it on loopback or behind TLS"},
@@ -51,7 +51,7 @@ func cmdDaemon() *cli.Command {
 			if os.Geteuid() != 0 {
 				return withHint(exitUsage, errors.New("the supervisor runs as root"), "start it with systemd (docs/supervisor.md) or sudo")
 			}
-			mem, err := parseSize(c.String("user-memory"))
+			mem, err := parseMemory(c.String("user-memory"))
 			if err != nil {
 				return usageError("--user-memory %q: %v", c.String("user-memory"), err)
 			}

@@ -99,7 +99,7 @@ func cmdWorkshop() *cli.Command {
 				Name:      "show",
 				Usage:     "print a record's recipe (the current version, or --version N)",
 				ArgsUsage: "NAME",
-				Flags:     []cli.Flag{&cli.IntFlag{Name: "version", Usage: "version `N`"}},
+				Flags:     []cli.Flag{&cli.IntFlag{Name: "version", Usage: "version `N`", DefaultText: "the current one"}},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usageError("workshop show wants a record NAME")

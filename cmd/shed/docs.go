@@ -16,6 +16,7 @@ var exitCodes = []struct {
 	{exitUsage, "usage error: unknown command or flag, wrong arguments"},
 	{exitInvalid, "invalid input: a recipe or a .drv that breaks the rules"},
 	{exitProblems, "`shed store verify` or `shed realize --check` found problems"},
+	{exitNoCommand, "the command to run in a Bench is not in it (as a shell exits)"},
 }
 
 // markdownReference renders the command reference (docs/cli.md) from the
@@ -32,7 +33,9 @@ func markdownReference(app *cli.App) string {
 	for _, e := range exitCodes {
 		fmt.Fprintf(&b, "| %d | %s |\n", e.code, e.what)
 	}
-	b.WriteString("\nErrors are printed as `shed: error: ...`, followed by `shed: hint: ...` when there is advice.\n\n")
+	b.WriteString("\nA Bench's command's own exit code is shed's when it ran. Errors are printed as `shed: error: ...`, followed by\n" +
+		"`shed: hint: ...` when there is advice; with `--json`, as one object on stderr: `{\"error\", \"hint\", \"code\", \"exit\"}`\n" +
+		"(`code` is the API's error code, docs/api.md).\n\n")
 	eachCommand(app, func(full string, c *cli.Command, group bool) {
 		if group {
 			fmt.Fprintf(&b, "## %s\n\n%s\n\n", full, c.Usage)

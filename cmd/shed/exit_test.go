@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -48,6 +50,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"recipe", "check", filepath.Join(dir, "missing.toml")}, exitFailure},
 		{[]string{"store", "verify"}, exitOK},
 		{[]string{"store", "verify", "--check-contents"}, exitProblems},
+		{[]string{"bench", "run", "--memory", "64", "-f", good, "--", "true"}, exitUsage},
+		{[]string{"bench", "run", "--memory", "lots", "-f", good, "--", "true"}, exitUsage},
 	}
 	for _, c := range cases {
 		code, stderr := shed(c.args...)
@@ -101,6 +105,36 @@ func TestManPage(t *testing.T) {
 		if strings.HasPrefix(line, "'") || (strings.HasPrefix(line, ".") && !strings.HasPrefix(line, ".TH") && !strings.HasPrefix(line, ".S") &&
 			!strings.HasPrefix(line, ".PP") && !strings.HasPrefix(line, ".TP") && !strings.HasPrefix(line, ".nf") && !strings.HasPrefix(line, ".fi")) {
 			t.Errorf("line %d would be read as a roff request: %q", i+1, line)
+		}
+	}
+}
+
+// TestJSONErrors: with --json (before or after the command), an error is one JSON object on stderr
+// with the message, the hint, the API's code and the exit code; without it, the two lines for people.
+func TestJSONErrors(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	for _, c := range []struct {
+		args       []string
+		code, exit string
+	}{
+		{[]string{"shed", "--json", "bench", "rm"}, "usage", "2"},
+		{[]string{"shed", "--root", root, "realize", "--json", "/nonexistent/workshop.toml"}, "not_found", "1"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(c.args, &out, &errb)
+		var e struct {
+			Error, Hint, Code string
+			Exit              int
+		}
+		if err := json.Unmarshal(errb.Bytes(), &e); err != nil {
+			t.Errorf("%v: stderr is not one JSON object: %v\n%s", c.args, err, errb.String())
+			continue
+		}
+		if e.Code != c.code || strconv.Itoa(e.Exit) != c.exit || strconv.Itoa(code) != c.exit || e.Error == "" {
+			t.Errorf("%v: %+v (exit %d), want code %s, exit %s", c.args, e, code, c.code, c.exit)
+		}
+		if out.Len() != 0 {
+			t.Errorf("%v: stdout %q, want nothing", c.args, out.String())
 		}
 	}
 }

@@ -28,6 +28,8 @@ const (
 	exitUsage    = 2 // the command line was wrong
 	exitInvalid  = 3 // a recipe (or other input file) is invalid
 	exitProblems = 4 // verification found problems
+
+	exitNoCommand = 127 // the command to run in a Bench is not there (as a shell says it)
 )
 
 // version is set by the linker (-X main.version=...) in release builds.
@@ -45,14 +47,77 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
 	app.Reader = os.Stdin
 	unknownCommand = false
-	err := app.RunContext(ctx, hoistGlobalFlags(args))
+	hoisted := hoistGlobalFlags(args)
+	err := app.RunContext(ctx, hoisted)
 	if unknownCommand {
 		return exitUsage
 	}
 	if err == nil {
 		return exitOK
 	}
+	if wantsJSON(hoisted) {
+		return reportJSON(stderr, err)
+	}
 	return report(stderr, err)
+}
+
+// wantsJSON says whether the global flags (hoisted to the front) ask for JSON.
+func wantsJSON(args []string) bool {
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--json" || a == "-json" || a == "--json=true":
+			return true
+		case a == "--root" || a == "-root":
+			i++ // its value
+		case !strings.HasPrefix(a, "-"), a == "--":
+			return false
+		}
+	}
+	return false
+}
+
+// errorJSON is an error as `--json` prints it, on stderr: scripts read the code, people the rest.
+type errorJSON struct {
+	Error string `json:"error"`
+	Hint  string `json:"hint,omitempty"`
+	Code  string `json:"code"` // the API's error code (docs/api.md): failed, usage, invalid, problems, denied, not_found, ...
+	Exit  int    `json:"exit"` // the exit code shed ends with
+}
+
+// reportJSON prints err as one JSON object and returns the exit code, as report does.
+func reportJSON(w io.Writer, err error) int {
+	var buf strings.Builder
+	code := report(&buf, err)
+	if errors.Is(err, errSilent) {
+		return code
+	}
+	e := errorJSON{Error: err.Error(), Exit: code, Code: string(codeOf(err, code))}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		e.Hint = ee.hint
+	} else {
+		e.Hint = app.Classify(err).Hint
+	}
+	b, _ := json.Marshal(e)
+	fmt.Fprintf(w, "%s\n", b)
+	return code
+}
+
+// codeOf is err's API code; a CLI error (exitError) has the code its exit code means.
+func codeOf(err error, exit int) app.Code {
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		return app.Classify(err).Code
+	}
+	switch exit {
+	case exitUsage:
+		return app.CodeUsage
+	case exitInvalid:
+		return app.CodeInvalid
+	case exitProblems:
+		return app.CodeProblems
+	}
+	return app.CodeFailed
 }
 
 // hoistGlobalFlags moves the global flags (--json, --verbose, --root) given
@@ -129,6 +194,8 @@ func exitFor(c app.Code) int {
 		return exitInvalid
 	case app.CodeProblems:
 		return exitProblems
+	case app.CodeNoCommand:
+		return exitNoCommand
 	}
 	return exitFailure
 }
