@@ -236,6 +236,9 @@ func (s *Service) WorkshopDiff(ctx context.Context, c *Call, req *WorkshopDiffRe
 // ProposalRequest names a proposal.
 type ProposalRequest struct {
 	ID string `json:"id"` // the proposal's id (16 hex digits)
+	// ForPromotion refuses a proposal that could not be promoted now (promoted before, or made against
+	// a version that is no longer current), before anyone reads its diff.
+	ForPromotion bool `json:"for_promotion,omitempty"`
 }
 
 // ProposalShow returns a proposal and the diff a human confirms to promote it.
@@ -245,7 +248,13 @@ func (s *Service) ProposalShow(ctx context.Context, c *Call, req *ProposalReques
 		return nil, err
 	}
 	defer st.Close()
-	p, diff, err := proposal.New(st, nil).Get(req.ID)
+	sv := proposal.New(st, nil)
+	if req.ForPromotion {
+		if err := sv.Promotable(req.ID); err != nil {
+			return nil, err
+		}
+	}
+	p, diff, err := sv.Get(req.ID)
 	if err != nil {
 		return nil, err
 	}

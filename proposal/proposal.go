@@ -429,6 +429,32 @@ func (sv *Proposals) Promote(ctx context.Context, id, confirmed, by string) (*re
 	})
 }
 
+// Promotable says whether proposal id could be promoted now: not promoted before (ErrUsed), and made
+// against the record's current version (records.ErrConflict otherwise; for a new record: no record of
+// that name exists). Promote checks both again, atomically; this is for refusing before a human reads
+// a diff that could not be confirmed.
+func (sv *Proposals) Promotable(id string) error {
+	p, _, err := sv.Get(id)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(sv.proposalDir(id), "used")); err == nil {
+		return fmt.Errorf("proposal %s: %w", id, ErrUsed)
+	}
+	cur, err := sv.Records.Current(p.Workshop)
+	switch {
+	case errors.Is(err, records.ErrNoRecord) && p.Base == 0:
+		return nil
+	case errors.Is(err, records.ErrNoRecord):
+		return fmt.Errorf("proposal %s: %w: the record %s it was made against is gone", id, records.ErrConflict, p.Workshop)
+	case err != nil:
+		return err
+	case cur.N != p.Base:
+		return fmt.Errorf("proposal %s: %w: it was made against version %d of %s, which is now at version %d", id, records.ErrConflict, p.Base, p.Workshop, cur.N)
+	}
+	return nil
+}
+
 // Visible shows what a terminal would hide: every character outside printable ASCII (but newline and
 // tab) as «U+XXXX», so that a look-alike letter or an invisible one cannot pass for what it is not.
 func Visible(s string) string {

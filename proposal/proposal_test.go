@@ -102,14 +102,25 @@ func TestPromote(t *testing.T) {
 	if _, err := sv.Promote(ctx, p.ID, p.DiffSHA256, "op"); !errors.Is(err, ErrChanged) {
 		t.Errorf("edited proposal: %v", err)
 	}
-	// A good one is promoted once; a replay is refused.
+	// A good one is promotable, and promoted once; a replay is refused, and it is no longer
+	// promotable (used), nor is another made against the version it replaced (stale).
 	p = proposal(t, sv, 1, next, "lock2\n")
+	stale := proposal(t, sv, 1, next+"# other\n", "lock2\n")
+	if err := sv.Promotable(p.ID); err != nil {
+		t.Errorf("Promotable before: %v", err)
+	}
 	v, err := sv.Promote(ctx, p.ID, p.DiffSHA256, "op")
 	if err != nil || v.N != 2 || v.Proposal != p.ID || len(v.Users) != 1 {
 		t.Fatalf("promote: %+v %v", v, err)
 	}
 	if _, err := sv.Promote(ctx, p.ID, p.DiffSHA256, "op"); !errors.Is(err, records.ErrConflict) && !errors.Is(err, ErrUsed) {
 		t.Errorf("replayed confirmation: %v", err)
+	}
+	if err := sv.Promotable(p.ID); !errors.Is(err, ErrUsed) {
+		t.Errorf("Promotable after its promotion: %v, want ErrUsed", err)
+	}
+	if err := sv.Promotable(stale.ID); !errors.Is(err, records.ErrConflict) || !strings.Contains(err.Error(), "now at version 2") {
+		t.Errorf("Promotable of a proposal against version 1, now 2: %v, want ErrConflict", err)
 	}
 	if b, _ := os.ReadFile(sv.Records.File("tools", 2)); string(b) != next {
 		t.Errorf("version 2 is %q", b)

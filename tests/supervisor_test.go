@@ -224,8 +224,10 @@ PY
 	if err != nil || !strings.Contains(out, "promoted loop version 2") || !strings.Contains(out, "Type yes to confirm") {
 		t.Fatalf("promote: %v\n%s", err, out)
 	}
-	// The confirmation is single-use.
-	if out, err := promote(t, sock, id); err == nil || !strings.Contains(out, "version 2, not 1") {
+	// The confirmation is single-use, and a used proposal is refused before its diff is shown or a
+	// confirmation asked for.
+	if out, err := promote(t, sock, id); err == nil || !strings.Contains(out, "already promoted") ||
+		strings.Contains(out, "Type yes") || strings.Contains(out, "+++ b/workshop.toml") {
 		t.Errorf("replayed promotion: %v\n%s", err, out)
 	}
 	// A clean Bench of the promoted Workshop has both packages, with no network at all.

@@ -185,7 +185,7 @@ func cmdWorkshop() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("workshop promote wants a PROPOSAL id (`shed bench propose` prints it)")
 					}
-					shown, err := call[app.ProposeResult](c, "proposal.show", &app.ProposalRequest{ID: c.Args().First()})
+					shown, err := call[app.ProposeResult](c, "proposal.show", &app.ProposalRequest{ID: c.Args().First(), ForPromotion: true})
 					if err != nil {
 						return err
 					}
