@@ -87,15 +87,18 @@ func bad(hint, format string, args ...any) error {
 func Check(s *app.Service, caller *app.Caller, op string, req any) error {
 	roles, ok := Roles[op]
 	if !ok {
-		return denied("", "operation %s is in no role's table", op)
+		return denied("a bug in shed: every operation has roles; report it with the command that did this", "operation %s is in no role's table", op)
 	}
 	if !slices.Contains(roles, caller.Role) {
 		what := "operators (root, or the supervisor's operators group)"
 		if slices.Contains(roles, app.User) {
 			what = "local users and operators"
 		}
-		return denied("`shed workshop ls` lists the records you may use; an operator decides the rest",
-			"%s is for %s; you are %s (%s)", op, what, caller.User, caller.Role)
+		hint := "ask an operator (root, or a member of the supervisor's operators group) to do it"
+		if caller.Role == app.Agent {
+			hint = "an agent in a Bench proposes (POST /propose on " + bench.ProposeSocket + "); a human decides the rest"
+		}
+		return denied(hint, "%s is for %s; you are %s (%s)", op, what, caller.User, caller.Role)
 	}
 	return fields(s, caller, req)
 }
@@ -108,10 +111,10 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 	case *app.RealizeRequest:
 		if !op {
 			if len(r.Substituters) > 0 {
-				return denied("", "substituters are for operators: the store's own substituters apply")
+				return denied("leave --substituter out: the store's own substituters apply (an operator sets them in config.toml)", "substituters are for operators: the store's own substituters apply")
 			}
 			if r.Check {
-				return denied("", "--check rebuilds every layer: it is for operators")
+				return denied("ask an operator to run `shed realize --check`", "--check rebuilds every layer: it is for operators")
 			}
 			return mayRun(s, caller, r.Workshop)
 		}
@@ -121,10 +124,10 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		}
 		if !op {
 			if len(r.Grants) > 0 {
-				return denied("", "grants are for operators: the supervisor would open the path as root")
+				return denied("launch without --grant and copy files in with `shed bench exec`, or ask an operator to launch with the grant", "grants are for operators: the supervisor would open the path as root")
 			}
 			if len(r.Substituters) > 0 {
-				return denied("", "substituters are for operators: the store's own substituters apply")
+				return denied("leave --substituter out: the store's own substituters apply (an operator sets them in config.toml)", "substituters are for operators: the store's own substituters apply")
 			}
 			if r.Keep && s.UserKept > 0 {
 				if n := keptBy(s, caller); n >= s.UserKept {
@@ -155,7 +158,7 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		if !op {
 			for _, w := range []string{r.A, r.B} {
 				if _, err := s.Records().Current(w); err != nil {
-					return denied("", "%s is not a Workshop record: users name records only", w)
+					return denied("name a Workshop record (`shed workshop ls` lists the ones you may use)", "%s is not a Workshop record: users name records only", w)
 				}
 			}
 		}

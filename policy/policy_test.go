@@ -177,6 +177,9 @@ func TestRolesAgainstEveryOperation(t *testing.T) {
 				if !errors.Is(err, app.ErrDenied) {
 					t.Errorf("%s as %s: a refusal that is not ErrDenied: %v", op, c.User, err)
 				}
+				if app.Classify(err).Hint == "" {
+					t.Errorf("%s as %s: a refusal without a hint: %v", op, c.User, err)
+				}
 				if after := snapshot(t, svc.Root); !maps(before, after) {
 					t.Errorf("%s as %s: refused, yet the store changed", op, c.User)
 				}
@@ -256,6 +259,9 @@ func TestFieldRules(t *testing.T) {
 		}
 		if got != c.want {
 			t.Errorf("%s as %s: %+v: got %q (%v), want %q", c.op, c.who.User, c.req, got, err, c.want)
+		}
+		if err != nil && app.Classify(err).Hint == "" {
+			t.Errorf("%s as %s: %+v: a refusal without a hint: %v", c.op, c.who.User, c.req, err)
 		}
 	}
 }
