@@ -3,9 +3,15 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/audit"
 )
@@ -80,5 +86,23 @@ func TestDefaultKeyName(t *testing.T) {
 	}
 	if got := nextKeyName(a); got != strings.TrimSuffix(a, "1")+"2" {
 		t.Errorf("nextKeyName(%s) = %s", a, got)
+	}
+}
+
+// TestNetworkHints: a refused connection, a name that does not resolve and a timeout each get a hint
+// that says what to check, through the wrapping a fetch gives them.
+func TestNetworkHints(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", unix.ECONNREFUSED)}, "nothing answers"},
+		{&net.DNSError{Err: "no such host", Name: "mirror.example"}, "does not resolve"},
+		{os.ErrDeadlineExceeded, "did not answer in time"},
+	} {
+		err := fmt.Errorf("fetch http://mirror/x: %w", &url.Error{Op: "Get", URL: "http://mirror/x", Err: c.err})
+		if h := Classify(err).Hint; !strings.Contains(h, c.want) {
+			t.Errorf("%v: hint %q, want %q", err, h, c.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -92,6 +93,11 @@ func Classify(err error) *Error {
 	return &Error{Code: code, Err: err, Hint: hintFor(err)}
 }
 
+func isDNSError(err error) bool {
+	var de *net.DNSError
+	return errors.As(err, &de)
+}
+
 // hintFor suggests what to do about errors that come from packages, which know what went wrong but
 // not what the caller asked.
 func hintFor(err error) string {
@@ -156,6 +162,13 @@ func hintFor(err error) string {
 		return "`shed store ls` lists the valid paths"
 	case errors.Is(err, store.ErrRootNotExist):
 		return "`shed root ls` lists the roots"
+	case errors.Is(err, unix.ECONNREFUSED):
+		return "nothing answers at that address: check the recipe's [apt] mirror (or [pip] index) and that the server is up; " +
+			"paths already in the store realize offline (--offline)"
+	case isDNSError(err):
+		return "the name does not resolve: check the recipe's [apt] mirror (or [pip] index) and this host's DNS (/etc/resolv.conf)"
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return "the server did not answer in time: check the network to it and run again (what was fetched is kept)"
 	case errors.Is(err, context.Canceled):
 		return "interrupted: nothing half-written was kept; run the command again to finish"
 	}
