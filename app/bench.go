@@ -59,6 +59,10 @@ type BenchRunRequest struct {
 // ExitResult is a command's exit code in a Bench.
 type ExitResult struct {
 	Exit int `json:"exit"` // the command's exit code (128+N for a signal N)
+	// OOMKilled says that the kernel's OOM killer killed a process of the command for reaching the
+	// Bench's memory limit, MemoryBytes.
+	OOMKilled   bool  `json:"oom_killed,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // BenchRun realizes a Workshop (a cache hit when warm), launches a Bench and runs the command.
@@ -100,10 +104,12 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 		return nil, err
 	}
 	defer w.st.Close()
+	oom := false
 	code, err := s.withStdio(ctx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
 		return bench.Run(ctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Grants: grants, Net: req.Net, Keep: req.Keep,
 			Argv: req.Argv, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: s.benchEvents(c, req.Workshop),
+			Ended: func(_ int, oomKilled bool) { oom = oomKilled },
 			// The agent's one way to shed: a proposal, which a human then reads and confirms. It
 			// goes through the same policy as every other request, as the agent of this Bench.
 			Propose: s.agentProposes,
@@ -112,7 +118,11 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return &ExitResult{Exit: code}, nil
+	res := &ExitResult{Exit: code, OOMKilled: oom}
+	if oom {
+		res.MemoryBytes = limits.MemoryBytes
+	}
+	return res, nil
 }
 
 func (c *Call) stdio() sandbox.Stdio {

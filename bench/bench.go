@@ -50,6 +50,9 @@ type Options struct {
 	// Started, if set, is called once the Bench runs and its record is written (a Bench created for an
 	// API caller is returned then, while Run goes on until it ends).
 	Started func(*Record)
+	// Ended, if set, is told the command's exit code when the Bench ends, and whether the kernel's OOM
+	// killer killed a process of it for the memory limit (an exit of 137 that was the limit).
+	Ended func(code int, oomKilled bool)
 	// Propose, if set, is served inside the Bench at ProposeSocket: an agent there can ask for a
 	// proposal made from this Bench (POST /propose), and nothing else. It returns the text to answer.
 	Propose func(ctx context.Context, bench string) (string, error)
@@ -257,8 +260,15 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		opts.Event(name, "bench.start", "", "")
 	}
 	code, err := p.Wait()
+	if opts.Ended != nil {
+		opts.Ended(code, p.OOMKilled())
+	}
 	if opts.Event != nil {
-		opts.Event(name, "bench.end", "", "exit "+strconv.Itoa(code))
+		detail := "exit " + strconv.Itoa(code)
+		if p.OOMKilled() {
+			detail += ", out of memory"
+		}
+		opts.Event(name, "bench.end", "", detail)
 	}
 	cancel()
 	<-done

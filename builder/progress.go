@@ -144,7 +144,7 @@ func (t *terminalProgress) FileDone(name string, err error) {
 		if err != nil {
 			fmt.Fprintf(t.w, "failed %s\n", name) // the error itself is the caller's to print
 		} else {
-			fmt.Fprintf(t.w, "fetched %s %s\n", name, formatBytes(n))
+			fmt.Fprintf(t.w, "fetched %s %s\n", name, FormatBytes(n))
 		}
 		return
 	}
@@ -178,7 +178,7 @@ func (t *terminalProgress) Done() {
 		t.p, t.totalBar, t.bars = nil, nil, nil
 	}
 	line := fmt.Sprintf("fetched %d %s, %s in %s", t.fetched, plural(t.fetched, "file", "files"),
-		formatBytes(t.bytes), time.Since(t.start).Round(100*time.Millisecond))
+		FormatBytes(t.bytes), time.Since(t.start).Round(100*time.Millisecond))
 	if t.failed > 0 {
 		line += fmt.Sprintf("; %d failed", t.failed)
 	}
@@ -193,8 +193,8 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// formatBytes renders n in binary units with one decimal: "63.2 KiB".
-func formatBytes(n int64) string {
+// FormatBytes renders n in binary units with one decimal: "63.2 KiB".
+func FormatBytes(n int64) string {
 	if n < 1024 {
 		return fmt.Sprintf("%d B", n)
 	}

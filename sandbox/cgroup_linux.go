@@ -221,6 +221,30 @@ func (c *cgroup) closeFiles() {
 	c.procs = nil
 }
 
+// oomKills is how many tasks the kernel's OOM killer killed in the memory cgroup for hitting its
+// limit (v1 memory.oom_control, v2 memory.events: their "oom_kill" line, Linux 4.13 and later).
+func (c *cgroup) oomKills() int {
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for _, d := range c.dirs {
+		for _, f := range []string{"memory.oom_control", "memory.events"} {
+			b, err := os.ReadFile(filepath.Join(d, f))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+					k, _ := strconv.Atoi(strings.TrimSpace(v))
+					n += k
+				}
+			}
+		}
+	}
+	return n
+}
+
 // remove deletes the cgroups. Called after every process in them is dead; a cgroup can stay busy for a
 // moment after its last task is reaped, so EBUSY is retried briefly.
 func (c *cgroup) remove() error {

@@ -35,7 +35,12 @@ type Process struct {
 	once sync.Once
 	code int
 	err  error
+	oom  bool
 }
+
+// OOMKilled says, after Wait, whether the kernel's OOM killer killed a process of the command for
+// reaching Limits.MemoryBytes: an exit of 137 that was the limit, not a kill -9.
+func (p *Process) OOMKilled() bool { return p.oom }
 
 // Start validates the spec and starts the sandbox. When it returns, the Listen sockets exist inside the
 // sandbox's network namespace and the command is running. ctx cancellation kills the sandbox (SIGKILL to
@@ -381,6 +386,7 @@ func (p *Process) Wait() (exitCode int, err error) {
 			// Copying the command's output to the caller's writer failed: the output is incomplete.
 			p.err = &SetupError{Op: "copy stdio", Err: werr}
 		}
+		p.oom = p.cg.oomKills() > 0 // read before release removes the cgroup
 		if err := p.release(); err != nil && p.err == nil {
 			p.err = &SetupError{Op: "remove cgroup", Err: err}
 		}

@@ -543,8 +543,13 @@ func TestBenchExecAndLimits(t *testing.T) {
 
 	// Limits: a process that holds 200 MB is killed under --memory 64M; a
 	// Bench with --pids 8 cannot start 20 processes.
-	if r := shed(t, root, nil, "bench", "run", "-f", file, "--memory", "64M", "--", "perl", "-e", `$x = "a" x 200_000_000; print length($x)`); r.code == 0 {
-		t.Errorf("200 MB under --memory 64M succeeded: %s", r.stdout)
+	// The kill says which limit it was; a kill -9 that is not the limit does not.
+	if r := shed(t, root, nil, "bench", "run", "-f", file, "--memory", "64M", "--", "perl", "-e", `$x = "a" x 200_000_000; print length($x)`); r.code != 137 ||
+		!strings.Contains(r.stderr, "out of memory: the kernel killed a process of the command at the Bench's memory limit (64.0 MiB)") {
+		t.Errorf("200 MB under --memory 64M: exit %d, stderr %q, want 137 and the limit named", r.code, r.stderr)
+	}
+	if r := shed(t, root, nil, "bench", "run", "-f", file, "--memory", "64M", "--", "sh", "-c", "kill -9 $$"); r.code != 137 || strings.Contains(r.stderr, "out of memory") {
+		t.Errorf("kill -9 under --memory 64M: exit %d, stderr %q, want 137 and no word of memory", r.code, r.stderr)
 	}
 	mustShed(t, root, "bench", "run", "-f", file, "--memory", "512M", "--", "perl", "-e", `$x = "a" x 200_000_000; print length($x)`)
 	if r := shed(t, root, nil, "bench", "run", "-f", file, "--pids", "8", "--", "sh", "-c", "for i in $(seq 20); do sleep 2 & done; wait"); r.code == 0 {

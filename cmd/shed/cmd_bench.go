@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"toolshed.dev/shed/builder"
 
 	"github.com/urfave/cli/v2"
 
@@ -197,6 +198,10 @@ func benchRun(c *cli.Context, argv []string) error {
 	res, err := call[app.ExitResult](c, "bench.run", req)
 	if err != nil {
 		return err
+	}
+	if res.OOMKilled {
+		fmt.Fprintf(c.App.ErrWriter, "shed: warning: out of memory: the kernel killed a process of the command at the Bench's memory limit (%s); exit %d\n"+
+			"shed: hint: give the Bench more with --memory (512M, 4G)\n", builder.FormatBytes(res.MemoryBytes), res.Exit)
 	}
 	return exitCode(res.Exit)
 }
