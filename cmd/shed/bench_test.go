@@ -4,7 +4,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // BenchmarkInstantiateWarm is `shed instantiate` of a three-layer recipe whose
@@ -31,5 +34,41 @@ packages = ["attrs==23.1.0", "requests"]
 		if code := run(args, io.Discard, os.Stderr); code != 0 {
 			b.Fatal("instantiate failed")
 		}
+	}
+}
+
+// TestFitColumns: on a narrow terminal the flexible columns are cut with an ellipsis so that every
+// row fits; the other columns, and a pipe's rows (width 0), stay whole.
+func TestFitColumns(t *testing.T) {
+	mk := func() [][]string {
+		return [][]string{
+			{"NAME", "STATE", "STARTED", "COMMAND", "WORKSHOP"},
+			{"jq-tools-1a2b3c", "running", "2026-12-01 20:00:00", "sh -c " + strings.Repeat("x", 120), "/home/someone/projects/" + strings.Repeat("y", 60) + "/workshop.toml"},
+		}
+	}
+	rows := mk()
+	fitColumns(rows, 0, 3, 4)
+	if !slices.Equal(rows[1], mk()[1]) {
+		t.Error("width 0 changed the rows")
+	}
+	rows = mk()
+	fitColumns(rows, 100, 3, 4)
+	for _, row := range rows {
+		n := 0
+		for i, cell := range row {
+			n += utf8.RuneCountInString(cell)
+			if i > 0 {
+				n += 2
+			}
+		}
+		if n >= 100 {
+			t.Errorf("a row of %d columns at width 100: %q", n, row)
+		}
+	}
+	if rows[1][0] != "jq-tools-1a2b3c" || !strings.HasSuffix(rows[1][3], "…") {
+		t.Errorf("name cut, or command not: %q", rows[1])
+	}
+	if got := workshopLabel("/var/lib/toolshed/records/jq-tools/3/workshop.toml"); got != "jq-tools v3" {
+		t.Errorf("workshopLabel of a record: %q", got)
 	}
 }

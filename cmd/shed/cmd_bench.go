@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
-	"toolshed.dev/shed/builder"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/builder"
 )
 
 func cmdBench() *cli.Command {
@@ -73,14 +77,18 @@ func cmdBench() *cli.Command {
 					if c.Bool("json") {
 						return printJSON(c, res.Benches)
 					}
-					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tSTATE\tSTARTED\tCOMMAND\tWORKSHOP")
+					rows := [][]string{{"NAME", "STATE", "STARTED", "COMMAND", "WORKSHOP"}}
 					for _, r := range res.Benches {
 						state := "running"
 						if !r.Running {
 							state = "exited " + fmt.Sprint(deref(r.Exit))
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, state, r.Started.Local().Format(time.DateTime), strings.Join(r.Argv, " "), r.Workshop)
+						rows = append(rows, []string{r.Name, state, r.Started.Local().Format(time.DateTime), strings.Join(r.Argv, " "), workshopLabel(r.Workshop)})
+					}
+					fitColumns(rows, terminalWidth(c.App.Writer), 3, 4)
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					for _, row := range rows {
+						fmt.Fprintln(tw, strings.Join(row, "\t"))
 					}
 					return tw.Flush()
 				},
@@ -204,4 +212,65 @@ func benchRun(c *cli.Context, argv []string) error {
 			"shed: hint: give the Bench more with --memory (512M, 4G)\n", builder.FormatBytes(res.MemoryBytes), res.Exit)
 	}
 	return exitCode(res.Exit)
+}
+
+// recordFile is where a Workshop record's recipe is: the store's records/NAME/N/workshop.toml.
+var recordFile = regexp.MustCompile(`/records/([a-z0-9][a-z0-9._-]*)/([0-9]+)/workshop\.toml$`)
+
+// workshopLabel is how a Bench's Workshop is shown: a record as "NAME vN", a recipe file as given.
+func workshopLabel(file string) string {
+	if m := recordFile.FindStringSubmatch(file); m != nil {
+		return m[1] + " v" + m[2]
+	}
+	return file
+}
+
+// terminalWidth is w's width when it is a terminal, else 0 (no limit: a pipe gets whole lines).
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return 0
+	}
+	cols, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return cols
+}
+
+// fitColumns shortens the cells of the flexible columns (an ellipsis at the end) so that each row,
+// as tabwriter lays it out with two spaces between columns, fits width; width 0 leaves them whole.
+func fitColumns(rows [][]string, width int, flexible ...int) {
+	if width <= 0 || len(rows) == 0 {
+		return
+	}
+	cols := len(rows[0])
+	widest := make([]int, cols)
+	for _, row := range rows {
+		for i, cell := range row {
+			widest[i] = max(widest[i], utf8.RuneCountInString(cell))
+		}
+	}
+	used := 2 * (cols - 1)
+	flex := 0
+	for i, w := range widest {
+		if slices.Contains(flexible, i) {
+			flex += w
+		} else {
+			used += w
+		}
+	}
+	room := width - 1 - used
+	if flex <= room {
+		return
+	}
+	// Each flexible column gets room in proportion to its widest cell, at least 8.
+	for _, i := range flexible {
+		limit := max(8, room*widest[i]/max(flex, 1))
+		for _, row := range rows {
+			if r := []rune(row[i]); len(r) > limit {
+				row[i] = string(r[:limit-1]) + "…"
+			}
+		}
+	}
 }
