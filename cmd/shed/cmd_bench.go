@@ -95,9 +95,10 @@ func cmdBench() *cli.Command {
 			},
 			proposeCommand(),
 			{
-				Name:      "exec",
-				Usage:     "run a command in a running Bench",
-				ArgsUsage: "BENCH -- CMD [ARG...]",
+				Name:         "exec",
+				BashComplete: completeBenches,
+				Usage:        "run a command in a running Bench",
+				ArgsUsage:    "BENCH -- CMD [ARG...]",
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"},
 					&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "the command's working `DIR` in the Bench (default /root)"},
@@ -128,9 +129,10 @@ func cmdBench() *cli.Command {
 				},
 			},
 			{
-				Name:      "logs",
-				Usage:     "print a Bench's network log: every destination allowed or refused",
-				ArgsUsage: "BENCH",
+				Name:         "logs",
+				BashComplete: completeBenches,
+				Usage:        "print a Bench's network log: every destination allowed or refused",
+				ArgsUsage:    "BENCH",
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usageError("bench logs wants BENCH")
@@ -149,9 +151,10 @@ func cmdBench() *cli.Command {
 				},
 			},
 			{
-				Name:      "rm",
-				Usage:     "stop a running Bench or delete a kept one",
-				ArgsUsage: "BENCH...",
+				Name:         "rm",
+				BashComplete: completeBenches,
+				Usage:        "stop a running Bench or delete a kept one",
+				ArgsUsage:    "BENCH...",
 				Action: func(c *cli.Context) error {
 					if c.NArg() == 0 {
 						return usageError("bench rm wants BENCH")

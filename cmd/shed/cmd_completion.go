@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/urfave/cli/v2"
+
+	"toolshed.dev/shed/app"
 )
 
 // bashCompletion is urfave/cli v2's bash completion script for "shed": the
@@ -73,5 +75,29 @@ func cmdMan() *cli.Command {
 			_, err := fmt.Fprint(c.App.Writer, s)
 			return err
 		},
+	}
+}
+
+// completeBenches prints the names of the caller's Benches, for the shells' completion of a BENCH
+// argument. It asks as the command would (the supervisor, or the store); on any error it prints
+// nothing: a completion never shows an error.
+func completeBenches(c *cli.Context) {
+	res, err := call[app.BenchListResult](c, "bench.ls", &app.BenchListRequest{})
+	if err != nil {
+		return
+	}
+	for _, b := range res.Benches {
+		fmt.Fprintln(c.App.Writer, b.Name)
+	}
+}
+
+// completeRecords prints the names of the Workshop records, for a NAME argument.
+func completeRecords(c *cli.Context) {
+	res, err := call[app.WorkshopListResult](c, "workshop.ls", &app.WorkshopListRequest{})
+	if err != nil {
+		return
+	}
+	for _, v := range res.Records {
+		fmt.Fprintln(c.App.Writer, v.Name)
 	}
 }

@@ -56,9 +56,10 @@ func cmdWorkshop() *cli.Command {
 				},
 			},
 			{
-				Name:      "allow",
-				Usage:     "set who (besides operators) may realize a record and launch its Benches (operators)",
-				ArgsUsage: "NAME [USER|@GROUP...]",
+				Name:         "allow",
+				BashComplete: completeRecords,
+				Usage:        "set who (besides operators) may realize a record and launch its Benches (operators)",
+				ArgsUsage:    "NAME [USER|@GROUP...]",
 				Description: "Replaces the list: with no USER, only operators may. Users never get grants, and reach\n" +
 					"the store only through the supervisor.",
 				Action: func(c *cli.Context) error {
@@ -96,10 +97,11 @@ func cmdWorkshop() *cli.Command {
 				},
 			},
 			{
-				Name:      "show",
-				Usage:     "print a record's recipe (the current version, or --version N)",
-				ArgsUsage: "NAME",
-				Flags:     []cli.Flag{&cli.IntFlag{Name: "version", Usage: "version `N`", DefaultText: "the current one"}},
+				Name:         "show",
+				BashComplete: completeRecords,
+				Usage:        "print a record's recipe (the current version, or --version N)",
+				ArgsUsage:    "NAME",
+				Flags:        []cli.Flag{&cli.IntFlag{Name: "version", Usage: "version `N`", DefaultText: "the current one"}},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usageError("workshop show wants a record NAME")
@@ -116,9 +118,10 @@ func cmdWorkshop() *cli.Command {
 				},
 			},
 			{
-				Name:      "log",
-				Usage:     "list a record's versions",
-				ArgsUsage: "NAME",
+				Name:         "log",
+				BashComplete: completeRecords,
+				Usage:        "list a record's versions",
+				ArgsUsage:    "NAME",
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usageError("workshop log wants a record NAME")
@@ -141,9 +144,10 @@ func cmdWorkshop() *cli.Command {
 				},
 			},
 			{
-				Name:      "diff",
-				Usage:     "diff two versions of a record (default: the previous and the current)",
-				ArgsUsage: "NAME [A [B]]",
+				Name:         "diff",
+				BashComplete: completeRecords,
+				Usage:        "diff two versions of a record (default: the previous and the current)",
+				ArgsUsage:    "NAME [A [B]]",
 				Action: func(c *cli.Context) error {
 					if c.NArg() < 1 || c.NArg() > 3 {
 						return usageError("workshop diff wants NAME [A [B]]")
@@ -224,9 +228,10 @@ func cmdWorkshop() *cli.Command {
 // proposeCommand is `shed bench propose`.
 func proposeCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "propose",
-		Usage:     "propose a new version of a Bench's Workshop from what was installed in it",
-		ArgsUsage: "BENCH",
+		Name:         "propose",
+		BashComplete: completeBenches,
+		Usage:        "propose a new version of a Bench's Workshop from what was installed in it",
+		ArgsUsage:    "BENCH",
 		Description: "Derives a proposal from the live (or kept) Bench: the packages apt marks as manually\n" +
 			"installed that the recipe lacks, the pip distributions installed as requested, the network\n" +
 			"destinations its proxy refused, pinned to the versions installed, locked. Nothing of the\n" +

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"toolshed.dev/shed/records"
 )
 
 // TestExitCodes pins the documented exit codes (README.md): scripts can only
@@ -135,6 +139,29 @@ func TestJSONErrors(t *testing.T) {
 		}
 		if out.Len() != 0 {
 			t.Errorf("%v: stdout %q, want nothing", c.args, out.String())
+		}
+	}
+}
+
+// TestCompleteNames: the shells complete a record's name where a command takes one, from the store;
+// with no store, nothing (and no error).
+func TestCompleteNames(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	if code := run([]string{"shed", "--root", root, "init"}, io.Discard, io.Discard); code != exitOK {
+		t.Fatalf("init: %d", code)
+	}
+	f := &records.Files{Recipe: []byte("name = \"jq-tools\"\nseed = \"debian/bookworm\"\n"), Lock: []byte("# lock\n"), Extra: map[string][]byte{}}
+	if _, err := records.Open(root).Add(context.Background(), records.Version{Name: "jq-tools", By: "root"}, f, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		root string
+		want string
+	}{{root, "jq-tools\n"}, {filepath.Join(t.TempDir(), "none"), ""}} {
+		var out, errb bytes.Buffer
+		code := run([]string{"shed", "--root", c.root, "workshop", "show", "--generate-bash-completion"}, &out, &errb)
+		if code != exitOK || out.String() != c.want || errb.Len() != 0 {
+			t.Errorf("completion in %s: exit %d, %q, stderr %q; want %q", c.root, code, out.String(), errb.String(), c.want)
 		}
 	}
 }
