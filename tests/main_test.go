@@ -127,6 +127,7 @@ func daemonFor(t testing.TB, root string, env []string) string {
 		time.Sleep(10 * time.Millisecond)
 	}
 	daemons.socks[key] = sock
+	daemonPids.Store(sock, cmd.Process.Pid)
 	if root != shared.root || len(env) > 0 {
 		t.Cleanup(func() {
 			daemons.Lock()

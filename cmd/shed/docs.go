@@ -17,6 +17,7 @@ var exitCodes = []struct {
 	{exitInvalid, "invalid input: a recipe or a .drv that breaks the rules"},
 	{exitProblems, "`shed store verify` or `shed realize --check` found problems"},
 	{exitNoCommand, "the command to run in a Bench is not in it (as a shell exits)"},
+	{128 + 2, "interrupted by SIGINT (143: SIGTERM, 129: SIGHUP): the run's sandboxes are killed, nothing half-made is kept, what was fetched is"},
 }
 
 // markdownReference renders the command reference (docs/cli.md) from the

@@ -12,9 +12,11 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/sandbox"
@@ -42,7 +44,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, interrupted, stop := interruptible()
 	defer stop()
 	app := newApp(stdout, stderr)
 	app.Reader = os.Stdin
@@ -52,6 +54,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if unknownCommand {
 		return exitUsage
 	}
+	if sig := interrupted(); sig != 0 && err != nil {
+		// What failed did so because it was stopped: say that, not what the stopped step said
+		// (a build's "exited 137"), and exit as a shell does for the signal.
+		err = withHint(128+int(sig), fmt.Errorf("interrupted (%s)", unix.SignalName(sig)),
+			"nothing half-made was kept (fetched files were): run the command again to go on")
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -59,6 +67,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return reportJSON(stderr, err)
 	}
 	return report(stderr, err)
+}
+
+// interruptible is a context that SIGINT, SIGTERM and SIGHUP cancel, and a func that says which of
+// them did (0: none). A second signal is not caught: it ends shed at once, as users expect of a
+// second ^C.
+func interruptible() (context.Context, func() syscall.Signal, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	var got atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			got.Store(int32(s.(syscall.Signal)))
+			signal.Reset(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() syscall.Signal { return syscall.Signal(got.Load()) }, func() {
+		close(done)
+		signal.Stop(ch)
+		cancel()
+	}
 }
 
 // wantsJSON says whether the global flags (hoisted to the front) ask for JSON.
@@ -109,12 +142,14 @@ func codeOf(err error, exit int) app.Code {
 	if !errors.As(err, &ee) {
 		return app.Classify(err).Code
 	}
-	switch exit {
-	case exitUsage:
+	switch {
+	case exit > 128:
+		return "interrupted"
+	case exit == exitUsage:
 		return app.CodeUsage
-	case exitInvalid:
+	case exit == exitInvalid:
 		return app.CodeInvalid
-	case exitProblems:
+	case exit == exitProblems:
 		return app.CodeProblems
 	}
 	return app.CodeFailed
