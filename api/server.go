@@ -219,7 +219,7 @@ func (srv *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	// holds up nothing.
 	drawn := fdio.Writer(ctx, stdio[2], 100*time.Millisecond)
 	if req.Progress {
-		io.Progress = builder.NewTerminalProgress(drawn)
+		io.Progress = builder.NewTerminalProgress(drawn, req.Verbose)
 	}
 	if req.Verbose {
 		io.BuildOutput = drawn

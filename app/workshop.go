@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/cache"
@@ -263,14 +264,17 @@ type RealizeRequest struct {
 
 // RealizeResult is what realizing did. Locations are absolute, so scripts can use them.
 type RealizeResult struct {
-	Workshop     string        `json:"workshop"`        // the Workshop's name
-	File         string        `json:"file"`            // the recipe file realized
-	Layers       []string      `json:"layers"`          // the Bench's layers, bottom first
-	Built        []string      `json:"built"`           // paths built now
-	Fetched      []string      `json:"fetched"`         // paths downloaded now
-	FetchedBytes int64         `json:"fetched_bytes"`   // bytes downloaded
-	Substituted  []string      `json:"substituted"`     // paths taken from a cache
-	Check        []CheckResult `json:"check,omitempty"` // with Check: each layer rebuilt, and whether it came out the same
+	Workshop     string   `json:"workshop"`      // the Workshop's name
+	File         string   `json:"file"`          // the recipe file realized
+	Layers       []string `json:"layers"`        // the Bench's layers, bottom first
+	Built        []string `json:"built"`         // paths built now
+	Fetched      []string `json:"fetched"`       // paths downloaded now
+	FetchedBytes int64    `json:"fetched_bytes"` // bytes downloaded
+	Substituted  []string `json:"substituted"`   // paths taken from a cache
+	// SubstitutedBytes is the size of the paths taken from a cache (their files' bytes).
+	SubstitutedBytes int64         `json:"substituted_bytes"`
+	Seconds          float64       `json:"seconds"`         // how long the realize took
+	Check            []CheckResult `json:"check,omitempty"` // with Check: each layer rebuilt, and whether it came out the same
 }
 
 // CheckResult is one layer rebuilt by --check.
@@ -282,6 +286,7 @@ type CheckResult struct {
 
 // Realize builds (or finds) every store path of a Workshop and roots it under its name.
 func (s *Service) Realize(ctx context.Context, c *Call, req *RealizeRequest) (*RealizeResult, error) {
+	start := time.Now()
 	w, err := s.realize(ctx, c, req.Workshop, req.Offline, req.Substituters)
 	if err != nil {
 		return nil, err
@@ -291,6 +296,12 @@ func (s *Service) Realize(ctx context.Context, c *Call, req *RealizeRequest) (*R
 		Workshop: w.r.Name, File: w.r.File, Layers: locations(w.st, w.res.Layers), Built: locations(w.st, w.res.Built),
 		Fetched: locations(w.st, w.res.Fetched), FetchedBytes: w.res.FetchedBytes, Substituted: locations(w.st, w.res.Substituted),
 	}
+	for _, p := range w.res.Substituted {
+		if info, err := w.st.Info(p); err == nil {
+			res.SubstitutedBytes += info.Size
+		}
+	}
+	res.Seconds = time.Since(start).Seconds()
 	if req.Check {
 		results, err := w.b.Check(ctx, w.plan)
 		if err != nil {

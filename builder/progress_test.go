@@ -99,7 +99,7 @@ func TestFetchProgress(t *testing.T) {
 
 func TestTerminalProgressPlain(t *testing.T) {
 	var buf bytes.Buffer
-	p := NewTerminalProgress(&buf)
+	p := NewTerminalProgress(&buf, true)
 	p.Start(3, 0)
 	p.FileStart("jq_1.6-2.1_amd64.deb", 64717)
 	p.FileStart("libjq1_1.6-2.1_amd64.deb", 0)
@@ -126,6 +126,19 @@ func TestTerminalProgressPlain(t *testing.T) {
 	if strings.Contains(buf.String(), "\x1b") {
 		t.Error("escape codes in plain output")
 	}
+	// Without perFile (no --verbose), a log gets the failures and the summary only.
+	buf.Reset()
+	p = NewTerminalProgress(&buf, false)
+	p.Start(2, 0)
+	p.FileStart("a.deb", 10)
+	p.FileStart("b.deb", 10)
+	p.FileProgress("a.deb", 10)
+	p.FileDone("a.deb", nil)
+	p.FileDone("b.deb", ErrGone)
+	p.Done()
+	if out := buf.String(); strings.Contains(out, "fetched a.deb") || !strings.Contains(out, "failed b.deb\n") || !strings.Contains(out, "fetched 1 file") {
+		t.Errorf("without perFile: %q, want the failure and the summary only", out)
+	}
 }
 
 func TestFetchTerminalProgressPlain(t *testing.T) {
@@ -138,7 +151,7 @@ func TestFetchTerminalProgressPlain(t *testing.T) {
 		items = append(items, fetchItem(t, s, name, data, ts.serve("/"+name, data)))
 	}
 	var buf bytes.Buffer
-	if _, err := Fetch(t.Context(), s, items, FetchOptions{Progress: NewTerminalProgress(&buf)}); err != nil {
+	if _, err := Fetch(t.Context(), s, items, FetchOptions{Progress: NewTerminalProgress(&buf, true)}); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -162,7 +175,7 @@ func TestTerminalProgressBars(t *testing.T) {
 		close(read)
 	}()
 
-	p := NewTerminalProgress(slave)
+	p := NewTerminalProgress(slave, false)
 	if _, ok := p.(*terminalProgress); !ok || !p.(*terminalProgress).tty {
 		t.Fatal("a pty is not taken for a terminal")
 	}

@@ -96,7 +96,7 @@ func embedded(c *cli.Context) (*app.Service, *app.Call) {
 	in, _ := c.App.Reader.(*os.File)
 	io := &app.IO{Stdin: in, Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Notice: notice(c)}
 	if progress(c) {
-		io.Progress = builder.NewTerminalProgress(c.App.ErrWriter)
+		io.Progress = builder.NewTerminalProgress(c.App.ErrWriter, c.Bool("verbose"))
 	}
 	if c.Bool("verbose") {
 		io.BuildOutput = c.App.ErrWriter

@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/builder"
 )
 
 // substituterFlag names caches to take missing paths from (realize, bench run).
@@ -50,6 +51,7 @@ func cmdRealize() *cli.Command {
 				for _, l := range res.Layers {
 					fmt.Fprintln(c.App.Writer, l)
 				}
+				fmt.Fprintln(c.App.ErrWriter, realizeSummary(res))
 				for _, ch := range res.Check {
 					if ch.Same {
 						fmt.Fprintf(c.App.ErrWriter, "shed: check: %s: rebuilt, same content\n", ch.Path)
@@ -67,4 +69,26 @@ func cmdRealize() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// realizeSummary is the line that ends a realize: what it did and how long it took.
+func realizeSummary(r *app.RealizeResult) string {
+	took := fmt.Sprintf("%.1f s", r.Seconds)
+	if r.Seconds < 1 {
+		took = fmt.Sprintf("%d ms", int(r.Seconds*1000+0.5))
+	}
+	if len(r.Built)+len(r.Fetched)+len(r.Substituted) == 0 {
+		return fmt.Sprintf("shed: realized %s in %s: its %s were in the store", r.Workshop, took, app.Plural(len(r.Layers), "layer"))
+	}
+	var did []string
+	if n := len(r.Built); n > 0 {
+		did = append(did, "built "+app.Plural(n, "path"))
+	}
+	if n := len(r.Fetched); n > 0 {
+		did = append(did, fmt.Sprintf("fetched %s (%s)", app.Plural(n, "file"), builder.FormatBytes(r.FetchedBytes)))
+	}
+	if n := len(r.Substituted); n > 0 {
+		did = append(did, fmt.Sprintf("substituted %s (%s)", app.Plural(n, "path"), builder.FormatBytes(r.SubstitutedBytes)))
+	}
+	return fmt.Sprintf("shed: realized %s in %s: %s", r.Workshop, took, strings.Join(did, ", "))
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/records"
 )
 
@@ -162,6 +163,24 @@ func TestCompleteNames(t *testing.T) {
 		code := run([]string{"shed", "--root", c.root, "workshop", "show", "--generate-bash-completion"}, &out, &errb)
 		if code != exitOK || out.String() != c.want || errb.Len() != 0 {
 			t.Errorf("completion in %s: exit %d, %q, stderr %q; want %q", c.root, code, out.String(), errb.String(), c.want)
+		}
+	}
+}
+
+// TestRealizeSummary: a realize ends with one line of what it did and how long it took.
+func TestRealizeSummary(t *testing.T) {
+	for _, c := range []struct {
+		r    app.RealizeResult
+		want string
+	}{
+		{app.RealizeResult{Workshop: "jq-tools", Layers: []string{"a", "b"}, Seconds: 0.0123}, "shed: realized jq-tools in 12 ms: its 2 layers were in the store"},
+		{app.RealizeResult{Workshop: "jq-tools", Layers: []string{"a", "b"}, Built: []string{"a", "b"}, Fetched: make([]string, 19), FetchedBytes: 4613734, Seconds: 31.24},
+			"shed: realized jq-tools in 31.2 s: built 2 paths, fetched 19 files (4.4 MiB)"},
+		{app.RealizeResult{Workshop: "py", Layers: []string{"a", "b", "c"}, Substituted: make([]string, 5), SubstitutedBytes: 52323942, Seconds: 4.2},
+			"shed: realized py in 4.2 s: substituted 5 paths (49.9 MiB)"},
+	} {
+		if got := realizeSummary(&c.r); got != c.want {
+			t.Errorf("got  %q\nwant %q", got, c.want)
 		}
 	}
 }
