@@ -76,6 +76,7 @@ func (s *Service) newBuilder(c *Call, st *store.Store, offline bool) *builder.Bu
 		b.Progress, b.BuildOutput = c.IO.Progress, c.IO.BuildOutput
 	}
 	b.Warn = func(format string, args ...any) { c.notice("warning", format, args...) }
+	b.Step = func(format string, args ...any) { c.notice("info", format, args...) }
 	return b
 }
 
@@ -87,6 +88,8 @@ type realized struct {
 	plan *recipe.Plan
 	b    *builder.Builder
 	res  *builder.Result
+	// lockBuilt are the paths built to lock the recipe first (its seed), before the realize proper.
+	lockBuilt []store.Path
 }
 
 // realize loads the recipe, opens the store, locks if needed, realizes every path and roots the
@@ -109,10 +112,11 @@ func (s *Service) realize(ctx context.Context, c *Call, workshop string, offline
 }
 
 func (s *Service) realizeIn(ctx context.Context, c *Call, w *realized, offline bool, substituters []string) error {
-	plan, _, err := s.lockedPlan(ctx, c, w.st, w.r, offline)
+	plan, _, lockBuilt, err := s.lockedPlanBuilt(ctx, c, w.st, w.r, offline)
 	if err != nil {
 		return err
 	}
+	w.lockBuilt = lockBuilt
 	w.plan, w.b = plan, s.newBuilder(c, w.st, offline)
 	if w.b.Substituter, err = s.substituter(c, w.st, substituters); err != nil {
 		return err
@@ -134,6 +138,13 @@ func (s *Service) realizeIn(ctx context.Context, c *Call, w *realized, offline b
 // lockedPlan loads the recipe's lock, re-resolving it when it is missing or no longer matches the
 // recipe (and saying so), and compiles the recipe with it.
 func (s *Service) lockedPlan(ctx context.Context, c *Call, st *store.Store, r *recipe.Recipe, offline bool) (*recipe.Plan, *recipe.Lock, error) {
+	plan, lock, _, err := s.lockedPlanBuilt(ctx, c, st, r, offline)
+	return plan, lock, err
+}
+
+// lockedPlanBuilt is lockedPlan, and the paths it built to lock (the seed, when the lock needs it).
+func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store, r *recipe.Recipe, offline bool) (*recipe.Plan, *recipe.Lock, []store.Path, error) {
+	var built []store.Path
 	lockFile := recipe.LockFile(r.File)
 	lock, err := recipe.LoadLock(lockFile)
 	reason := ""
@@ -141,11 +152,11 @@ func (s *Service) lockedPlan(ctx context.Context, c *Call, st *store.Store, r *r
 	case errors.Is(err, recipe.ErrNoLock):
 		reason = lockFile + " does not exist"
 	case err != nil:
-		return nil, nil, err
+		return nil, nil, nil, err
 	default:
 		ok, err := lock.Matches(r)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if !ok {
 			reason = lockFile + " no longer matches " + r.File
@@ -153,29 +164,33 @@ func (s *Service) lockedPlan(ctx context.Context, c *Call, st *store.Store, r *r
 	}
 	if reason != "" {
 		if offline {
-			return nil, nil, fail(CodeFailed, fmt.Errorf("cannot lock offline: %s", reason),
+			return nil, nil, nil, fail(CodeFailed, fmt.Errorf("cannot lock offline: %s", reason),
 				"run `shed lock` once with network, and commit the lock beside the recipe")
 		}
 		if _, _, isRecord := s.Records().VersionOf(r.File); isRecord {
 			// A record's lock is part of the record: it changes by promotion only.
-			return nil, nil, fail(CodeFailed, fmt.Errorf("record %s: %s", r.Name, reason),
+			return nil, nil, nil, fail(CodeFailed, fmt.Errorf("record %s: %s", r.Name, reason),
 				"a record holds its lock; an operator re-adds or promotes a locked version")
 		}
-		c.notice("info", "locking: %s; resolving %s", reason, r.File)
-		lock, err = s.newBuilder(c, st, false).Lock(ctx, r, builder.LockOptions{})
+		c.notice("info", "locking: %s; resolving %s...", reason, r.File)
+		t0 := time.Now()
+		lb := s.newBuilder(c, st, false)
+		lock, err = lb.Lock(ctx, r, builder.LockOptions{})
+		built = lb.Built()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
+		c.notice("info", "resolved %s in %.1f s", r.File, time.Since(t0).Seconds())
 		if err := recipe.WriteLock(lockFile, lock); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		c.notice("info", "wrote %s (%s)", lockFile, Counts(len(lock.Apt), len(lock.Pip)))
 	}
 	plan, err := recipe.Compile(r, lock, st.StoreDir())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return plan, lock, nil
+	return plan, lock, built, nil
 }
 
 // Counts says what a lock holds: "30 packages" or "30 packages, 3 pip packages".
@@ -293,7 +308,7 @@ func (s *Service) Realize(ctx context.Context, c *Call, req *RealizeRequest) (*R
 	}
 	defer w.st.Close()
 	res := &RealizeResult{
-		Workshop: w.r.Name, File: w.r.File, Layers: locations(w.st, w.res.Layers), Built: locations(w.st, w.res.Built),
+		Workshop: w.r.Name, File: w.r.File, Layers: locations(w.st, w.res.Layers), Built: locations(w.st, append(w.lockBuilt, w.res.Built...)),
 		Fetched: locations(w.st, w.res.Fetched), FetchedBytes: w.res.FetchedBytes, Substituted: locations(w.st, w.res.Substituted),
 	}
 	for _, p := range w.res.Substituted {

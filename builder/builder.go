@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"toolshed.dev/shed/derivation"
@@ -39,6 +40,33 @@ type Builder struct {
 	Substituter Substituter
 	// Warn hears about substitutes refused when the path can be built instead.
 	Warn func(format string, args ...any)
+	// Step, if set, hears each long step as it starts and ends (a build, a substitution), one line
+	// each, with how long it took: so that a minute's seed build is not a minute of silence.
+	Step func(format string, args ...any)
+
+	builtMu sync.Mutex
+	built   []store.Path // every path this builder built, in order
+}
+
+// Built lists every path this builder built (by Realize, also for a Lock's seed).
+func (b *Builder) Built() []store.Path {
+	b.builtMu.Lock()
+	defer b.builtMu.Unlock()
+	return slices.Clone(b.built)
+}
+
+func (b *Builder) step(format string, args ...any) {
+	if b.Step != nil {
+		b.Step(format, args...)
+	}
+}
+
+// took renders a step's duration: "812 ms", "52.8 s".
+func took(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%.1f s", d.Seconds())
 }
 
 // Substituter makes store paths valid from caches, checking each before it
@@ -140,6 +168,8 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 			if d.Kind == derivation.KindFetch || s.IsValid(d.Output) {
 				continue
 			}
+			b.step("substituting %s...", d.Output.Name())
+			t0 := time.Now()
 			if _, err := b.Substituter.Pull(ctx, d.Output); err != nil {
 				if b.Offline {
 					return res, err
@@ -147,7 +177,9 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 				if b.Warn != nil {
 					b.Warn("%v; building it here", err)
 				}
+				continue
 			}
+			b.step("substituted %s in %s", d.Output.Name(), took(time.Since(t0)))
 		}
 	}
 
@@ -236,10 +268,17 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		opts := store.AddOptions{Deriver: drvs[d.Output], References: refs, Epoch: epoch, Facts: facts}
 		start := time.Now()
 		_, built, err := s.Realize(ctx, d.Output, opts, func(ctx context.Context, out string) error {
+			b.step("building %s (%s)...", d.Output.Name(), d.Kind)
 			return b.build(ctx, d, stack, byOut, out, b.Store.LogFile(d.Output))
 		})
 		if err != nil {
 			return res, err
+		}
+		if built {
+			b.step("built %s in %s", d.Output.Name(), took(time.Since(start)))
+			b.builtMu.Lock()
+			b.built = append(b.built, d.Output)
+			b.builtMu.Unlock()
 		}
 		if built {
 			res.Built = append(res.Built, d.Output)

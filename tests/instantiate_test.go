@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -15,6 +16,13 @@ func TestInstantiateMatchesRealize(t *testing.T) {
 	requireRoot(t)
 	root := sharedRoot(t)
 	file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf("name = \"inst-%d\"\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"jq\"]\n", os.Getpid()))
+	// The first realize says each long step as it starts and ends, and sums up.
+	first := mustShed(t, root, "realize", file)
+	for _, want := range []string{"shed: locking: ", "shed: resolved ", "shed: building ", "shed: built ", "shed: realized "} {
+		if !strings.Contains(first.stderr, want) {
+			t.Errorf("realize's stderr lacks %q:\n%s", want, first.stderr)
+		}
+	}
 	layers := realize(t, root, file).Layers
 	r := mustShed(t, root, "--json", "instantiate", file)
 	var res struct {
