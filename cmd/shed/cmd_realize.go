@@ -27,7 +27,10 @@ func cmdRealize() *cli.Command {
 			"substituters setting) and takes it from one only if a trusted key signed it and its bytes\n" +
 			"re-hash to what was signed; a refused one is built here instead (with --offline: an error\n" +
 			"that says which check failed). See docs/trust.md.\n" +
-			"--check rebuilds every layer and compares content hashes, listing differing files.",
+			"--check rebuilds every layer and compares content hashes, listing differing files.\n" +
+			"On stderr: a line as each lock, build and substitution starts and ends (with how long it\n" +
+			"took), download bars on a terminal (a summary line in a log; a line per .deb with\n" +
+			"--verbose), and one summary line at the end: built, fetched, substituted, the time.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never touch the network; fail listing what is missing"},
 			&cli.BoolFlag{Name: "check", Usage: "rebuild the layers and compare with the store (reproducibility)"},
