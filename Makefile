@@ -8,7 +8,7 @@ STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # initialization every shed process and every sandbox init would pay (docs/benchmarks.md).
 # The version is the latest tag (none yet: 0.0.0-dev); the commit is HEAD's, "-dirty" with uncommitted changes.
 VERSION   ?= $(shell git describe --tags --dirty 2>/dev/null || echo 0.0.0-dev)
-COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+COMMIT    ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; })
 BUILDFLAGS = -tags urfave_cli_no_docs -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)"
 PREFIX    ?= /usr/local
 # Every fuzz target, as package:Target.

@@ -437,7 +437,7 @@ func (s *Service) Instantiate(ctx context.Context, c *Call, req *InstantiateRequ
 	switch {
 	case errors.Is(err, recipe.ErrNoLock):
 		lock = nil
-		c.notice("warning", "%s does not exist: these derivations are unlocked, and realize would lock first (`shed lock %s`)", recipe.LockFile(r.File), req.File)
+		c.notice("warning", "%s does not exist: these derivations are unlocked, and realize would lock first (`shed lock %s`)", recipe.LockFile(r.File), r.File)
 	case err != nil:
 		return nil, err
 	default:
@@ -445,7 +445,7 @@ func (s *Service) Instantiate(ctx context.Context, c *Call, req *InstantiateRequ
 			return nil, err
 		} else if !ok {
 			lock = nil
-			c.notice("warning", "%s no longer matches %s: these derivations are unlocked, and realize would lock again (`shed lock %s`)", recipe.LockFile(r.File), r.File, req.File)
+			c.notice("warning", "%s no longer matches %s: these derivations are unlocked, and realize would lock again (`shed lock %s`)", recipe.LockFile(r.File), r.File, r.File)
 		}
 	}
 	plan, err := recipe.Compile(r, lock, st.StoreDir())

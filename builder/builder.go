@@ -168,9 +168,12 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 			if d.Kind == derivation.KindFetch || s.IsValid(d.Output) {
 				continue
 			}
-			b.step("substituting %s...", d.Output.Name())
 			t0 := time.Now()
-			if _, err := b.Substituter.Pull(ctx, d.Output); err != nil {
+			ok, err := b.Substituter.Pull(ctx, d.Output)
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			if err != nil {
 				if b.Offline {
 					return res, err
 				}
@@ -179,7 +182,9 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 				}
 				continue
 			}
-			b.step("substituted %s in %s", d.Output.Name(), took(time.Since(t0)))
+			if ok {
+				b.step("substituted %s in %s", d.Output.Name(), took(time.Since(t0)))
+			}
 		}
 	}
 

@@ -72,3 +72,29 @@ func TestFitColumns(t *testing.T) {
 		t.Errorf("workshopLabel of a record: %q", got)
 	}
 }
+
+// TestFitColumnsNarrowFlexible: a flexible column narrower than its share keeps its width, and the
+// rows still fit.
+func TestFitColumnsNarrowFlexible(t *testing.T) {
+	rows := [][]string{
+		{"NAME", "STATE", "STARTED", "COMMAND", "WORKSHOP"},
+		{"b", "running", "2026-12-01 20:00:00", "sleep 1", strings.Repeat("w", 200)},
+	}
+	fitColumns(rows, 60, 3, 4)
+	if rows[1][3] != "sleep 1" {
+		t.Errorf("a short command was cut: %q", rows[1][3])
+	}
+	widest := make([]int, 5)
+	for _, row := range rows {
+		for i, c := range row {
+			widest[i] = max(widest[i], utf8.RuneCountInString(c))
+		}
+	}
+	n := 2 * 4
+	for _, w := range widest {
+		n += w
+	}
+	if n >= 60 {
+		t.Errorf("the table is %d wide at width 60: %q", n, rows)
+	}
+}

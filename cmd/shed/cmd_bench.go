@@ -211,8 +211,12 @@ func benchRun(c *cli.Context, argv []string) error {
 		return err
 	}
 	if res.OOMKilled {
+		limit := "the host's memory: the Bench had no limit of its own"
+		if res.MemoryBytes > 0 {
+			limit = builder.FormatBytes(res.MemoryBytes)
+		}
 		fmt.Fprintf(c.App.ErrWriter, "shed: warning: out of memory: the kernel killed a process of the command at the Bench's memory limit (%s); exit %d\n"+
-			"shed: hint: give the Bench more with --memory (512M, 4G)\n", builder.FormatBytes(res.MemoryBytes), res.Exit)
+			"shed: hint: give the Bench more with --memory (512M, 4G)\n", limit, res.Exit)
 	}
 	return exitCode(res.Exit)
 }
@@ -267,9 +271,14 @@ func fitColumns(rows [][]string, width int, flexible ...int) {
 	if flex <= room {
 		return
 	}
-	// Each flexible column gets room in proportion to its widest cell, at least 8.
-	for _, i := range flexible {
-		limit := max(8, room*widest[i]/max(flex, 1))
+	// Share the room out narrowest first: a column that needs less than an equal share keeps its
+	// width and leaves the rest to the wider ones. Each keeps at least 4 (three characters and "…").
+	order := slices.Clone(flexible)
+	slices.SortFunc(order, func(a, b int) int { return widest[a] - widest[b] })
+	left := room
+	for k, i := range order {
+		limit := max(4, min(widest[i], left/(len(order)-k)))
+		left -= limit
 		for _, row := range rows {
 			if r := []rune(row[i]); len(r) > limit {
 				row[i] = string(r[:limit-1]) + "…"

@@ -58,19 +58,20 @@ func cmdGC() *cli.Command {
 	}
 }
 
-// parseSize reads "123", "10K", "500M", "2G", "1T" (powers of 1024, optional
-// trailing "B" or "iB").
-// parseMemory is a memory limit: a size with a unit, at least minMemory.
+// parseMemory is a memory limit: 0 (none), or a size of at least app.MinMemory.
 func parseMemory(s string) (int64, error) {
 	n, err := parseSize(s)
 	if err != nil {
 		return 0, err
 	}
-	if n < app.MinMemory {
-		return 0, fmt.Errorf("%d bytes is below the least a Bench can run in (16M): give a unit, e.g. 512M or 4G", n)
+	if n != 0 && n < app.MinMemory {
+		return 0, fmt.Errorf("%s is below the least a Bench can run in (16M); a number without a unit is bytes: write 512M or 4G", s)
 	}
 	return n, nil
 }
+
+// parseSize reads "123", "10K", "500M", "2G", "1T" (powers of 1024, optional
+// trailing "B" or "iB").
 
 func parseSize(s string) (int64, error) {
 	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")

@@ -190,6 +190,11 @@ func cmdWorkshop() *cli.Command {
 						return usageError("workshop promote wants a PROPOSAL id (`shed bench propose` prints it)")
 					}
 					shown, err := call[app.ProposeResult](c, "proposal.show", &app.ProposalRequest{ID: c.Args().First(), ForPromotion: true})
+					if ae := (*app.Error)(nil); errors.As(err, &ae) && ae.Code == app.CodeBadRequest {
+						// A supervisor older than this shed knows no for_promotion: promote checks the
+						// same again, after the diff is shown.
+						shown, err = call[app.ProposeResult](c, "proposal.show", &app.ProposalRequest{ID: c.Args().First()})
+					}
 					if err != nil {
 						return err
 					}

@@ -35,8 +35,8 @@ func markdownReference(app *cli.App) string {
 		fmt.Fprintf(&b, "| %d | %s |\n", e.code, e.what)
 	}
 	b.WriteString("\nA Bench's command's own exit code is shed's when it ran. Errors are printed as `shed: error: ...`, followed by\n" +
-		"`shed: hint: ...` when there is advice; with `--json`, as one object on stderr: `{\"error\", \"hint\", \"code\", \"exit\"}`\n" +
-		"(`code` is the API's error code, docs/api.md).\n\n")
+		"`shed: hint: ...` when there is advice; with `--json`, as one JSON object, the last line of stderr:\n" +
+		"`{\"error\", \"hint\", \"code\", \"exit\"}` (`code` is the API's error code, docs/api.md, or `interrupted`).\n\n")
 	eachCommand(app, func(full string, c *cli.Command, group bool) {
 		if group {
 			fmt.Fprintf(&b, "## %s\n\n%s\n\n", full, c.Usage)

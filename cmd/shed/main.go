@@ -75,14 +75,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 func interruptible() (context.Context, func() syscall.Signal, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	// A signal shed was started with ignored stays ignored (nohup, a script's background job): to
+	// catch it would undo what the caller asked for.
+	var sigs []os.Signal
+	for _, sig := range []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		if !signal.Ignored(sig) {
+			sigs = append(sigs, sig)
+		}
+	}
+	if len(sigs) == 0 {
+		// (Notify and Reset with no signals would mean every signal.)
+		return ctx, func() syscall.Signal { return 0 }, cancel
+	}
+	signal.Notify(ch, sigs...)
 	var got atomic.Int32
 	done := make(chan struct{})
 	go func() {
 		select {
 		case s := <-ch:
 			got.Store(int32(s.(syscall.Signal)))
-			signal.Reset(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+			signal.Reset(sigs...)
 			cancel()
 		case <-done:
 		}
@@ -288,7 +300,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			return withHint(exitUsage, err, "see `shed "+c.Command.FullName()+" --help`")
 		},
 		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(stderr, "shed: error: unknown command %q\nshed: hint: `shed help` lists the commands\n", name)
+			err := withHint(exitUsage, fmt.Errorf("unknown command %q", name), "`shed help` lists the commands")
+			if c.Bool("json") {
+				reportJSON(stderr, err)
+			} else {
+				report(stderr, err)
+			}
 			unknownCommand = true
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors
