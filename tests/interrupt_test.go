@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,7 +22,8 @@ func TestInterrupt(t *testing.T) {
 	for i, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		// A layer of its own each time (the packages differ), locked first: the signal comes while it
 		// builds.
-		pkgs := []string{`"jq"`, `"hello"`, `"bc"`, `"ed"`}[:2+i]
+		// (No other test installs these: a layer another test built would be a cache hit.)
+		pkgs := []string{`"units"`, `"dc"`, `"pv"`, `"ed"`}[:2+i]
 		file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf("name = \"intr-%d-%d\"\nseed = \"debian/bookworm\"\n[apt]\npackages = [%s]\n",
 			os.Getpid(), i, strings.Join(pkgs, ", ")))
 		mustShed(t, root, "lock", file)
@@ -89,10 +91,17 @@ func TestInterrupt(t *testing.T) {
 		if r := mustShed(t, root, "store", "verify"); !strings.Contains(r.stdout, " 0 problems") {
 			t.Errorf("%v: store verify after the interrupt:\n%s", sig, r.stdout)
 		}
-		// The rerun finishes, and fetches nothing again.
-		again := realize(t, root, file)
-		if len(again.Layers) != 2 || len(again.Fetched) != 0 {
-			t.Errorf("%v: the rerun: %+v, want the two layers and nothing fetched again", sig, again)
+		// The rerun finishes, fetches nothing again, and says when the build starts and ends.
+		r := mustShed(t, root, "--json", "realize", file)
+		var again realizeJSON
+		if err := json.Unmarshal([]byte(r.stdout), &again); err != nil {
+			t.Fatalf("realize --json: %v\n%s", err, r.stdout)
+		}
+		if len(again.Layers) != 2 || len(again.Fetched) != 0 || len(again.Built) != 1 {
+			t.Errorf("%v: the rerun: %+v, want the two layers, the layer built, nothing fetched again", sig, again)
+		}
+		if !strings.Contains(r.stderr, "shed: building ") || !strings.Contains(r.stderr, "shed: built ") {
+			t.Errorf("%v: the rerun's build did not say when it started and ended:\n%s", sig, r.stderr)
 		}
 	}
 }
