@@ -346,8 +346,17 @@ func TestBenchGCAndCleanup(t *testing.T) {
 	initPid := waitBench(t, root, "doomed")
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	if ls := mustShed(t, root, "bench", "ls").stdout; strings.Contains(ls, "doomed") {
-		t.Errorf("a killed shed's Bench is still listed:\n%s", ls)
+	// Directly, the Bench dies with its shed (Pdeathsig); through the supervisor, the supervisor sees
+	// its client gone and stops it. Either way it is gone in moments, not at once: wait up to 5 s.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ls := mustShed(t, root, "bench", "ls").stdout
+		if !strings.Contains(ls, "doomed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("a killed shed's Bench is still listed 5 s later:\n%s", ls)
+			break
+		}
 	}
 	ents, _ := os.ReadDir(filepath.Join(root, "benches"))
 	var left []string
