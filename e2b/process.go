@@ -124,6 +124,15 @@ func (ps *processService) authorize(h http.Header) (*sandbox, *app.Caller, error
 	return sb, c, nil
 }
 
+// selected is the command a data-plane request selects, once the request is authorized.
+func (ps *processService) selected(h http.Header, sel *process.ProcessSelector) (*proc, error) {
+	sb, _, err := ps.authorize(h)
+	if err != nil {
+		return nil, err
+	}
+	return sb.find(sel)
+}
+
 // checkUser refuses a command for another user than root: a Bench has one, the root of its own user
 // namespace (no one on the host).
 func checkUser(h http.Header) error {
@@ -321,11 +330,7 @@ func (sb *sandbox) find(sel *process.ProcessSelector) (*proc, error) {
 }
 
 func (ps *processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
-	sb, _, err := ps.authorize(req.Header())
-	if err != nil {
-		return err
-	}
-	p, err := sb.find(req.Msg.GetProcess())
+	p, err := ps.selected(req.Header(), req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
@@ -362,11 +367,7 @@ func (ps *processService) List(ctx context.Context, req *connect.Request[process
 }
 
 func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
-	sb, _, err := ps.authorize(req.Header())
-	if err != nil {
-		return nil, err
-	}
-	p, err := sb.find(req.Msg.GetProcess())
+	p, err := ps.selected(req.Header(), req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -381,11 +382,7 @@ func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[p
 }
 
 func (ps *processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
-	sb, _, err := ps.authorize(req.Header())
-	if err != nil {
-		return nil, err
-	}
-	p, err := sb.find(req.Msg.GetProcess())
+	p, err := ps.selected(req.Header(), req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -444,11 +441,7 @@ func (ps *processService) StreamInput(ctx context.Context, stream *connect.Clien
 }
 
 func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
-	sb, _, err := ps.authorize(req.Header())
-	if err != nil {
-		return nil, err
-	}
-	p, err := sb.find(req.Msg.GetProcess())
+	p, err := ps.selected(req.Header(), req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}

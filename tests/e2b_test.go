@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -38,16 +37,7 @@ func TestE2B(t *testing.T) {
 	uid := nobodyUID(t)
 
 	name := "e2b-" + strconv.Itoa(os.Getpid())
-	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = %q
-seed = "debian/bookworm"
-[apt]
-packages = ["jq"]
-[network]
-profile = "debian"
-`, name))
-	if r := via(t, sock, 0, "", "workshop", "add", "--allow", "nobody", f); r.code != 0 {
-		t.Fatalf("workshop add: %s", r.stderr)
-	}
+	addAgentRecord(t, sock, name)
 	made := via(t, sock, 0, "", "--json", "agent", "key", "create", "nobody")
 	var key struct{ Key, ID, User string }
 	if err := json.Unmarshal([]byte(made.stdout), &key); err != nil || !strings.HasPrefix(key.Key, "e2b_") || key.User != "nobody" {

@@ -52,16 +52,7 @@ func TestMCP(t *testing.T) {
 	writeFile(t, client, string(must(os.ReadFile("testdata/mcp-client.mjs"))))
 	uid := nobodyUID(t)
 	name := "mcp-" + strconv.Itoa(os.Getpid())
-	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = %q
-seed = "debian/bookworm"
-[apt]
-packages = ["jq"]
-[network]
-profile = "debian"
-`, name))
-	if r := via(t, sock, 0, "", "workshop", "add", "--allow", "nobody", f); r.code != 0 {
-		t.Fatalf("workshop add: %s", r.stderr)
-	}
+	addAgentRecord(t, sock, name)
 	cmd := exec.Command("node", client, shedBin, name, "hello")
 	cmd.Env = append(os.Environ(), "SHED_SOCKET="+sock, "SHED_ROOT=/nonexistent", "HOME=/")
 	cmd.Dir = "/"
@@ -142,6 +133,22 @@ profile = "debian"
 	// The record is as it was: an agent proposes, it never changes a Workshop.
 	if r := via(t, sock, 0, "", "workshop", "log", name); !strings.Contains(r.stdout, "version 1") || strings.Contains(r.stdout, "version 2") {
 		t.Errorf("the record changed:\n%s", r.stdout)
+	}
+}
+
+// addAgentRecord records name, a jq Workshop whose network profile is Debian's (apt works in its
+// Benches), that nobody (the agent clients' user) may launch.
+func addAgentRecord(t *testing.T, sock, name string) {
+	t.Helper()
+	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = %q
+seed = "debian/bookworm"
+[apt]
+packages = ["jq"]
+[network]
+profile = "debian"
+`, name))
+	if r := via(t, sock, 0, "", "workshop", "add", "--allow", "nobody", f); r.code != 0 {
+		t.Fatalf("workshop add: %s", r.stderr)
 	}
 }
 
