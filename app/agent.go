@@ -182,6 +182,10 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	if err != nil {
 		return nil, err
 	}
+	if err := checkLayers(ctx, c, w, false); err != nil {
+		w.st.Close()
+		return nil, err
+	}
 	started := make(chan *bench.Record, 1)
 	failed := make(chan error, 1)
 	expires := time.Now().Add(life).UTC().Truncate(time.Second)

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/term"
 
 	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/internal/fdio"
 	"toolshed.dev/shed/proposal"
 	"toolshed.dev/shed/sandbox"
@@ -54,6 +55,9 @@ type BenchRunRequest struct {
 	MemoryBytes  int64    `json:"memory_bytes,omitempty"` // memory limit in bytes (0: none, or the users' bound)
 	Pids         int64    `json:"pids,omitempty"`         // limit on the number of processes (0: none, or the users' bound)
 	Substituters []string `json:"substituters,omitempty"` // caches to ask before building (operators only)
+	// Verify re-hashes the Workshop's layers before launch and refuses a damaged one (the store's
+	// verify_before_launch setting does it for every launch).
+	Verify bool `json:"verify,omitempty"`
 }
 
 // ExitResult is a command's exit code in a Bench.
@@ -104,6 +108,9 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 		return nil, err
 	}
 	defer w.st.Close()
+	if err := checkLayers(ctx, c, w, req.Verify); err != nil {
+		return nil, err
+	}
 	oom := false
 	code, err := s.withStdio(ctx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
 		return bench.Run(ctx, w.st, w.r, w.plan.Layers, bench.Options{
@@ -469,4 +476,40 @@ func (s *Service) BenchPropose(ctx context.Context, c *Call, req *BenchProposeRe
 		return nil, err
 	}
 	return &ProposeResult{Proposal: p, Diff: diff}, nil
+}
+
+// checkLayers re-hashes a Workshop's layers before a launch when asked (bench run --verify) or when
+// the store says so for every launch (verify_before_launch): a damaged layer is refused, never
+// mounted. The layers are held by the realize's temporary roots, so gc cannot swap them meanwhile.
+func checkLayers(ctx context.Context, c *Call, w *realized, asked bool) error {
+	if !asked && !w.st.Config().VerifyBeforeLaunch {
+		return nil
+	}
+	start := time.Now()
+	var n int64
+	for _, l := range w.plan.Layers {
+		info, err := w.st.Info(l)
+		if err != nil {
+			return err
+		}
+		got, err := store.ScanTree(ctx, w.st.Location(l))
+		if err != nil {
+			return fail(CodeProblems, fmt.Errorf("%s cannot be re-hashed: %w", w.st.Location(l), err),
+				"`shed store verify --repair "+w.st.Location(l)+"` puts its registered bytes back")
+		}
+		n += got.Size()
+		if got.Hash() == info.ContentHash {
+			continue
+		}
+		what := "its files differ from its record"
+		if want, err := w.st.Manifest(l); err == nil {
+			if diffs := store.DiffManifests(want, got); len(diffs) > 0 {
+				what = fmt.Sprintf("%s differ from its record, first %s", Plural(len(diffs), "file"), diffs[0])
+			}
+		}
+		return fail(CodeProblems, fmt.Errorf("refusing to launch %s: layer %s is damaged: %s", w.r.Name, w.st.Location(l), what),
+			"`shed store verify --repair "+w.st.Location(l)+"` puts its registered bytes back")
+	}
+	c.notice("info", "verified %s (%s) in %s", Plural(len(w.plan.Layers), "layer"), builder.FormatBytes(n), time.Since(start).Round(time.Millisecond))
+	return nil
 }

@@ -100,8 +100,11 @@ type PathInfo struct {
 	Size        int64      `json:"size"`              // bytes
 	Registered  time.Time  `json:"registered"`        // when it was registered
 	Deriver     string     `json:"deriver,omitempty"` // the .drv that built it
-	References  []string   `json:"references"`        // the paths it refers to
-	CA          string     `json:"ca,omitempty"`      // the content address, for paths added by content
+	References  []string   `json:"references"`        // the paths it needs at run time
+	// BuildInputs are the paths it was built from and does not need to run (.debs, wheels), each
+	// with whether it is still in the store (gc frees them unless the store keeps build inputs).
+	BuildInputs []BuildInput `json:"build_inputs"`
+	CA          string       `json:"ca,omitempty"` // the content address, for paths added by content
 }
 
 func pathInfo(st *store.Store, info *store.PathInfo) *PathInfo {
@@ -113,7 +116,17 @@ func pathInfo(st *store.Store, info *store.PathInfo) *PathInfo {
 	for _, r := range info.References {
 		j.References = append(j.References, st.Location(r))
 	}
+	j.BuildInputs = []BuildInput{}
+	for _, r := range info.BuildInputs {
+		j.BuildInputs = append(j.BuildInputs, BuildInput{Path: st.Location(r), Present: st.IsValid(r)})
+	}
 	return j
+}
+
+// BuildInput is a path another was built from.
+type BuildInput struct {
+	Path    string `json:"path"`
+	Present bool   `json:"present"` // still in the store
 }
 
 // parsePath accepts a store path as a base name or as a file name under the store directory.
@@ -183,10 +196,30 @@ func (s *Service) StoreInfo(ctx context.Context, c *Call, req *PathRequest) (*Pa
 type VerifyRequest struct {
 	Paths         []string `json:"paths,omitempty"`          // store paths (none: all)
 	CheckContents bool     `json:"check_contents,omitempty"` // re-hash every file
+	// Repair re-hashes every file and puts back the registered bytes of each damaged or missing path
+	// (from a cache, a download or a rebuild), then checks those paths again.
+	Repair bool `json:"repair,omitempty"`
+	// Substituters are caches a repair asks first, besides the store's.
+	Substituters []string `json:"substituters,omitempty"`
+	Offline      bool     `json:"offline,omitempty"` // a repair never touches the network
 }
 
-// Verify checks records, presence, references and provenance (and with CheckContents every file).
-func (s *Service) Verify(ctx context.Context, c *Call, req *VerifyRequest) (*store.VerifyResult, error) {
+// VerifyResult is what a verify found (after a repair, what is still wrong) and what it repaired.
+type VerifyResult struct {
+	store.VerifyResult
+	Repaired []RepairedPath `json:"repaired,omitempty"` // with Repair: every damaged path, and how it went
+}
+
+// RepairedPath is one damaged path a repair tried to put back.
+type RepairedPath struct {
+	Path  string `json:"path"`
+	How   string `json:"how,omitempty"`   // substituted, fetched or rebuilt
+	Error string `json:"error,omitempty"` // why it is still damaged
+}
+
+// Verify checks records, presence, references and provenance (and with CheckContents every file);
+// with Repair, it also puts back the bytes of the damaged paths.
+func (s *Service) Verify(ctx context.Context, c *Call, req *VerifyRequest) (*VerifyResult, error) {
 	st, err := s.openStore()
 	if err != nil {
 		return nil, err
@@ -204,7 +237,44 @@ func (s *Service) Verify(ctx context.Context, c *Call, req *VerifyRequest) (*sto
 		}
 		opts.Paths = append(opts.Paths, p)
 	}
-	return st.Verify(ctx, opts)
+	opts.CheckContents = opts.CheckContents || req.Repair
+	res, err := st.Verify(ctx, opts)
+	if err != nil || !req.Repair {
+		return &VerifyResult{VerifyResult: *res}, err
+	}
+	var damaged []store.Path
+	for _, pr := range res.Problems {
+		if pr.Damaged && !slices.Contains(damaged, pr.Path) {
+			damaged = append(damaged, pr.Path)
+		}
+	}
+	out := &VerifyResult{VerifyResult: *res, Repaired: []RepairedPath{}}
+	if len(damaged) == 0 {
+		return out, nil
+	}
+	b := s.newBuilder(c, st, req.Offline)
+	if b.Substituter, err = s.substituter(c, st, req.Substituters); err != nil {
+		return nil, err
+	}
+	repaired, err := b.Repair(ctx, damaged)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range repaired {
+		rp := RepairedPath{Path: st.Location(r.Path), How: r.How}
+		if r.Err != nil {
+			rp.How, rp.Error = "", r.Err.Error()
+		}
+		out.Repaired = append(out.Repaired, rp)
+	}
+	// What is wrong now: the other problems as found, and those of the damaged paths checked again.
+	again, err := st.Verify(ctx, store.VerifyOptions{CheckContents: true, CheckProvenance: t.Verify, Paths: damaged})
+	if err != nil {
+		return nil, err
+	}
+	out.Problems = slices.DeleteFunc(out.Problems, func(pr store.Problem) bool { return slices.Contains(damaged, pr.Path) })
+	out.Problems = append(out.Problems, again.Problems...)
+	return out, nil
 }
 
 // SignRequest names paths to sign (none: every path whose provenance does not verify).
@@ -580,6 +650,8 @@ func (s *Service) KeyUntrust(ctx context.Context, c *Call, req *KeyRequest) (*Em
 type CopyRequest struct {
 	To    string   `json:"to"`              // oci://HOST[:PORT]/REPO or oci-layout:DIR
 	Items []string `json:"items,omitempty"` // store paths, or Workshops (their realized layers)
+	// BuildInputs adds the paths the layers were built from (.debs, wheels) to what they need to run.
+	BuildInputs bool `json:"build_inputs,omitempty"`
 }
 
 // CopyResult is what was pushed.
@@ -609,7 +681,10 @@ func (s *Service) Copy(ctx context.Context, c *Call, req *CopyRequest) (*CopyRes
 	if err != nil {
 		return nil, fail(CodeUsage, err, "a cache is oci://HOST[:PORT]/REPO or oci-layout:DIR")
 	}
-	res, err := cache.Push(ctx, st, t, cc, paths)
+	res, err := cache.Push(ctx, st, t, cc, paths, req.BuildInputs)
+	if errors.Is(err, store.ErrNotExist) && req.BuildInputs {
+		return nil, fail(CodeNotFound, err, "`shed realize --check` fetches a layer's build inputs again; keep_build_inputs = true in the store's config.toml keeps them from gc")
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -271,7 +271,7 @@ type RealizeRequest struct {
 	Workshop string `json:"workshop,omitempty"`
 	// Offline never touches the network.
 	Offline bool `json:"offline,omitempty"`
-	// Check rebuilds every layer and compares content hashes.
+	// Check rebuilds every layer and compares it with its record, and the files on disk with it too.
 	Check bool `json:"check,omitempty"`
 	// Substituters are caches to ask before building, besides the store's.
 	Substituters []string `json:"substituters,omitempty"`
@@ -292,11 +292,15 @@ type RealizeResult struct {
 	Check            []CheckResult `json:"check,omitempty"` // with Check: each layer rebuilt, and whether it came out the same
 }
 
-// CheckResult is one layer rebuilt by --check.
+// CheckResult is one path of the Workshop checked by --check: a layer rebuilt and compared with its
+// record, and its files on disk compared with the same record (a seed's files only).
 type CheckResult struct {
-	Path  string   `json:"path"`
-	Same  bool     `json:"same"`
-	Diffs []string `json:"diffs,omitempty"`
+	Path      string   `json:"path"`
+	Rebuilt   bool     `json:"rebuilt"`              // a layer is rebuilt; a seed is not
+	Same      bool     `json:"same"`                 // the rebuild hashes to the record
+	Diffs     []string `json:"diffs,omitempty"`      // files that differ between record and rebuild
+	Intact    bool     `json:"intact"`               // the files on disk hash to the record
+	DiskDiffs []string `json:"disk_diffs,omitempty"` // files on disk that differ from the record
 }
 
 // Realize builds (or finds) every store path of a Workshop and roots it under its name.
@@ -324,7 +328,8 @@ func (s *Service) Realize(ctx context.Context, c *Call, req *RealizeRequest) (*R
 		}
 		res.Check = []CheckResult{}
 		for _, cr := range results {
-			res.Check = append(res.Check, CheckResult{w.st.Location(cr.Path), cr.Same, cr.Diffs})
+			res.Check = append(res.Check, CheckResult{Path: w.st.Location(cr.Path), Rebuilt: cr.Rebuilt, Same: cr.Same,
+				Diffs: cr.Diffs, Intact: cr.Intact, DiskDiffs: cr.DiskDiffs})
 		}
 	}
 	return res, nil

@@ -199,11 +199,7 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		for _, in := range d.Inputs {
 			if f := byOut[in.Out]; f != nil && f.Kind == derivation.KindFetch && !s.IsValid(in.Out) && !need[in.Out] {
 				need[in.Out] = true
-				info := plan.Fetches[in.Out]
-				needFetch = append(needFetch, FetchItem{
-					Path: in.Out, URLs: []string{f.Args[0]}, SHA256: f.Fixed.Hash, Size: info.Size,
-					Name: fmt.Sprintf("%s (%s %s)", in.Out.Name(), info.Name, info.Version),
-				})
+				needFetch = append(needFetch, itemOf(f, plan.Fetches[in.Out]))
 			}
 		}
 	}
@@ -236,11 +232,17 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		if d.Kind == derivation.KindFetch {
 			continue
 		}
+		// The layer below is needed at run time (a reference); the .debs and
+		// wheels were needed only to build (build inputs, which gc may free).
 		var parent *store.Path
-		var refs []store.Path
+		var refs, buildInputs []store.Path
 		for _, in := range d.Inputs {
+			if f := byOut[in.Out]; f != nil && f.Kind == derivation.KindFetch {
+				buildInputs = append(buildInputs, in.Out)
+				continue
+			}
 			refs = append(refs, in.Out)
-			if f := byOut[in.Out]; f != nil && f.Kind != derivation.KindFetch {
+			if byOut[in.Out] != nil {
 				p := in.Out
 				parent = &p
 			}
@@ -253,16 +255,9 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		if !need[d.Output] {
 			continue
 		}
-		epoch := int64(store.DefaultEpoch)
-		if d.Builder == recipe.BuilderOCIImport {
-			// An image's mtimes are its own (and Python's .pyc checks
-			// depend on them): keep them.
-			epoch = math.MaxInt64
-		}
-		if v, ok := d.Env["SOURCE_DATE_EPOCH"]; ok {
-			if epoch, _ = strconv.ParseInt(v, 10, 64); epoch <= 0 {
-				return res, fmt.Errorf("%s: bad SOURCE_DATE_EPOCH %q", d.Name, v)
-			}
+		epoch, err := epochOf(d)
+		if err != nil {
+			return res, err
 		}
 		facts := &trust.Facts{Derivation: string(d.Encode())}
 		for _, in := range d.Inputs {
@@ -270,7 +265,7 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 				facts.Inputs = append(facts.Inputs, trust.Input{Path: path.Join(s.StoreDir(), in.Out.String()), ContentHash: info.ContentHash})
 			}
 		}
-		opts := store.AddOptions{Deriver: drvs[d.Output], References: refs, Epoch: epoch, Facts: facts}
+		opts := store.AddOptions{Deriver: drvs[d.Output], References: refs, BuildInputs: buildInputs, Epoch: epoch, Facts: facts}
 		start := time.Now()
 		_, built, err := s.Realize(ctx, d.Output, opts, func(ctx context.Context, out string) error {
 			b.step("building %s (%s)...", d.Output.Name(), d.Kind)
@@ -291,6 +286,31 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		}
 	}
 	return res, nil
+}
+
+// fetchItem is what Fetch needs to download a fetch derivation's output; info names the package
+// (empty when only the .drv is known, as in a repair).
+func itemOf(f *derivation.Derivation, info recipe.FetchInfo) FetchItem {
+	name := f.Output.Name()
+	if info.Name != "" {
+		name = fmt.Sprintf("%s (%s %s)", f.Output.Name(), info.Name, info.Version)
+	}
+	return FetchItem{Path: f.Output, URLs: []string{f.Args[0]}, SHA256: f.Fixed.Hash, Size: info.Size, Name: name}
+}
+
+// epochOf is the time a derivation's output mtimes are clamped to: SOURCE_DATE_EPOCH, else the
+// store's default; an imported image keeps its own (Python's .pyc checks depend on them).
+func epochOf(d *derivation.Derivation) (int64, error) {
+	epoch := int64(store.DefaultEpoch)
+	if d.Builder == recipe.BuilderOCIImport {
+		epoch = math.MaxInt64
+	}
+	if v, ok := d.Env["SOURCE_DATE_EPOCH"]; ok {
+		if epoch, _ = strconv.ParseInt(v, 10, 64); epoch <= 0 {
+			return 0, fmt.Errorf("%s: bad SOURCE_DATE_EPOCH %q", d.Name, v)
+		}
+	}
+	return epoch, nil
 }
 
 // build runs one derivation's builder, with its output logged to the path's

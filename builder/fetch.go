@@ -160,20 +160,7 @@ func Fetch(ctx context.Context, s *store.Store, items []FetchItem, opts FetchOpt
 	missing = slices.DeleteFunc(missing, func(j *fetchJob) bool { return j.skip })
 
 	if len(missing) > 0 {
-		f := &fetcher{
-			s:       s,
-			client:  cmp.Or(opts.Client, defaultClient),
-			retries: opts.Retries,
-			backoff: firstBackoff,
-		}
-		if f.retries == 0 {
-			f.retries = defaultRetries
-		} else if f.retries < 0 {
-			f.retries = 0
-		}
-		if opts.Progress != nil {
-			f.progress = &lockedProgress{r: opts.Progress}
-		}
+		f := newFetcher(s, opts)
 		parallel := opts.Parallel
 		if parallel <= 0 {
 			parallel = defaultParallel
@@ -191,6 +178,44 @@ func Fetch(ctx context.Context, s *store.Store, items []FetchItem, opts FetchOpt
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+func newFetcher(s *store.Store, opts FetchOptions) *fetcher {
+	f := &fetcher{
+		s:       s,
+		client:  cmp.Or(opts.Client, defaultClient),
+		retries: opts.Retries,
+		backoff: firstBackoff,
+	}
+	if f.retries == 0 {
+		f.retries = defaultRetries
+	} else if f.retries < 0 {
+		f.retries = 0
+	}
+	if opts.Progress != nil {
+		f.progress = &lockedProgress{r: opts.Progress}
+	}
+	return f
+}
+
+// Refetch downloads a registered fetch output again and puts it back in place of damaged or missing
+// bytes (store.Repair): the file must match both its pinned SHA-256 and its registered content.
+func Refetch(ctx context.Context, s *store.Store, it FetchItem, opts FetchOptions) (int64, error) {
+	if opts.Offline {
+		return 0, fmt.Errorf("fetch %s: %s is %w", it.Name, it.Path, ErrOffline)
+	}
+	f := newFetcher(s, opts)
+	if f.progress != nil {
+		f.progress.Start(1, it.Size)
+		defer f.progress.Done()
+	}
+	var n int64
+	err := s.Repair(ctx, it.Path, 1, func(ctx context.Context, out string) error {
+		var err error
+		n, err = f.download(ctx, it, out)
+		return err
+	})
+	return n, err
 }
 
 // fetchJob is one distinct path to make valid.

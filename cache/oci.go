@@ -79,10 +79,11 @@ var ErrBadArtifact = errors.New("bad artifact")
 
 // record is an artifact's config.
 type record struct {
-	Path       string   `json:"path"` // full: store directory and base name
-	References []string `json:"references"`
-	Deriver    string   `json:"deriver,omitempty"`
-	CA         string   `json:"ca,omitempty"`
+	Path        string   `json:"path"` // full: store directory and base name
+	References  []string `json:"references"`
+	BuildInputs []string `json:"build_inputs,omitempty"`
+	Deriver     string   `json:"deriver,omitempty"`
+	CA          string   `json:"ca,omitempty"`
 }
 
 // target is what a registry repository and an OCI layout have in common for us.
@@ -172,8 +173,10 @@ func (c *Cache) Has(ctx context.Context, p store.Path) (ocispec.Descriptor, bool
 	return desc, true, nil
 }
 
-// Closure returns paths and everything they reference, references first.
-func Closure(s *store.Store, paths []store.Path) ([]store.Path, error) {
+// Closure returns paths and everything they reference, references first: what they need to run.
+// With buildInputs, it adds the build inputs of every path in it (the .debs and wheels its layers were
+// built from), each before the path built from it; a build input that gc freed is an error.
+func Closure(s *store.Store, paths []store.Path, buildInputs bool) ([]store.Path, error) {
 	var out []store.Path
 	seen := map[store.Path]bool{}
 	var visit func(p store.Path) error
@@ -188,6 +191,16 @@ func Closure(s *store.Store, paths []store.Path) ([]store.Path, error) {
 		}
 		for _, r := range info.References {
 			if r != p {
+				if err := visit(r); err != nil {
+					return err
+				}
+			}
+		}
+		if buildInputs {
+			for _, r := range info.BuildInputs {
+				if !s.IsValid(r) {
+					return fmt.Errorf("%w: build input %s of %s is not in the store: gc freed it (keep_build_inputs is off)", store.ErrNotExist, r, p)
+				}
 				if err := visit(r); err != nil {
 					return err
 				}
@@ -215,8 +228,11 @@ type PushResult struct {
 // that t's policy verifies: a cache never receives an unsigned path. A path already there with the
 // same provenance is skipped; with another one (signed again after a key rotation) it is replaced.
 // Only store paths can be pushed: a Bench's upper layer is not a store path and has no way in.
-func Push(ctx context.Context, s *store.Store, t *trust.Store, c *Cache, paths []store.Path) (*PushResult, error) {
-	all, err := Closure(s, paths)
+//
+// A path's closure is what it needs to run; with buildInputs, the .debs and wheels it was built from
+// go too (for a mirror, or to rebuild elsewhere a version that is gone upstream).
+func Push(ctx context.Context, s *store.Store, t *trust.Store, c *Cache, paths []store.Path, buildInputs bool) (*PushResult, error) {
+	all, err := Closure(s, paths, buildInputs)
 	if err != nil {
 		return nil, err
 	}
@@ -268,6 +284,9 @@ func pushOne(ctx context.Context, s *store.Store, t *trust.Store, c *Cache, p st
 	rec := record{Path: path.Join(s.StoreDir(), p.String()), References: []string{}, CA: info.CA}
 	for _, r := range info.References {
 		rec.References = append(rec.References, path.Join(s.StoreDir(), r.String()))
+	}
+	for _, r := range info.BuildInputs {
+		rec.BuildInputs = append(rec.BuildInputs, path.Join(s.StoreDir(), r.String()))
 	}
 	if !info.Deriver.IsZero() {
 		rec.Deriver = path.Join(s.StoreDir(), info.Deriver.String())
@@ -410,6 +429,68 @@ func (pl *Puller) Pull(ctx context.Context, p store.Path) (bool, error) {
 	return false, nil
 }
 
+// extractTree downloads a path's tree (layer) and writes it at out, as man describes it.
+func extractTree(ctx context.Context, c *Cache, layer ocispec.Descriptor, man *store.Manifest, out string) error {
+	rc, err := c.target.Fetch(ctx, layer)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	vr := content.NewVerifyReader(rc, layer) // digest and size of the compressed bytes
+	zr, err := gzip.NewReader(vr)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadLayer, err)
+	}
+	defer zr.Close()
+	if err := ReadLayer(ctx, zr, out, man); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, zr); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadLayer, err)
+	}
+	return vr.Verify()
+}
+
+// PullTree writes at out the tree of p, a path registered here, from the first cache whose copy
+// has exactly the content hash of p's record (want): a repair's bytes are checked against this
+// store's own record, trusted when p was registered, so no signature is needed. It reports whether
+// a cache had it.
+func (pl *Puller) PullTree(ctx context.Context, p store.Path, want store.Hash, out string) (bool, error) {
+	for _, c := range pl.Caches {
+		desc, ok, err := c.Has(ctx, p)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			continue
+		}
+		m, err := fetchManifest(ctx, c, desc)
+		if err != nil {
+			return false, fmt.Errorf("repair %s from %s: %w", p, c.Name, err)
+		}
+		if m.ArtifactType != ArtifactType || len(m.Layers) != 3 || m.Layers[2].MediaType != MediaLayer {
+			return false, fmt.Errorf("repair %s from %s: %w: artifact type %q with %d layers", p, c.Name, ErrBadArtifact, m.ArtifactType, len(m.Layers))
+		}
+		manBytes, err := fetchSmall(ctx, c, m.Layers[0], MediaManifest, maxManifest)
+		if err != nil {
+			return false, fmt.Errorf("repair %s from %s: %w", p, c.Name, err)
+		}
+		man, err := store.ParseManifest(manBytes)
+		if err != nil {
+			return false, fmt.Errorf("repair %s from %s: %w: %v", p, c.Name, ErrBadArtifact, err)
+		}
+		if man.Hash() != want {
+			pl.logf("%s in %s has other content than registered here; not used for the repair", p, c.Name)
+			continue
+		}
+		if err := extractTree(ctx, c, m.Layers[2], man, out); err != nil {
+			return false, fmt.Errorf("repair %s from %s: %w", p, c.Name, classify(err))
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
 func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc ocispec.Descriptor) error {
 	s := pl.Store
 	m, err := fetchManifest(ctx, c, desc)
@@ -437,6 +518,13 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 			return fmt.Errorf("%w: reference %q: %v", ErrBadArtifact, r, err)
 		}
 		info.References = append(info.References, rp)
+	}
+	for _, r := range rec.BuildInputs {
+		rp, err := parseFull(s, r)
+		if err != nil {
+			return fmt.Errorf("%w: build input %q: %v", ErrBadArtifact, r, err)
+		}
+		info.BuildInputs = append(info.BuildInputs, rp)
 	}
 	if rec.Deriver != "" {
 		if info.Deriver, err = parseFull(s, rec.Deriver); err != nil {
@@ -480,7 +568,7 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 		return fmt.Errorf("%w: tree of type %q", ErrBadArtifact, layer.MediaType)
 	}
 	opts := store.AddOptions{
-		Deriver: info.Deriver, References: info.References, CA: info.CA,
+		Deriver: info.Deriver, References: info.References, BuildInputs: info.BuildInputs, CA: info.CA,
 		Epoch: 1<<63 - 1, // the bytes are the signed bytes: no clamping
 		Attestation: func(got *store.PathInfo) ([]byte, error) {
 			// Registered only if what is on disk is what was signed.
@@ -488,24 +576,7 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 		},
 	}
 	got, built, err := s.Realize(ctx, p, opts, func(ctx context.Context, out string) error {
-		rc, err := c.target.Fetch(ctx, layer)
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		vr := content.NewVerifyReader(rc, layer) // digest and size of the compressed bytes
-		zr, err := gzip.NewReader(vr)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrBadLayer, err)
-		}
-		defer zr.Close()
-		if err := ReadLayer(ctx, zr, out, man); err != nil {
-			return err
-		}
-		if _, err := io.Copy(io.Discard, zr); err != nil {
-			return fmt.Errorf("%w: %v", ErrBadLayer, err)
-		}
-		return vr.Verify()
+		return extractTree(ctx, c, layer, man, out)
 	})
 	if err != nil {
 		return err

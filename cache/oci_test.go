@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,7 +92,7 @@ func export(t *testing.T, s *store.Store, ts *trust.Store, paths ...store.Path) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cache.Push(context.Background(), s, ts, c, paths); err != nil {
+	if _, err := cache.Push(context.Background(), s, ts, c, paths, false); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -133,7 +134,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	// Pushing again pushes nothing.
 	c, _ := cache.Open("oci-layout:" + dir)
-	r, err := cache.Push(context.Background(), a, ta, c, []store.Path{top})
+	r, err := cache.Push(context.Background(), a, ta, c, []store.Path{top}, false)
 	if err != nil || len(r.Pushed) != 0 || len(r.Present) != 2 {
 		t.Errorf("second push: %+v, %v", r, err)
 	}
@@ -482,5 +483,95 @@ func TestRefusedLeavesNoReplayState(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(b.Root(), "trust", "seen", dep.HashPart())); err != nil {
 		t.Errorf("no replay state after the path was registered: %v", err)
+	}
+}
+
+// A copy ships what a path needs to run; --with-build-inputs adds what it was built from. The build
+// inputs travel in the record and are signed: a record that names others is refused.
+func TestBuildInputs(t *testing.T) {
+	ctx := context.Background()
+	a, ta := newSigned(t, "a-1")
+	dep, _ := twoPaths(t, a)
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "pkg.deb"), []byte("not really a .deb"), 0o644)
+	deb, err := a.AddDir(ctx, filepath.Join(src, "pkg.deb"), "pkg.deb", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := store.MakePath("output", "layer", a.StoreDir(), "layer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := store.AddOptions{References: []store.Path{dep}, BuildInputs: []store.Path{deb.Path}}
+	if _, _, err := a.Realize(ctx, layer, opts, func(ctx context.Context, out string) error {
+		return os.WriteFile(out, []byte("installed\n"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pushed := func(buildInputs bool) (string, []store.Path) {
+		dir := filepath.Join(t.TempDir(), "layout")
+		c, err := cache.Open("oci-layout:" + dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := cache.Push(ctx, a, ta, c, []store.Path{layer}, buildInputs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dir, r.Pushed
+	}
+	if _, got := pushed(false); fmt.Sprint(got) != fmt.Sprint([]store.Path{dep, layer}) {
+		t.Errorf("runtime closure pushed %v, want %v", got, []store.Path{dep, layer})
+	}
+	dir, got := pushed(true)
+	if fmt.Sprint(got) != fmt.Sprint([]store.Path{dep, deb.Path, layer}) {
+		t.Errorf("with build inputs pushed %v, want %v", got, []store.Path{dep, deb.Path, layer})
+	}
+
+	// The record names the build inputs, and the pulled path keeps them (but pulls only what it runs on).
+	b, _ := newSigned(t, "b-1")
+	tb := trusting(t, b, ta)
+	if err := pull(t, b, tb, dir, layer); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := b.Info(layer); err != nil || fmt.Sprint(info.BuildInputs) != fmt.Sprint([]store.Path{deb.Path}) {
+		t.Errorf("pulled layer: %+v, %v; want build inputs [%s]", info, err, deb.Path)
+	}
+	if b.IsValid(deb.Path) {
+		t.Errorf("pulling the layer pulled its build input %s too", deb.Path)
+	}
+
+	// A record that adds a build input it was not signed with is refused, and nothing is registered.
+	mutate(t, dir, layer, func(st *oci.Store, m *ocispec.Manifest) {
+		var rec map[string]any
+		json.Unmarshal(blob(t, st, m.Config), &rec)
+		rec["build_inputs"] = []string{a.StoreDir() + "/" + deb.Path.String(), a.StoreDir() + "/" + dep.String()}
+		nb, _ := json.Marshal(rec)
+		m.Config = putBlob(t, st, cache.MediaRecord, nb)
+	})
+	c, _ := newSigned(t, "c-1")
+	tc := trusting(t, c, ta)
+	err = pull(t, c, tc, dir, layer)
+	if err == nil || !strings.Contains(err.Error(), "signed build inputs") {
+		t.Errorf("forged build inputs: got %v, want a refusal naming the signed build inputs", err)
+	}
+	if c.IsValid(layer) {
+		t.Error("the layer with forged build inputs was registered")
+	}
+
+	// With the build input gone (gc frees it), a copy that asks for it says so.
+	if err := a.AddRoot(ctx, "layer", layer); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if _, err := a.GC(ctx, store.GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !a.IsValid(layer) || !a.IsValid(dep) || a.IsValid(deb.Path) {
+		t.Fatalf("after gc: layer %v, dep %v, deb %v; want the build input alone freed", a.IsValid(layer), a.IsValid(dep), a.IsValid(deb.Path))
+	}
+	cc, _ := cache.Open("oci-layout:" + filepath.Join(t.TempDir(), "again"))
+	if _, err := cache.Push(ctx, a, ta, cc, []store.Path{layer}, true); !errors.Is(err, store.ErrNotExist) || !strings.Contains(err.Error(), "gc freed it") {
+		t.Errorf("push with a freed build input: %v, want ErrNotExist saying gc freed it", err)
 	}
 }

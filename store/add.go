@@ -27,6 +27,9 @@ type BuildFunc func(ctx context.Context, out string) error
 type AddOptions struct {
 	Deriver    Path
 	References []Path
+	// BuildInputs are what the path was built from but does not need at run
+	// time (PathInfo.BuildInputs).
+	BuildInputs []Path
 	// Epoch clamps every mtime in the path to at most this many seconds since
 	// 1970 (SOURCE_DATE_EPOCH of the build). Zero means DefaultEpoch.
 	Epoch int64
@@ -38,6 +41,13 @@ type AddOptions struct {
 	// elsewhere brings its own signed provenance, and the caller checks it against info here. It
 	// returns the provenance to keep; an error aborts the registration and nothing is registered.
 	Attestation func(info *PathInfo) ([]byte, error)
+}
+
+// sortedPaths returns ps sorted by their string form, without duplicates.
+func sortedPaths(ps []Path) []Path {
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b Path) int { return cmpString(a.String(), b.String()) })
+	return slices.Compact(ps)
 }
 
 // Realize makes p valid, calling build to produce it if it is not. If another
@@ -145,9 +155,8 @@ func (s *Store) AddText(ctx context.Context, name string, data []byte, refs []Pa
 //  3. write the manifest, then the record, each atomically: the record's
 //     appearance is the moment p becomes valid.
 func (s *Store) register(ctx context.Context, p Path, out string, opts AddOptions, m *Manifest) (*PathInfo, error) {
-	refs := slices.Clone(opts.References)
-	slices.SortFunc(refs, func(a, b Path) int { return cmpString(a.String(), b.String()) })
-	refs = slices.Compact(refs)
+	refs := sortedPaths(opts.References)
+	buildInputs := sortedPaths(opts.BuildInputs)
 	for _, r := range refs {
 		if r != p && !s.IsValid(r) {
 			return nil, fmt.Errorf("register %s: reference %s: %w", p, r, ErrNotExist)
@@ -191,6 +200,7 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 		Path:        p,
 		Deriver:     opts.Deriver,
 		References:  refs,
+		BuildInputs: buildInputs,
 		ContentHash: m.Hash(),
 		Size:        m.Size(),
 		Registered:  time.Now().UTC().Truncate(time.Second),

@@ -38,7 +38,8 @@ const gcBatch = 512
 // It holds gc.lock exclusively from reading the roots to its last delete, so no
 // root can be added in between (see roots.go). Live paths are the closure of the
 // roots over references, plus the derivers of live paths (kept so that logs and
-// `shed why` can still explain a path). Dead paths are deleted referrers first,
+// `shed why` can still explain a path), plus their build inputs if the store
+// keeps them (Config.KeepBuildInputs). Dead paths are deleted referrers first,
 // so that a collection stopped by MaxFreed or a crash never leaves a valid path
 // whose reference is gone. Each deletion unregisters first, then moves the bytes
 // to trash, then removes them.
@@ -161,6 +162,11 @@ func (s *Store) liveSet(infos map[Path]*PathInfo) (map[Path]bool, error) {
 		}
 		for _, r := range info.References {
 			push(r)
+		}
+		if s.config.KeepBuildInputs {
+			for _, r := range info.BuildInputs {
+				push(r)
+			}
 		}
 		if !info.Deriver.IsZero() {
 			push(info.Deriver)

@@ -24,9 +24,15 @@ type PathInfo struct {
 	Path Path `json:"path"`
 	// Deriver is the .drv that produced the path, if any.
 	Deriver Path `json:"deriver,omitzero"`
-	// References are the store paths this path needs (its inputs for a layer,
-	// its input derivations and sources for a .drv). Sorted, no duplicates.
+	// References are the store paths this path needs at run time: for a layer,
+	// the layers below it; for a .drv, its input derivations and sources. gc
+	// keeps them, and copy ships them. Sorted, no duplicates.
 	References []Path `json:"references"`
+	// BuildInputs are the store paths the path was built from but does not
+	// need to run: a layer's .debs and wheels. gc frees them unless the store
+	// keeps build inputs (Config.KeepBuildInputs); copy ships them only when
+	// asked. They need not be valid. Sorted, no duplicates.
+	BuildInputs []Path `json:"build_inputs,omitempty"`
 	// ContentHash is the BLAKE3 of the path's manifest (see ScanTree).
 	ContentHash Hash `json:"content_hash"`
 	// Size is the number of bytes of regular files in the path.

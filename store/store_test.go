@@ -553,3 +553,60 @@ func TestTwoHandlesKeepTheirRoots(t *testing.T) {
 		t.Fatalf("gc deleted a path held by another handle of this process: %v %v", s.IsValid(p), s.IsValid(q))
 	}
 }
+
+// A layer's build inputs (its .debs) are freed by gc unless the store keeps
+// them; what it references (the layer below) is always kept, and a freed build
+// input is no problem for verify.
+func TestGCFreesBuildInputsUnlessKept(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep=%v", keep), func(t *testing.T) {
+			s := newStore(t)
+			ctx := context.Background()
+			if keep {
+				if err := s.UpdateConfig(func(c *store.Config) error { c.KeepBuildInputs = true; return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			below := realizeFile(t, s, "below", "b")
+			deb2 := realizeFile(t, s, "two.deb", "2")
+			deb1 := realizeFile(t, s, "one.deb", "1")
+			top, err := store.MakePath("output", "top", s.StoreDir(), "top")
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := store.AddOptions{References: []store.Path{below}, BuildInputs: []store.Path{deb2, deb1, deb2}}
+			info, _, err := s.Realize(ctx, top, opts, func(ctx context.Context, out string) error {
+				return os.WriteFile(out, []byte("t"), 0o644)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []store.Path{deb1, deb2}
+			if deb2.String() < deb1.String() {
+				want = []store.Path{deb2, deb1}
+			}
+			if fmt.Sprint(info.BuildInputs) != fmt.Sprint(want) || fmt.Sprint(info.References) != fmt.Sprint([]store.Path{below}) {
+				t.Fatalf("registered build inputs %v, references %v; want %v and [%s]", info.BuildInputs, info.References, want, below)
+			}
+			if err := s.AddRoot(ctx, "top", top); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			res, err := s.GC(ctx, store.GCOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []store.Path{top, below} {
+				if !s.IsValid(p) {
+					t.Errorf("gc deleted %s, which the root needs at run time", p)
+				}
+			}
+			for _, p := range []store.Path{deb1, deb2} {
+				if s.IsValid(p) != keep {
+					t.Errorf("keep_build_inputs=%v: %s valid=%v after gc (deleted %v)", keep, p, s.IsValid(p), res.Deleted)
+				}
+			}
+			assertVerifies(t, s)
+		})
+	}
+}

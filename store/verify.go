@@ -19,6 +19,9 @@ type Problem struct {
 	Path Path   `json:"path"`
 	File string `json:"file,omitempty"` // inside the path, when known
 	What string `json:"what"`
+	// Damaged says the path's bytes on disk are not the registered ones (changed, missing, or
+	// unreadable) while its record is sound: what a repair puts back (Store.Repair).
+	Damaged bool `json:"damaged,omitempty"`
 }
 
 func (p Problem) String() string {
@@ -133,7 +136,7 @@ func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (*VerifyResult, 
 func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *PathInfo, contents bool, report func(Problem)) int64 {
 	p := info.Path
 	if _, err := os.Lstat(s.Location(p)); err != nil {
-		report(Problem{Path: p, What: "registered but missing on disk"})
+		report(Problem{Path: p, What: "registered but missing on disk", Damaged: true})
 		return 0
 	}
 	for _, r := range info.References {
@@ -155,14 +158,14 @@ func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *P
 	got, err := ScanTree(ctx, s.Location(p))
 	if err != nil {
 		if ctx.Err() == nil {
-			report(Problem{Path: p, What: fmt.Sprintf("cannot scan: %v", err)})
+			report(Problem{Path: p, What: fmt.Sprintf("cannot scan: %v", err), Damaged: true})
 		}
 		return 0
 	}
 	if got.Hash() != info.ContentHash {
 		diffs := Differences(want, got)
 		if len(diffs) == 0 {
-			report(Problem{Path: p, What: "content hash differs"})
+			report(Problem{Path: p, What: "content hash differs", Damaged: true})
 		}
 		for _, d := range diffs {
 			switch d.What {
@@ -171,7 +174,7 @@ func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *P
 			case "only in second":
 				d.What = "unexpected (on disk, not recorded)"
 			}
-			report(Problem{Path: p, File: d.Path, What: d.What})
+			report(Problem{Path: p, File: d.Path, What: d.What, Damaged: true})
 		}
 	}
 	return got.Size()

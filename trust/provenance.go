@@ -18,7 +18,7 @@ import (
 const ProvenanceType = "application/vnd.toolshed.provenance.v1+json"
 
 // Provenance says how a store path was made. Its signature covers all of it, and it names the path,
-// its content hash, its size, its references, its deriver and its content address, so it cannot be
+// its content hash, its size, its references and build inputs, its deriver and its content address, so it cannot be
 // moved onto other bytes or another path, nor register them with a record they were not signed with.
 type Provenance struct {
 	Type        string     `json:"type"`
@@ -26,6 +26,7 @@ type Provenance struct {
 	ContentHash store.Hash `json:"content_hash"`
 	Size        int64      `json:"size"`
 	References  []string   `json:"references"`
+	BuildInputs []string   `json:"build_inputs,omitempty"`
 	Deriver     string     `json:"deriver,omitempty"`
 	CA          string     `json:"ca,omitempty"`
 	// Derivation is the text of the .drv that produced the path.
@@ -123,6 +124,9 @@ func New(storeDir string, info *store.PathInfo, f *Facts, shed string, key Publi
 	for _, r := range info.References {
 		p.References = append(p.References, path.Join(storeDir, r.String()))
 	}
+	for _, r := range info.BuildInputs {
+		p.BuildInputs = append(p.BuildInputs, path.Join(storeDir, r.String()))
+	}
 	if !info.Deriver.IsZero() {
 		p.Deriver = path.Join(storeDir, info.Deriver.String())
 	}
@@ -201,6 +205,8 @@ func (pol *Policy) Check(storeDir string, info *store.PathInfo, data []byte) (*P
 		return nil, fmt.Errorf("%w: signed size %d, the bytes are %d", ErrMismatch, p.Size, want.Size)
 	case !slices.Equal(p.References, want.References):
 		return nil, fmt.Errorf("%w: signed references %q, recorded %q", ErrMismatch, p.References, want.References)
+	case !slices.Equal(p.BuildInputs, want.BuildInputs):
+		return nil, fmt.Errorf("%w: signed build inputs %q, recorded %q", ErrMismatch, p.BuildInputs, want.BuildInputs)
 	// What a path registers beside its bytes is signed too: a deriver says which .drv explains it (and
 	// gc keeps), a content address how its name was made. A provenance without them (none was signed)
 	// fits only a path that registers none.

@@ -30,6 +30,7 @@ func cmdBench() *cli.Command {
 		&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: app.DefaultRecipe, Usage: "the Workshop's recipe `FILE`"},
 		&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` with a unit: 512M, 4G (at least 16M)"},
 		&cli.Int64Flag{Name: "pids", Usage: "limit on the number of processes, `N`", DefaultText: "none"},
+		&cli.BoolFlag{Name: "verify", Usage: "re-hash the Workshop's layers first and refuse a damaged one (store setting: verify_before_launch)"},
 		substituterFlag,
 	}
 	return &cli.Command{
@@ -198,6 +199,7 @@ func benchRun(c *cli.Context, argv []string) error {
 	req := &app.BenchRunRequest{
 		Workshop: c.String("file"), Argv: argv, Grants: c.StringSlice("grant"), Net: c.String("net"), Offline: c.Bool("offline"),
 		Keep: c.Bool("keep"), Name: c.String("name"), TTY: tty, Term: os.Getenv("TERM"), Pids: c.Int64("pids"), Substituters: c.StringSlice("substituter"),
+		Verify: c.Bool("verify"),
 	}
 	if m := c.String("memory"); m != "" {
 		n, err := parseMemory(m)

@@ -18,9 +18,13 @@ func cmdCopy() *cli.Command {
 			"path's record, manifest, signed provenance and tree (docs/trust.md). WORKSHOP (a recipe file,\n" +
 			"default ./workshop.toml) means its realized layers. Paths already there with the same\n" +
 			"provenance are skipped. Registry credentials come from SHED_REGISTRY_USERNAME and\n" +
-			"SHED_REGISTRY_PASSWORD or the Docker credentials file, never from the recipe.",
+			"SHED_REGISTRY_PASSWORD or the Docker credentials file, never from the recipe.\n" +
+			"A path's closure is what it needs at run time (a layer and the layers below it);\n" +
+			"--with-build-inputs adds the .debs and wheels they were built from, for a mirror or to\n" +
+			"rebuild elsewhere a version gone upstream.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "to", Required: true, Usage: "the `CACHE`: oci://HOST[:PORT]/REPO or oci-layout:DIR"},
+			withBuildInputsFlag,
 		},
 		Action: func(c *cli.Context) error { return copyTo(c, c.String("to")) },
 	}
@@ -32,16 +36,20 @@ func cmdExport() *cli.Command {
 		Usage:     "write store paths (with their references) to an OCI image layout directory",
 		ArgsUsage: "--oci DIR [PATH...|WORKSHOP]",
 		Description: "copy --to oci-layout:DIR: for machines with no registry and no network, carry DIR over\n" +
-			"and run `shed import DIR` there.",
+			"and run `shed import DIR` there. --with-build-inputs adds the .debs and wheels the\n" +
+			"layers were built from.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "oci", Required: true, Usage: "the layout `DIR` (created if missing)"},
+			withBuildInputsFlag,
 		},
 		Action: func(c *cli.Context) error { return copyTo(c, "oci-layout:"+c.String("oci")) },
 	}
 }
 
+var withBuildInputsFlag = &cli.BoolFlag{Name: "with-build-inputs", Usage: "also push what the layers were built from (.debs, wheels)"}
+
 func copyTo(c *cli.Context, to string) error {
-	res, err := call[app.CopyResult](c, "copy", &app.CopyRequest{To: to, Items: c.Args().Slice()})
+	res, err := call[app.CopyResult](c, "copy", &app.CopyRequest{To: to, Items: c.Args().Slice(), BuildInputs: c.Bool("with-build-inputs")})
 	if err != nil {
 		return err
 	}

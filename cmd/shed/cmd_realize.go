@@ -27,13 +27,15 @@ func cmdRealize() *cli.Command {
 			"substituters setting) and takes it from one only if a trusted key signed it and its bytes\n" +
 			"re-hash to what was signed; a refused one is built here instead (with --offline: an error\n" +
 			"that says which check failed). See docs/trust.md.\n" +
-			"--check rebuilds every layer and compares content hashes, listing differing files.\n" +
+			"--check rebuilds every layer and compares it with its record, and re-hashes the files on\n" +
+			"disk of every layer and seed against the same record: it says which differs (a rebuild\n" +
+			"that is not reproducible, or a damaged store, which `shed store verify --repair` fixes).\n" +
 			"On stderr: a line as each lock, build and substitution starts and ends (with how long it\n" +
 			"took), download bars on a terminal (a summary line in a log; a line per .deb with\n" +
 			"--verbose), and one summary line at the end: built, fetched, substituted, the time.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never touch the network; fail listing what is missing"},
-			&cli.BoolFlag{Name: "check", Usage: "rebuild the layers and compare with the store (reproducibility)"},
+			&cli.BoolFlag{Name: "check", Usage: "rebuild the layers; compare them, and the files on disk, with the record"},
 			substituterFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -56,15 +58,21 @@ func cmdRealize() *cli.Command {
 				}
 				fmt.Fprintln(c.App.ErrWriter, realizeSummary(res))
 				for _, ch := range res.Check {
-					if ch.Same {
-						fmt.Fprintf(c.App.ErrWriter, "shed: check: %s: rebuilt, same content\n", ch.Path)
-						continue
-					}
-					fmt.Fprintf(c.App.ErrWriter, "shed: check: %s: rebuilt, content DIFFERS:\n  %s\n", ch.Path, strings.Join(ch.Diffs, "\n  "))
+					fmt.Fprint(c.App.ErrWriter, checkReport(ch))
 				}
 			}
+			var damaged []string
 			for _, ch := range res.Check {
-				if !ch.Same {
+				if !ch.Intact {
+					damaged = append(damaged, ch.Path)
+				}
+			}
+			if len(damaged) > 0 {
+				return withHint(exitProblems, fmt.Errorf("the files on disk of %s differ from their record: the store is damaged", strings.Join(damaged, ", ")),
+					"`shed store verify --repair "+strings.Join(damaged, " ")+"` puts the registered bytes back")
+			}
+			for _, ch := range res.Check {
+				if ch.Rebuilt && !ch.Same {
 					return withHint(exitProblems, fmt.Errorf("%s is not reproducible", ch.Path),
 						"the files listed differ between two builds of the same inputs; see `shed log` of the path")
 				}
@@ -72,6 +80,29 @@ func cmdRealize() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// checkReport says what --check found for one path: the rebuild against the record, and the files
+// on disk against the record.
+func checkReport(ch app.CheckResult) string {
+	var b strings.Builder
+	switch {
+	case !ch.Rebuilt && ch.Intact:
+		fmt.Fprintf(&b, "shed: check: %s: files intact (a seed is not rebuilt)\n", ch.Path)
+	case ch.Same && ch.Intact:
+		fmt.Fprintf(&b, "shed: check: %s: rebuilt, same as its record and as its files on disk\n", ch.Path)
+	}
+	if ch.Rebuilt && !ch.Same {
+		fmt.Fprintf(&b, "shed: check: %s: rebuilt, content DIFFERS from its record:\n  %s\n", ch.Path, strings.Join(ch.Diffs, "\n  "))
+	}
+	if !ch.Intact {
+		also := ""
+		if ch.Rebuilt && ch.Same {
+			also = " (the rebuild matches the record)"
+		}
+		fmt.Fprintf(&b, "shed: check: %s: files on disk DIFFER from its record%s:\n  %s\n", ch.Path, also, strings.Join(ch.DiskDiffs, "\n  "))
+	}
+	return b.String()
 }
 
 // realizeSummary is the line that ends a realize: what it did and how long it took.

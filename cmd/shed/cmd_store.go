@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -9,7 +10,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"toolshed.dev/shed/app"
-	"toolshed.dev/shed/store"
 )
 
 func cmdStore() *cli.Command {
@@ -65,6 +65,16 @@ func cmdStore() *cli.Command {
 					for _, r := range j.References {
 						fmt.Fprintf(w, "  %s\n", r)
 					}
+					if len(j.BuildInputs) > 0 {
+						fmt.Fprintf(w, "built from:   %d\n", len(j.BuildInputs))
+						for _, r := range j.BuildInputs {
+							if r.Present {
+								fmt.Fprintf(w, "  %s\n", r.Path)
+							} else {
+								fmt.Fprintf(w, "  %s (freed by gc)\n", r.Path)
+							}
+						}
+					}
 					return nil
 				},
 			},
@@ -74,6 +84,9 @@ func cmdStore() *cli.Command {
 				ArgsUsage: "[PATH...]",
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "check-contents", Usage: "re-hash every file and name the ones that changed"},
+					&cli.BoolFlag{Name: "repair", Usage: "put back the registered bytes of every damaged or missing path (implies --check-contents)"},
+					&cli.BoolFlag{Name: "offline", Usage: "repair only from the store and the caches: never download or build with the network"},
+					substituterFlag,
 				},
 				Description: "Without --check-contents, checks that every registered path is on disk, that its\n" +
 					"references are valid, that its records parse, and that its provenance is signed by a\n" +
@@ -81,10 +94,19 @@ func cmdStore() *cli.Command {
 					"With it, re-hashes every file and names each file that differs from what was\n" +
 					"registered. Exits 4 if anything is wrong.\n" +
 					"Unregistered bytes left by an interrupted command are listed as debris (not an\n" +
-					"error: no reader sees them); `shed gc` removes them.",
+					"error: no reader sees them); `shed gc` removes them.\n" +
+					"--repair puts back the registered bytes of each damaged or missing path: from a cache\n" +
+					"(--substituter, the store's substituters) whose copy has the recorded content hash, else\n" +
+					"by downloading a .deb again or rebuilding a layer from its .drv (the layers below are\n" +
+					"repaired first). The new bytes replace the old only if they hash to the record, so what\n" +
+					"depends on the path stays valid; a seed rebuilt from a mirror that moved on differs,\n" +
+					"and is left as it was (take it from a cache). Then those paths are checked again.",
 				Action: func(c *cli.Context) error {
 					start := time.Now()
-					res, err := call[store.VerifyResult](c, "store.verify", &app.VerifyRequest{Paths: c.Args().Slice(), CheckContents: c.Bool("check-contents")})
+					res, err := call[app.VerifyResult](c, "store.verify", &app.VerifyRequest{
+						Paths: c.Args().Slice(), CheckContents: c.Bool("check-contents"),
+						Repair: c.Bool("repair"), Offline: c.Bool("offline"), Substituters: c.StringSlice("substituter"),
+					})
 					if err != nil {
 						return err
 					}
@@ -94,6 +116,13 @@ func cmdStore() *cli.Command {
 							return err
 						}
 					} else {
+						for _, r := range res.Repaired {
+							if r.Error == "" {
+								fmt.Fprintf(c.App.Writer, "repaired: %s (%s)\n", r.Path, r.How)
+							} else {
+								fmt.Fprintf(c.App.Writer, "not repaired: %s: %s\n", r.Path, r.Error)
+							}
+						}
 						for _, pr := range res.Problems {
 							fmt.Fprintf(c.App.Writer, "problem: %s\n", pr)
 						}
@@ -101,14 +130,26 @@ func cmdStore() *cli.Command {
 							fmt.Fprintf(c.App.Writer, "debris: %s (unregistered; `shed gc` removes it)\n", d)
 						}
 						fmt.Fprintf(c.App.Writer, "checked %d paths", res.Checked)
-						if c.Bool("check-contents") {
+						if c.Bool("check-contents") || c.Bool("repair") {
 							fmt.Fprintf(c.App.Writer, " (%s re-hashed)", formatSize(res.Bytes))
 						}
 						fmt.Fprintf(c.App.Writer, ": %d problems\n", len(res.Problems))
 					}
 					if len(res.Problems) > 0 {
-						return withHint(exitProblems, fmt.Errorf("store verification found %d problems", len(res.Problems)),
-							"a corrupt path is never trusted: delete it with `shed gc` after removing its roots, then realize again to rebuild it")
+						var damaged []string
+						for _, pr := range res.Problems {
+							if pr.Damaged && !slices.Contains(damaged, pr.Path.String()) {
+								damaged = append(damaged, pr.Path.String())
+							}
+						}
+						hint := "a path whose record is damaged is never trusted: remove its roots, `shed gc`, and realize its Workshop again"
+						switch {
+						case len(damaged) > 0 && !c.Bool("repair"):
+							hint = "`shed store verify --repair " + strings.Join(damaged, " ") + "` puts the registered bytes back"
+						case len(damaged) > 0:
+							hint = "a cache with a signed copy repairs what cannot be rebuilt here: --substituter CACHE"
+						}
+						return withHint(exitProblems, fmt.Errorf("store verification found %d problems", len(res.Problems)), hint)
 					}
 					return nil
 				},
