@@ -237,11 +237,15 @@ func proposeCommand() *cli.Command {
 		BashComplete: completeBenches,
 		Usage:        "propose a new version of a Bench's Workshop from what was installed in it",
 		ArgsUsage:    "BENCH",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only the proposal's id, for a script: id=$(shed bench propose -q work)"},
+		},
 		Description: "Derives a proposal from the live (or kept) Bench: the packages apt marks as manually\n" +
 			"installed that the recipe lacks, the pip distributions installed as requested, the network\n" +
 			"destinations its proxy refused, pinned to the versions installed, locked. Nothing of the\n" +
 			"Bench's files is kept. Prints the proposal's id and diff; an operator promotes it with\n" +
-			"`shed workshop promote ID`. Inside a Bench the same is a POST to /run/shed/propose.sock.",
+			"`shed workshop promote ID` (which shows the diff again). Inside a Bench the same is a POST\n" +
+			"to /run/shed/propose.sock.",
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError("bench propose wants a BENCH")
@@ -252,6 +256,10 @@ func proposeCommand() *cli.Command {
 			}
 			if c.Bool("json") {
 				return printJSON(c, res)
+			}
+			if c.Bool("quiet") {
+				_, err := fmt.Fprintln(c.App.Writer, res.Proposal.ID)
+				return err
 			}
 			fmt.Fprint(c.App.Writer, proposal.Visible(res.Diff))
 			fmt.Fprintf(c.App.ErrWriter, "shed: proposal %s: promote with `shed workshop promote %s`\n", res.Proposal.ID, res.Proposal.ID)
