@@ -40,6 +40,6 @@ for i in 1 2 3; do
 	t=$(date +%s%N); $shed --root "$work/b" realize --offline --substituter "oci://127.0.0.1:$port/bench" "$work/w/workshop.toml" >/dev/null; subs+=($(ms $t))
 done
 echo "realize by building, empty store:        ${build} ms"
-echo "push to the registry (5 paths):          ${push} ms; again (nothing to push): ${push2} ms"
+echo "push to the registry (seed and layer):  ${push} ms; again (nothing to push): ${push2} ms"
 echo "realize by substituting, empty store:    ${subs[*]} ms (3 runs)"
 echo "building / substituting:                 $(echo "scale=1; $build / ${subs[1]}" | bc)x"

@@ -54,13 +54,13 @@ type Config struct {
 	// building them.
 	Substituters []string `toml:"substituters,omitempty"`
 	// KeepBuildInputs makes gc keep the build inputs (the .debs and wheels) of the paths it keeps.
-	// Off by default: a layer does not need them to run, they are as large as a third of it, and a
-	// rebuild fetches them again by their locked hashes. A store that serves as a mirror, or that must
+	// Off by default: a layer does not need them to run, they are 8-15% of what a Workshop's copy
+	// ships (docs/benchmarks.md), and a rebuild fetches them again by their locked hashes. A store that serves as a mirror, or that must
 	// rebuild a version gone upstream, turns it on (docs/architecture.md, "Build inputs").
 	KeepBuildInputs bool `toml:"keep_build_inputs,omitempty"`
 	// VerifyBeforeLaunch re-hashes a Workshop's layers before every Bench launch and refuses a damaged
 	// one (what `bench run --verify` does once). Off by default: it reads every byte of the layers,
-	// about 0.1 s per 100 MiB here, where a warm launch takes milliseconds.
+	// about 0.11 s per 100 MiB here, where a warm launch takes milliseconds.
 	VerifyBeforeLaunch bool `toml:"verify_before_launch,omitempty"`
 }
 

@@ -17,7 +17,9 @@ func cmdGC() *cli.Command {
 		Description: "Deletes every store path not reachable from a named root, from a temporary root of\n" +
 			"a running shed process (a realize in progress, a running Bench), or from another live\n" +
 			"path. It also sweeps debris left by interrupted commands. Deleting only costs time:\n" +
-			"everything can be rebuilt from its recipe.",
+			"everything can be rebuilt from its recipe. A layer's build inputs (the .debs and wheels it was\n" +
+			"built from) are freed too, unless the store's config.toml says keep_build_inputs = true:\n" +
+			"a rebuild fetches them again by their locked hashes (docs/architecture.md).",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Aliases: []string{"n"}, Usage: "print what would be deleted, delete nothing"},
 			&cli.StringFlag{Name: "max-freed", Usage: "stop after freeing `SIZE` (e.g. 500M, 2G; bytes if no unit)"},
