@@ -16,11 +16,12 @@ import (
 // valid store; it costs one string comparison when unset.
 const FailpointEnv = "SHED_FAILPOINT"
 
-// Failpoints lists the steps of adding a path and of gc, in order.
+// Failpoints lists the steps of adding a path, of gc and of a repair, in order.
 var Failpoints = []string{
 	"add-staged", "add-clamped", "add-scanned", "add-synced", "add-renamed",
 	"add-manifest-written", "add-provenance-written", "add-registered",
 	"gc-unregistered", "gc-trashed",
+	"repair-synced", "repair-exchanged",
 }
 
 var armed = sync.OnceValue(func() string { return os.Getenv(FailpointEnv) })

@@ -54,7 +54,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	live, err := s.liveSet(infos)
+	live, temp, err := s.liveSet(infos)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		return res, err
 	}
 	if !opts.DryRun {
-		n, err := s.sweep(infos, live)
+		n, err := s.sweep(infos, live, temp)
 		res.Swept = n
 		if err != nil {
 			return res, err
@@ -129,17 +129,18 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	return res, nil
 }
 
-// liveSet computes what must be kept. Caller holds gc.lock exclusively.
-func (s *Store) liveSet(infos map[Path]*PathInfo) (map[Path]bool, error) {
-	temp, err := s.liveTempRoots()
+// liveSet computes what must be kept, and the temporary roots of live processes. Caller holds
+// gc.lock exclusively.
+func (s *Store) liveSet(infos map[Path]*PathInfo) (live, temp map[Path]bool, err error) {
+	temp, err = s.liveTempRoots()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	named, err := s.Roots()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	live := map[Path]bool{}
+	live = map[Path]bool{}
 	var stack []Path
 	push := func(p Path) {
 		if !live[p] {
@@ -172,7 +173,7 @@ func (s *Store) liveSet(infos map[Path]*PathInfo) (map[Path]bool, error) {
 			push(info.Deriver)
 		}
 	}
-	return live, nil
+	return live, temp, nil
 }
 
 // deadInOrder returns the valid paths not in live, each before everything it
@@ -209,7 +210,7 @@ func deadInOrder(infos map[Path]*PathInfo, live map[Path]bool) []Path {
 // sweep removes debris: bytes in store/ with no record (a crash between rename
 // and registration), manifests with no record, staging directories of dead
 // processes, trash, and temporary files of dead writers. Caller holds gc.lock exclusively.
-func (s *Store) sweep(infos map[Path]*PathInfo, live map[Path]bool) (int, error) {
+func (s *Store) sweep(infos map[Path]*PathInfo, live, temp map[Path]bool) (int, error) {
 	n := 0
 	storeDir := filepath.Join(s.root, dirStore)
 	ents, err := os.ReadDir(storeDir)
@@ -275,6 +276,9 @@ func (s *Store) sweep(infos map[Path]*PathInfo, live map[Path]bool) (int, error)
 	}
 	for _, e := range ents {
 		name := filepath.Join(tmpDir, e.Name())
+		if p, ok := retiredPath(e.Name()); ok && temp[p] {
+			continue // a repair replaced it; a process that held the path may still have it mounted
+		}
 		if stageInUse(name) {
 			continue
 		}

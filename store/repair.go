@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,8 +19,10 @@ var ErrRepairDiffers = errors.New("the rebuilt bytes differ from the registered 
 // Repair puts back the registered bytes of the valid path p: build writes them at out (a rebuild,
 // or a download from a cache), they are clamped to epoch as at registration, re-hashed, and swapped
 // in atomically only if they hash to p's recorded content hash. The record, manifest and provenance
-// stay as they are, so every path that refers to p stays valid. A Bench running over the damaged
-// bytes keeps them (its mount holds the old directory); the next one gets the repaired ones.
+// stay as they are, so every path that refers to p stays valid. A Bench or build running over the
+// damaged bytes keeps them: its mount holds the old directory, whose files must not vanish under
+// it, so they are kept in tmp/ (a retired tree) until no process that held p before the exchange
+// is alive, and gc removes them then. The next Bench gets the repaired bytes.
 // It returns ErrRepairDiffers, naming the files that differ, when the bytes are not the same.
 func (s *Store) Repair(ctx context.Context, p Path, epoch int64, build BuildFunc) error {
 	if err := s.AddTempRoot(ctx, p); err != nil {
@@ -75,6 +78,9 @@ func (s *Store) Repair(ctx context.Context, p Path, epoch int64, build BuildFunc
 			err = os.Rename(out, loc) // missing on disk: nothing to exchange with
 		}
 	}
+	if errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("put the repaired %s in place: the store's filesystem cannot exchange two directories atomically (renameat2 RENAME_EXCHANGE): %w", p, err)
+	}
 	if err != nil {
 		return fmt.Errorf("put the repaired %s in place: %w", p, err)
 	}
@@ -82,6 +88,28 @@ func (s *Store) Repair(ctx context.Context, p Path, epoch int64, build BuildFunc
 		return err
 	}
 	failpointFor("repair-exchanged", p.Name())
-	// out now holds the damaged bytes; the stage's removal takes them.
+	// out now holds the damaged bytes. Whoever held p before the exchange may have them mounted.
+	held, err := s.heldByOthers(p)
+	if err != nil || held {
+		retired := filepath.Join(s.root, dirTmp, retiredPrefix+randomSuffix()+"-"+p.String())
+		if rerr := os.Rename(out, retired); rerr != nil {
+			return fmt.Errorf("keep the damaged bytes of %s for the processes using them: %w", p, rerr)
+		}
+		return nil
+	}
 	return s.trash(out)
+}
+
+// retiredPrefix names a tree in tmp/ that a repair replaced while processes held it:
+// retired-<random>-<path>. gc removes it once no live process holds the path.
+const retiredPrefix = "retired-"
+
+// retiredPath parses the path a retired tree's name was retired from.
+func retiredPath(name string) (Path, bool) {
+	rest, ok := strings.CutPrefix(name, retiredPrefix)
+	if !ok || len(rest) < 17 || rest[16] != '-' {
+		return Path{}, false
+	}
+	p, err := ParsePath(rest[17:])
+	return p, err == nil
 }

@@ -124,6 +124,42 @@ func (s *Store) liveTempRoots() (map[Path]bool, error) {
 	return roots, nil
 }
 
+// heldByOthers reports whether a live process other than this Store holds p as a temporary root:
+// a Bench over it, a build using it. Unlike liveTempRoots it takes no gc.lock and deletes nothing.
+func (s *Store) heldByOthers(p Path) (bool, error) {
+	dir := filepath.Join(s.root, dirTempRoots)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", dir, err)
+	}
+	own := s.tempRootsName()
+	for _, e := range ents {
+		name := filepath.Join(dir, e.Name())
+		if name == own {
+			continue
+		}
+		l, err := tryLock(name, unix.LOCK_EX)
+		if err == nil {
+			l.unlock() // its process is gone
+			continue
+		}
+		if !errors.Is(err, ErrLocked) {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return false, err
+		}
+		held := map[Path]bool{}
+		if err := readRootLines(name, held); err != nil {
+			return false, err
+		}
+		if held[p] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func (s *Store) tempRootsName() string {
 	s.tempMu.Lock()
 	defer s.tempMu.Unlock()

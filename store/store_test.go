@@ -80,6 +80,20 @@ func runHelper(name string) int {
 		fmt.Println("holding")
 		buf := make([]byte, 1)
 		os.Stdin.Read(buf)
+	case "repair":
+		// Put back the bytes of STORE_TEST_PATH from a copy of STORE_TEST_SRC.
+		p, err := store.ParsePath(os.Getenv("STORE_TEST_PATH"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		err = s.Repair(ctx, p, 0, func(ctx context.Context, out string) error {
+			return store.CopyTree(ctx, os.Getenv("STORE_TEST_SRC"), out)
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	case "gc":
 		if _, err := s.GC(ctx, store.GCOptions{}); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -1,11 +1,13 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -147,12 +149,45 @@ packages = ["jq", "python3-minimal"]
 // and so does the seed while the mirror does not move.
 func TestReproducibleFromEmptyStores(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	file := writeFile(t, filepath.Join(dir, "workshop.toml"), jqRecipe)
+	// Each store locks its own copy of the recipe, at the same time (a seed build is mostly one
+	// dpkg at a time: two overlap on two cores); the locks must come out the same, and so must
+	// every path built from them.
 	hashes := make([]map[string]string, 2)
-	for i := range hashes {
-		root := newRoot(t)
-		j := realize(t, root, file)
+	roots, files := make([]string, 2), make([]string, 2)
+	outs, errs := make([][]byte, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range roots {
+		roots[i] = newRoot(t)
+		files[i] = writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), jqRecipe)
+		cmd := shedCmd(t, roots[i], "--json", "realize", files[i])
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			errs[i] = cmd.Run()
+			outs[i] = stdout.Bytes()
+			if errs[i] != nil {
+				outs[i] = append(outs[i], stderr.Bytes()...)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range roots {
+		if errs[i] != nil {
+			t.Fatalf("realize in empty store %d: %v\n%s", i, errs[i], outs[i])
+		}
+	}
+	lock0, _ := os.ReadFile(strings.TrimSuffix(files[0], ".toml") + ".lock")
+	lock1, _ := os.ReadFile(strings.TrimSuffix(files[1], ".toml") + ".lock")
+	if len(lock0) == 0 || !bytes.Equal(lock0, lock1) {
+		t.Fatalf("the two stores locked the same recipe differently:\n%s\n---\n%s", lock0, lock1)
+	}
+	for i, root := range roots {
+		var j realizeJSON
+		if err := json.Unmarshal(outs[i], &j); err != nil {
+			t.Fatalf("realize --json: %v\n%s", err, outs[i])
+		}
 		hashes[i] = map[string]string{}
 		for _, l := range j.Layers {
 			r := mustShed(t, root, "--json", "store", "info", l)
