@@ -219,13 +219,20 @@ func (srv *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	// holds up nothing.
 	drawn := fdio.Writer(ctx, stdio[2], 100*time.Millisecond)
 	if req.Progress {
-		io.Progress = builder.NewTerminalProgress(drawn, req.Verbose)
+		tp := builder.NewTerminalProgress(drawn, req.Verbose)
+		io.Progress = tp
+		if !req.Verbose { // the builds' own output instead
+			io.Status = tp
+		}
 	}
 	if req.Verbose {
 		io.BuildOutput = drawn
 	}
 	start := time.Now()
 	res, err := srv.Service.Do(ctx, &app.Call{Caller: caller, IO: io}, o.Name, v)
+	if io.Status != nil {
+		io.Status.End() // whatever the operation left drawn is erased before the client prints its result
+	}
 	code := app.Code("")
 	if err != nil {
 		code = app.Classify(err).Code

@@ -79,6 +79,9 @@ type IO struct {
 	Notice func(Notice)
 	// BuildOutput, if set, gets the builds' own output (--verbose).
 	BuildOutput io.Writer
+	// Status, if set, shows the long step that runs, between its start and end notices (on a
+	// terminal, a line redrawn in place: not with BuildOutput on the same terminal).
+	Status builder.Status
 }
 
 // Notice is one thing an operation tells its caller while it runs.

@@ -788,7 +788,7 @@ func (s *Service) Import(ctx context.Context, c *Call, req *ImportRequest) (*Imp
 			present = append(present, p)
 			continue
 		}
-		ok, err := pl.Pull(ctx, p)
+		ok, err := pl.Pull(ctx, p, nil, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -73,7 +73,7 @@ func (s *Service) loadRecipe(c *Call, workshop string) (*recipe.Recipe, error) {
 func (s *Service) newBuilder(c *Call, st *store.Store, offline bool) *builder.Builder {
 	b := &builder.Builder{Store: st, Log: s.log(), Offline: offline}
 	if c.IO != nil {
-		b.Progress, b.BuildOutput = c.IO.Progress, c.IO.BuildOutput
+		b.Progress, b.BuildOutput, b.Status = c.IO.Progress, c.IO.BuildOutput, c.IO.Status
 	}
 	b.Warn = func(format string, args ...any) { c.notice("warning", format, args...) }
 	b.Step = func(format string, args ...any) { c.notice("info", format, args...) }

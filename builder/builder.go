@@ -43,6 +43,9 @@ type Builder struct {
 	// Step, if set, hears each long step as it starts and ends (a build, a substitution), one line
 	// each, with how long it took: so that a minute's seed build is not a minute of silence.
 	Step func(format string, args ...any)
+	// Status, if set, shows the step that runs while it runs (with its output's latest line, or
+	// its bytes), between those lines.
+	Status Status
 
 	builtMu sync.Mutex
 	built   []store.Path // every path this builder built, in order
@@ -61,6 +64,28 @@ func (b *Builder) step(format string, args ...any) {
 	}
 }
 
+// begin starts a step that Status shows as what, before its start line (if any) is printed.
+func (b *Builder) begin(what string) {
+	if b.Status != nil {
+		b.Status.Begin(what)
+	}
+}
+
+// end ends the step begun, before its end line (if any) is printed.
+func (b *Builder) end() {
+	if b.Status != nil {
+		b.Status.End()
+	}
+}
+
+// statusOutput is where a step's own output goes besides its log, for Status to show.
+func (b *Builder) statusOutput() io.Writer {
+	if b.Status != nil {
+		return b.Status
+	}
+	return io.Discard
+}
+
 // took renders a step's duration: "812 ms", "52.8 s".
 func took(d time.Duration) string {
 	if d < time.Second {
@@ -73,8 +98,11 @@ func took(d time.Duration) string {
 // is registered (cache.Puller).
 type Substituter interface {
 	// Pull makes p valid if a cache has it, and reports whether it did. A
-	// cache that has p but fails a check is an error saying which.
-	Pull(ctx context.Context, p store.Path) (bool, error)
+	// cache that has p but fails a check is an error saying which. found,
+	// unless nil, hears the name of the cache that has p before any of it
+	// downloads; progress, unless nil, the bytes downloaded so far and the
+	// bytes expected (which grow as the references p needs too are found).
+	Pull(ctx context.Context, p store.Path, found func(cache string), progress func(done, expected int64)) (bool, error)
 }
 
 // Result says what a realization did.
@@ -168,8 +196,25 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 			if d.Kind == derivation.KindFetch || s.IsValid(d.Output) {
 				continue
 			}
-			t0 := time.Now()
-			ok, err := b.Substituter.Pull(ctx, d.Output)
+			var before []store.Path // the missing paths this pull may bring
+			for _, p := range missing {
+				if !s.IsValid(p) {
+					before = append(before, p)
+				}
+			}
+			t0, from := time.Now(), "a cache"
+			var downloaded int64
+			ok, err := b.Substituter.Pull(ctx, d.Output, func(cache string) {
+				t0, from = time.Now(), cache
+				b.begin(fmt.Sprintf("substituting %s (%s) from %s", d.Output.Name(), d.Kind, cache))
+				b.step("substituting %s (%s) from %s...", d.Output.Name(), d.Kind, cache)
+			}, func(done, expected int64) {
+				downloaded = done
+				if b.Status != nil {
+					b.Status.Bytes(done, expected)
+				}
+			})
+			b.end()
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
@@ -183,7 +228,14 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 				continue
 			}
 			if ok {
-				b.step("substituted %s in %s", d.Output.Name(), took(time.Since(t0)))
+				n, size := 0, int64(0)
+				for _, p := range before {
+					if info, err := s.Info(p); err == nil && s.IsValid(p) {
+						n, size = n+1, size+info.Size
+					}
+				}
+				b.step("substituted %s (%s) from %s: %d %s, %s in %s (%s downloaded)", d.Output.Name(), d.Kind, from,
+					n, plural(n, "path", "paths"), FormatBytes(size), took(time.Since(t0)), FormatBytes(downloaded))
 			}
 		}
 	}
@@ -268,9 +320,11 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		opts := store.AddOptions{Deriver: drvs[d.Output], References: refs, BuildInputs: buildInputs, Epoch: epoch, Facts: facts}
 		start := time.Now()
 		_, built, err := s.Realize(ctx, d.Output, opts, func(ctx context.Context, out string) error {
+			b.begin(fmt.Sprintf("building %s (%s)", d.Output.Name(), d.Kind))
 			b.step("building %s (%s)...", d.Output.Name(), d.Kind)
 			return b.build(ctx, d, stack, byOut, out, b.Store.LogFile(d.Output))
 		})
+		b.end() // after the registration too: hashing a seed's tree takes a while
 		if err != nil {
 			return res, err
 		}
@@ -321,9 +375,9 @@ func (b *Builder) build(ctx context.Context, d *derivation.Derivation, lowers []
 		return fmt.Errorf("create build log: %w", err)
 	}
 	defer logf.Close()
-	var w io.Writer = logf
+	w := io.MultiWriter(logf, b.statusOutput())
 	if b.BuildOutput != nil {
-		w = io.MultiWriter(logf, b.BuildOutput)
+		w = io.MultiWriter(logf, b.statusOutput(), b.BuildOutput)
 	}
 	fmt.Fprintf(w, "shed: building %s (%s, %s)\n", d.Output, d.Kind, d.Builder)
 	stage := filepath.Dir(out)

@@ -97,6 +97,8 @@ func (b *Builder) rebuild(ctx context.Context, d *derivation.Derivation, lowers 
 		return nil, err
 	}
 	defer release()
+	b.begin(fmt.Sprintf("rebuilding %s (%s) to check it", d.Output.Name(), d.Kind))
+	defer b.end()
 	out := filepath.Join(dir, "out")
 	if err := b.build(ctx, d, lowers, byOut, out, s.LogFile(d.Output)+".check"); err != nil {
 		return nil, err

@@ -239,8 +239,10 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 			Env:     buildEnv(seed),
 		}
 	}
+	b.begin("resolving the apt packages of " + r.Name)
+	defer b.end()
 	var log strings.Builder
-	code, err := runWithProxy(ctx, spec(append(append([]string{"/usr/bin/apt-get"}, aptOpts...), "update", "-q")...), rules, private, &log)
+	code, err := runWithProxy(ctx, spec(append(append([]string{"/usr/bin/apt-get"}, aptOpts...), "update", "-q")...), rules, private, io.MultiWriter(&log, b.statusOutput()))
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +269,7 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 	}
 	var out strings.Builder
 	argv := append(append([]string{"/usr/bin/apt-get"}, aptOpts...), "install", "--print-uris", "-qq", "--no-install-recommends")
-	code, err = runWithProxy(ctx, spec(append(argv, args...)...), rules, private, &out)
+	code, err = runWithProxy(ctx, spec(append(argv, args...)...), rules, private, io.MultiWriter(&out, b.statusOutput()))
 	if err != nil {
 		return nil, err
 	}

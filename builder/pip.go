@@ -148,8 +148,10 @@ func (b *Builder) resolvePip(ctx context.Context, r *recipe.Recipe, lock *recipe
 		Argv:    argv,
 		Env:     append(buildEnv(plan.Derivations[len(plan.Derivations)-1]), pipEnv...),
 	}
+	b.begin("resolving the pip packages of " + r.Name)
+	defer b.end()
 	var log strings.Builder
-	code, err := runWithProxy(ctx, spec, rules, private, &log)
+	code, err := runWithProxy(ctx, spec, rules, private, io.MultiWriter(&log, b.statusOutput()))
 	if err != nil {
 		return nil, err
 	}

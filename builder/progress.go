@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vbauerster/cupwriter" // mpb's console writer (termWriter)
 	// mpb rather than schollz/progressbar: a bar per active download plus a
 	// total is mpb's core use (a container of concurrently updated bars with
 	// remove-on-complete and printing above the bars), while progressbar draws
@@ -37,9 +38,9 @@ type ProgressReporter interface {
 // active file and one in total; otherwise it prints a summary ("fetched 19
 // files, 4.4 MiB in 0.6s"), and with perFile also one plain line per finished
 // file ("fetched jq_1.6-2.1_amd64.deb 63.2 KiB"), so that CI logs stay
-// readable. It is safe for concurrent use.
-func NewTerminalProgress(w io.Writer, perFile bool) ProgressReporter {
-	return &terminalProgress{w: w, tty: isTerminal(w), perFile: perFile}
+// readable. It is also a Status (status.go). It is safe for concurrent use.
+func NewTerminalProgress(w io.Writer, perFile bool) *TerminalProgress {
+	return &TerminalProgress{w: w, tty: isTerminal(w), perFile: perFile, statusDelay: time.Second}
 }
 
 func isTerminal(w io.Writer) bool {
@@ -47,7 +48,33 @@ func isTerminal(w io.Writer) bool {
 	return ok && f.Fd() <= math.MaxInt && term.IsTerminal(int(f.Fd()))
 }
 
-type terminalProgress struct {
+// termWriter is mpb's console writer for w, which isTerminal found a terminal: mpb itself asks only
+// an *os.File for its size, and w may wrap one (the supervisor's writer to its client's terminal).
+// Each redraw asks the size, so lines fit a terminal resized meanwhile rather than wrap (a wrapped
+// line breaks the cursor moves that redraw the lines in place).
+type termWriter struct {
+	*cupwriter.Writer
+	fd int
+}
+
+func newTermWriter(w io.Writer) termWriter {
+	// forceTTY: the cursor moves are written whatever w is; isTerminal decided.
+	return termWriter{cupwriter.New(w, true), int(w.(interface{ Fd() uintptr }).Fd())}
+}
+
+func (w termWriter) IsTerminal() bool { return true }
+
+func (w termWriter) GetTermSize() (width, height int, err error) {
+	width, height, err = term.GetSize(w.fd)
+	if err != nil || width <= 0 || height <= 0 {
+		return 80, 24, nil // a terminal that does not say (a new pty is 0×0)
+	}
+	return width, height, nil
+}
+
+// TerminalProgress draws downloads (ProgressReporter) and the step that runs (Status) on a terminal,
+// and prints plain lines elsewhere.
+type TerminalProgress struct {
 	mu      sync.Mutex
 	w       io.Writer
 	tty     bool
@@ -66,9 +93,13 @@ type terminalProgress struct {
 	totalBar *mpb.Bar
 	bars     map[string]*mpb.Bar
 	sum      int64 // bytes so far of all files, for the total bar
+
+	// the Status (status.go)
+	step        *stepLine     // the step that runs now; nil: none
+	statusDelay time.Duration // how long a step runs before its line shows
 }
 
-func (t *terminalProgress) Start(total int, totalBytes int64) {
+func (t *TerminalProgress) Start(total int, totalBytes int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.start = time.Now()
@@ -79,8 +110,8 @@ func (t *terminalProgress) Start(total int, totalBytes int64) {
 		return
 	}
 	t.bars = map[string]*mpb.Bar{}
-	// ForceTTY: we decided with x/term that w is a terminal, whatever wraps it.
-	t.p = mpb.New(mpb.WithOutput(t.w), mpb.ForceTTY(), mpb.WithWidth(100))
+	t.step.hide() // a step's line and the bars do not share the terminal; Done shows it again
+	t.p = mpb.New(mpb.WithOutput(t.w), mpb.WithConsoleWriter(newTermWriter(t.w)), mpb.WithWidth(100))
 	counters := decor.CountersNoUnit("%d / %d files", decor.WCSyncWidth)
 	barTotal := int64(total)
 	if totalBytes > 0 {
@@ -89,12 +120,12 @@ func (t *terminalProgress) Start(total int, totalBytes int64) {
 	}
 	t.totalBar = t.p.AddBar(barTotal,
 		mpb.BarPriority(math.MaxInt32), // stays below the file bars
-		mpb.PrependDecorators(decor.Name(fmt.Sprintf("fetching %d files", total), decor.WCSyncSpaceR), counters),
+		mpb.PrependDecorators(decor.Name(fmt.Sprintf("fetching %d %s", total, plural(total, "file", "files")), decor.WCSyncSpaceR), counters),
 		mpb.AppendDecorators(decor.Percentage(decor.WCSyncWidth)),
 	)
 }
 
-func (t *terminalProgress) FileStart(name string, size int64) {
+func (t *TerminalProgress) FileStart(name string, size int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.done[name] = 0
@@ -112,7 +143,7 @@ func (t *terminalProgress) FileStart(name string, size int64) {
 	)
 }
 
-func (t *terminalProgress) FileProgress(name string, done int64) {
+func (t *TerminalProgress) FileProgress(name string, done int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done == nil {
@@ -128,7 +159,7 @@ func (t *terminalProgress) FileProgress(name string, done int64) {
 	}
 }
 
-func (t *terminalProgress) FileDone(name string, err error) {
+func (t *TerminalProgress) FileDone(name string, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done == nil {
@@ -164,7 +195,7 @@ func (t *terminalProgress) FileDone(name string, err error) {
 	}
 }
 
-func (t *terminalProgress) Done() {
+func (t *TerminalProgress) Done() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done == nil {
@@ -186,6 +217,7 @@ func (t *terminalProgress) Done() {
 	}
 	fmt.Fprintln(t.w, line)
 	t.done = nil
+	t.step.show(t)
 }
 
 func plural(n int, one, many string) string {

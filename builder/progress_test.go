@@ -176,7 +176,7 @@ func TestTerminalProgressBars(t *testing.T) {
 	}()
 
 	p := NewTerminalProgress(slave, false)
-	if _, ok := p.(*terminalProgress); !ok || !p.(*terminalProgress).tty {
+	if !p.tty {
 		t.Fatal("a pty is not taken for a terminal")
 	}
 	p.Start(2, 3000)

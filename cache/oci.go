@@ -408,8 +408,54 @@ func (pl *Puller) logf(format string, args ...any) {
 
 // Pull makes p valid from the first cache that has it (with its reference closure), and reports
 // whether it did. A cache that has p but fails a check is an error that says which check failed;
-// nothing of p is registered then.
-func (pl *Puller) Pull(ctx context.Context, p store.Path) (bool, error) {
+// nothing of p is registered then. found, unless nil, hears the name of the cache that has p before
+// any of p downloads (a miss calls nothing); progress, unless nil, hears the bytes of the trees
+// downloaded so far and of those expected: each tree's compressed size, added as its manifest is
+// read (p's first, then its references' as they are pulled).
+func (pl *Puller) Pull(ctx context.Context, p store.Path, found func(cache string), progress func(done, expected int64)) (bool, error) {
+	var pr *pullProgress
+	if progress != nil {
+		pr = &pullProgress{report: progress}
+	}
+	return pl.pull(ctx, p, found, pr)
+}
+
+// pullProgress counts the bytes of one Pull, its references' included.
+type pullProgress struct {
+	report         func(done, expected int64)
+	done, expected int64
+}
+
+func (pr *pullProgress) expect(n int64) {
+	if pr != nil {
+		pr.expected += n
+		pr.report(pr.done, pr.expected)
+	}
+}
+
+// reader counts what r reads.
+func (pr *pullProgress) reader(r io.Reader) io.Reader {
+	if pr == nil {
+		return r
+	}
+	return &progressReader{r, pr}
+}
+
+type progressReader struct {
+	r  io.Reader
+	pr *pullProgress
+}
+
+func (c *progressReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.pr.done += int64(n)
+		c.pr.report(c.pr.done, c.pr.expected)
+	}
+	return n, err
+}
+
+func (pl *Puller) pull(ctx context.Context, p store.Path, found func(cache string), pr *pullProgress) (bool, error) {
 	if pl.Store.IsValid(p) {
 		return true, nil
 	}
@@ -421,7 +467,10 @@ func (pl *Puller) Pull(ctx context.Context, p store.Path) (bool, error) {
 		if !ok {
 			continue
 		}
-		if err := pl.pullFrom(ctx, c, p, desc); err != nil {
+		if found != nil {
+			found(c.Name)
+		}
+		if err := pl.pullFrom(ctx, c, p, desc, pr); err != nil {
 			return false, fmt.Errorf("substitute %s from %s: %w", p, c.Name, classify(err))
 		}
 		return true, nil
@@ -430,13 +479,18 @@ func (pl *Puller) Pull(ctx context.Context, p store.Path) (bool, error) {
 }
 
 // extractTree downloads a path's tree (layer) and writes it at out, as man describes it.
-func extractTree(ctx context.Context, c *Cache, layer ocispec.Descriptor, man *store.Manifest, out string) error {
+// wrap, if set, wraps the download (to count its bytes).
+func extractTree(ctx context.Context, c *Cache, layer ocispec.Descriptor, man *store.Manifest, out string, wrap func(io.Reader) io.Reader) error {
 	rc, err := c.target.Fetch(ctx, layer)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	vr := content.NewVerifyReader(rc, layer) // digest and size of the compressed bytes
+	var r io.Reader = rc
+	if wrap != nil {
+		r = wrap(rc)
+	}
+	vr := content.NewVerifyReader(r, layer) // digest and size of the compressed bytes
 	zr, err := gzip.NewReader(vr)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadLayer, err)
@@ -483,7 +537,7 @@ func (pl *Puller) PullTree(ctx context.Context, p store.Path, want store.Hash, o
 			pl.logf("%s in %s has other content than registered here; not used for the repair", p, c.Name)
 			continue
 		}
-		if err := extractTree(ctx, c, m.Layers[2], man, out); err != nil {
+		if err := extractTree(ctx, c, m.Layers[2], man, out, nil); err != nil {
 			return false, fmt.Errorf("repair %s from %s: %w", p, c.Name, classify(err))
 		}
 		return true, nil
@@ -491,7 +545,7 @@ func (pl *Puller) PullTree(ctx context.Context, p store.Path, want store.Hash, o
 	return false, nil
 }
 
-func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc ocispec.Descriptor) error {
+func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc ocispec.Descriptor, pr *pullProgress) error {
 	s := pl.Store
 	m, err := fetchManifest(ctx, c, desc)
 	if err != nil {
@@ -550,22 +604,23 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 	if err := pl.Trust.Accept(info, prov); err != nil {
 		return err
 	}
+	layer := m.Layers[2]
+	if layer.MediaType != MediaLayer || layer.Size < 0 {
+		return fmt.Errorf("%w: tree of type %q", ErrBadArtifact, layer.MediaType)
+	}
+	pr.expect(layer.Size)
 	// References first: a path is registered only over valid references.
 	for _, r := range info.References {
 		if r == p || s.IsValid(r) {
 			continue
 		}
-		ok, err := pl.Pull(ctx, r)
+		ok, err := pl.pull(ctx, r, nil, pr)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return fmt.Errorf("reference %s is in no cache", r)
 		}
-	}
-	layer := m.Layers[2]
-	if layer.MediaType != MediaLayer || layer.Size < 0 {
-		return fmt.Errorf("%w: tree of type %q", ErrBadArtifact, layer.MediaType)
 	}
 	opts := store.AddOptions{
 		Deriver: info.Deriver, References: info.References, BuildInputs: info.BuildInputs, CA: info.CA,
@@ -576,7 +631,7 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 		},
 	}
 	got, built, err := s.Realize(ctx, p, opts, func(ctx context.Context, out string) error {
-		return extractTree(ctx, c, layer, man, out)
+		return extractTree(ctx, c, layer, man, out, pr.reader)
 	})
 	if err != nil {
 		return err

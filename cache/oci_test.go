@@ -105,7 +105,7 @@ func pull(t *testing.T, s *store.Store, ts *trust.Store, dir string, p store.Pat
 		t.Fatal(err)
 	}
 	pl := &cache.Puller{Store: s, Trust: ts, Caches: []*cache.Cache{c}}
-	ok, err := pl.Pull(context.Background(), p)
+	ok, err := pl.Pull(context.Background(), p, nil, nil)
 	if err == nil && !ok {
 		return errors.New("not found")
 	}
@@ -573,5 +573,62 @@ func TestBuildInputs(t *testing.T) {
 	cc, _ := cache.Open("oci-layout:" + filepath.Join(t.TempDir(), "again"))
 	if _, err := cache.Push(ctx, a, ta, cc, []store.Path{layer}, true); !errors.Is(err, store.ErrNotExist) || !strings.Contains(err.Error(), "gc freed it") {
 		t.Errorf("push with a freed build input: %v, want ErrNotExist saying gc freed it", err)
+	}
+}
+
+// TestPullProgress: found hears the cache that has the path asked for, once, before anything
+// downloads; progress ends at the compressed bytes of every tree pulled, the references' included;
+// a miss calls neither.
+func TestPullProgress(t *testing.T) {
+	a, ta := newSigned(t, "a-1")
+	dep, top := twoPaths(t, a)
+	dir := filepath.Join(t.TempDir(), "layout")
+	c, err := cache.Open("oci-layout:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := cache.Push(context.Background(), a, ta, c, []store.Path{top}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := newSigned(t, "b-1")
+	pl := &cache.Puller{Store: b, Trust: trusting(t, b, ta), Caches: []*cache.Cache{c}}
+
+	var found []string
+	var calls, done, expected int64
+	ok, err := pl.Pull(context.Background(), top, func(name string) {
+		if calls > 0 {
+			t.Errorf("found after %d progress calls", calls)
+		}
+		found = append(found, name)
+	}, func(d, e int64) {
+		if d < done || e < expected || d > e {
+			t.Errorf("progress went from %d of %d to %d of %d", done, expected, d, e)
+		}
+		calls, done, expected = calls+1, d, e
+	})
+	if !ok || err != nil {
+		t.Fatalf("pull: %v, %v", ok, err)
+	}
+	if len(found) != 1 || found[0] != c.Name {
+		t.Errorf("found %q, want %q once", found, c.Name)
+	}
+	if done != pushed.Bytes || expected != pushed.Bytes || len(pushed.Pushed) != 2 {
+		t.Errorf("progress ended at %d of %d, want the %d bytes pushed of %s and %s", done, expected, pushed.Bytes, dep, top)
+	}
+
+	// A miss (a path in no cache) hears nothing.
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "only-here"), []byte("b's own"), 0o644)
+	own, err := b.AddDir(context.Background(), src, "own", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := own.Path
+	b2, _ := newSigned(t, "c-1")
+	pl.Store = b2
+	ok, err = pl.Pull(context.Background(), other, func(string) { t.Error("found called on a miss") }, func(int64, int64) { t.Error("progress called on a miss") })
+	if ok || err != nil {
+		t.Errorf("pull of a path in no cache: %v, %v", ok, err)
 	}
 }

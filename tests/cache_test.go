@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -161,8 +162,23 @@ func TestCacheCredentials(t *testing.T) {
 	}
 	b := newRoot(t)
 	mustShed(t, b, "key", "trust", strings.TrimSpace(mustShed(t, a, "key", "export").stdout))
-	if r := shed(t, b, env, "realize", "--substituter", reg.url("private"), file); r.code != 0 {
+	r := shed(t, b, env, "realize", "--substituter", reg.url("private"), file)
+	if r.code != 0 {
 		t.Fatalf("pull with credentials: %s", r.stderr)
+	}
+	// In a log: a line as the substitution starts, one as it ends (the paths it brought, their size,
+	// the bytes downloaded), and the summary's count and size are the same; nothing of a terminal's
+	// status.
+	cacheRE := regexp.QuoteMeta(reg.url("private"))
+	start := regexp.MustCompile(`(?m)^shed: substituting apt-jq \(layer\) from ` + cacheRE + `\.\.\.$`)
+	end := regexp.MustCompile(`(?m)^shed: substituted apt-jq \(layer\) from ` + cacheRE + `: (\d+) paths, (\S+ \S+) in \S+ m?s \(\S+ \S+ downloaded\)$`)
+	summary := regexp.MustCompile(`(?m)^shed: realized bench-jq in \S+ m?s: substituted (\d+) paths \((\S+ \S+)\)$`)
+	if m, s := end.FindStringSubmatch(r.stderr), summary.FindStringSubmatch(r.stderr); !start.MatchString(r.stderr) || m == nil || s == nil ||
+		m[1] != s[1] || m[2] != s[2] || m[1] == "1" {
+		t.Errorf("the substitution's lines and the summary (the seed, the .debs and the layer substituted):\n%s", r.stderr)
+	}
+	if strings.ContainsAny(r.stderr, "\x1b⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏") {
+		t.Errorf("a status drawn in a log:\n%q", r.stderr)
 	}
 	for _, root := range []string{a, b} {
 		if out, _ := exec.Command("grep", "-rl", canary, root).Output(); len(out) > 0 {

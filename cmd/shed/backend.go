@@ -42,6 +42,9 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 	}
 	svc, call := embedded(c)
 	res, err := svc.Do(ctx, call, op, req)
+	if call.IO.Status != nil {
+		call.IO.Status.End() // whatever the operation left drawn is erased before its result prints
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +99,11 @@ func embedded(c *cli.Context) (*app.Service, *app.Call) {
 	in, _ := c.App.Reader.(*os.File)
 	io := &app.IO{Stdin: in, Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Notice: notice(c)}
 	if progress(c) {
-		io.Progress = builder.NewTerminalProgress(c.App.ErrWriter, c.Bool("verbose"))
+		tp := builder.NewTerminalProgress(c.App.ErrWriter, c.Bool("verbose"))
+		io.Progress = tp
+		if !c.Bool("verbose") { // the builds' own output instead
+			io.Status = tp
+		}
 	}
 	if c.Bool("verbose") {
 		io.BuildOutput = c.App.ErrWriter

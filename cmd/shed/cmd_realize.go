@@ -31,8 +31,13 @@ func cmdRealize() *cli.Command {
 			"disk of every layer and seed against the same record: it says which differs (a rebuild\n" +
 			"that is not reproducible, or a damaged store, which `shed store verify --repair` fixes).\n" +
 			"On stderr: a line as each lock, build and substitution starts and ends (with how long it\n" +
-			"took), download bars on a terminal (a summary line in a log; a line per .deb with\n" +
-			"--verbose), and one summary line at the end: built, fetched, substituted, the time.",
+			"took; a substitution's end says the paths it brought, their size, and the bytes downloaded),\n" +
+			"and one summary line at the end: built, fetched, substituted, the time. On a terminal, also\n" +
+			"download bars, and while a step runs over a second a status line redrawn in place and erased\n" +
+			"at its end: a spinner, the step, its seconds, and the build's latest output line (escape and\n" +
+			"control characters removed) or the bytes downloaded. In a log, the lines only (and a summary\n" +
+			"of the downloads; a line per .deb with --verbose). --verbose shows the builds' own output\n" +
+			"instead of the status line.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never touch the network; fail listing what is missing"},
 			&cli.BoolFlag{Name: "check", Usage: "rebuild the layers; compare them, and the files on disk, with the record"},
