@@ -495,7 +495,7 @@ func checkLayers(ctx context.Context, c *Call, w *realized, asked bool) error {
 		got, err := store.ScanTree(ctx, w.st.Location(l))
 		if err != nil {
 			return fail(CodeProblems, fmt.Errorf("%s cannot be re-hashed: %w", w.st.Location(l), err),
-				"`shed store verify --repair "+w.st.Location(l)+"` puts its registered bytes back")
+				"`shed store verify --repair "+w.st.Location(l)+"` (an operator's command) puts its registered bytes back")
 		}
 		n += got.Size()
 		if got.Hash() == info.ContentHash {
@@ -508,7 +508,7 @@ func checkLayers(ctx context.Context, c *Call, w *realized, asked bool) error {
 			}
 		}
 		return fail(CodeProblems, fmt.Errorf("refusing to launch %s: layer %s is damaged: %s", w.r.Name, w.st.Location(l), what),
-			"`shed store verify --repair "+w.st.Location(l)+"` puts its registered bytes back")
+			"`shed store verify --repair "+w.st.Location(l)+"` (an operator's command) puts its registered bytes back")
 	}
 	c.notice("info", "verified %s (%s) in %s", Plural(len(w.plan.Layers), "layer"), builder.FormatBytes(n), time.Since(start).Round(time.Millisecond))
 	return nil

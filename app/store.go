@@ -239,6 +239,9 @@ func (s *Service) Verify(ctx context.Context, c *Call, req *VerifyRequest) (*Ver
 	}
 	opts.CheckContents = opts.CheckContents || req.Repair
 	res, err := st.Verify(ctx, opts)
+	if res == nil {
+		return nil, err
+	}
 	if err != nil || !req.Repair {
 		return &VerifyResult{VerifyResult: *res}, err
 	}

@@ -295,12 +295,14 @@ type RealizeResult struct {
 // CheckResult is one path of the Workshop checked by --check: a layer rebuilt and compared with its
 // record, and its files on disk compared with the same record (a seed's files only).
 type CheckResult struct {
-	Path      string   `json:"path"`
-	Rebuilt   bool     `json:"rebuilt"`              // a layer is rebuilt; a seed is not
-	Same      bool     `json:"same"`                 // the rebuild hashes to the record
-	Diffs     []string `json:"diffs,omitempty"`      // files that differ between record and rebuild
-	Intact    bool     `json:"intact"`               // the files on disk hash to the record
-	DiskDiffs []string `json:"disk_diffs,omitempty"` // files on disk that differ from the record
+	Path    string `json:"path"`
+	Rebuilt bool   `json:"rebuilt"` // a layer is rebuilt; a seed is not
+	// NotRebuilt says why a layer was not rebuilt (one below it is damaged).
+	NotRebuilt string   `json:"not_rebuilt,omitempty"`
+	Same       bool     `json:"same"`                 // the rebuild hashes to the record
+	Diffs      []string `json:"diffs,omitempty"`      // files that differ between record and rebuild
+	Intact     bool     `json:"intact"`               // the files on disk hash to the record
+	DiskDiffs  []string `json:"disk_diffs,omitempty"` // files on disk that differ from the record
 }
 
 // Realize builds (or finds) every store path of a Workshop and roots it under its name.
@@ -328,7 +330,7 @@ func (s *Service) Realize(ctx context.Context, c *Call, req *RealizeRequest) (*R
 		}
 		res.Check = []CheckResult{}
 		for _, cr := range results {
-			res.Check = append(res.Check, CheckResult{Path: w.st.Location(cr.Path), Rebuilt: cr.Rebuilt, Same: cr.Same,
+			res.Check = append(res.Check, CheckResult{Path: w.st.Location(cr.Path), Rebuilt: cr.Rebuilt, NotRebuilt: cr.NotRebuilt, Same: cr.Same,
 				Diffs: cr.Diffs, Intact: cr.Intact, DiskDiffs: cr.DiskDiffs})
 		}
 	}

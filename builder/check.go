@@ -2,7 +2,9 @@ package builder
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 
 	"toolshed.dev/shed/derivation"
@@ -15,7 +17,9 @@ type CheckResult struct {
 	Path store.Path `json:"path"`
 	// Rebuilt says whether the path was rebuilt: layers are, seeds are not (mmdebstrap reads the live
 	// mirror, which is reproducible only at a pinned snapshot), but their files are still checked.
-	Rebuilt bool `json:"rebuilt"`
+	// NotRebuilt says why a layer was not: one below it is damaged, so a rebuild over it would differ.
+	Rebuilt    bool   `json:"rebuilt"`
+	NotRebuilt string `json:"not_rebuilt,omitempty"`
 	// Same: the rebuild hashes to the record (reproducible). Diffs name the files that differ.
 	Same  bool     `json:"same"`
 	Diffs []string `json:"diffs,omitempty"`
@@ -52,6 +56,7 @@ func (b *Builder) Check(ctx context.Context, plan *recipe.Plan) ([]CheckResult, 
 	}
 	var results []CheckResult
 	var stack []string
+	var damagedBelow store.Path
 	for _, d := range plan.Derivations {
 		if d.Kind == derivation.KindFetch {
 			continue
@@ -68,11 +73,21 @@ func (b *Builder) Check(ctx context.Context, plan *recipe.Plan) ([]CheckResult, 
 		}
 		r := CheckResult{Path: d.Output, Rebuilt: d.Kind == derivation.KindLayer}
 		disk, err := store.ScanTree(ctx, s.Location(d.Output))
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			r.DiskDiffs = []string{"missing on disk"}
+		case err != nil:
 			return results, fmt.Errorf("check %s: %w", d.Output, err)
+		default:
+			if r.Intact = disk.Hash() == info.ContentHash; !r.Intact {
+				r.DiskDiffs = store.DiffManifests(want, disk)
+			}
 		}
-		if r.Intact = disk.Hash() == info.ContentHash; !r.Intact {
-			r.DiskDiffs = store.DiffManifests(want, disk)
+		if r.Rebuilt && !damagedBelow.IsZero() {
+			r.Rebuilt, r.NotRebuilt = false, fmt.Sprintf("%s below it is damaged", damagedBelow.Name())
+		}
+		if !r.Intact && damagedBelow.IsZero() {
+			damagedBelow = d.Output
 		}
 		if r.Rebuilt {
 			got, err := b.rebuild(ctx, d, lowers, byOut)

@@ -48,13 +48,23 @@ func (b *Builder) Repair(ctx context.Context, paths []store.Path) ([]Repaired, e
 		return nil, err
 	}
 	var out []Repaired
+	failed := map[store.Path]bool{}
 	for _, p := range dependenciesFirst(infos, paths) {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
+		// Rebuilt over a layer still damaged, it would come out different: say why instead.
+		if below := failedBelow(infos[p], failed); !below.IsZero() {
+			failed[p] = true
+			out = append(out, Repaired{Path: p, Err: fmt.Errorf("%s was not repaired, and %s is built over it", below, p)})
+			continue
+		}
 		t0 := time.Now()
 		b.step("repairing %s...", p.Name())
 		how, err := b.repairOne(ctx, infos, p)
+		if err != nil {
+			failed[p] = true
+		}
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
@@ -64,6 +74,19 @@ func (b *Builder) Repair(ctx context.Context, paths []store.Path) ([]Repaired, e
 		out = append(out, Repaired{Path: p, How: how, Err: err})
 	}
 	return out, nil
+}
+
+// failedBelow returns a path info refers to or was built from whose repair failed, if any.
+func failedBelow(info *store.PathInfo, failed map[store.Path]bool) store.Path {
+	if info == nil {
+		return store.Path{}
+	}
+	for _, r := range append(slices.Clone(info.References), info.BuildInputs...) {
+		if failed[r] {
+			return r
+		}
+	}
+	return store.Path{}
 }
 
 func (b *Builder) repairOne(ctx context.Context, infos map[store.Path]*store.PathInfo, p store.Path) (string, error) {
@@ -91,6 +114,9 @@ func (b *Builder) repairOne(ctx context.Context, infos map[store.Path]*store.Pat
 	if drv.IsZero() {
 		drv = fetchDrvOf(b, infos, p)
 	}
+	if drv.IsZero() && strings.HasPrefix(info.CA, "fixed:") {
+		return "", fmt.Errorf("%s was downloaded, and no .drv here says from where (no layer built from it is left)", p)
+	}
 	if drv.IsZero() {
 		return "", fmt.Errorf("%s was added, not built (it has no .drv): nothing here can make its bytes again", p)
 	}
@@ -99,13 +125,16 @@ func (b *Builder) repairOne(ctx context.Context, infos map[store.Path]*store.Pat
 		return "", err
 	}
 	if d.Output != p {
-		return "", fmt.Errorf("%s: its deriver %s builds %s", p, info.Deriver, d.Output)
+		return "", fmt.Errorf("%s: its deriver %s builds %s", p, drv, d.Output)
 	}
 	if d.Kind == derivation.KindFetch {
-		_, err := Refetch(ctx, s, itemOf(d, recipe.FetchInfo{}), FetchOptions{Progress: b.Progress, Offline: b.Offline})
+		// The record's size bounds the download: a server that never stops sending is cut off.
+		_, err := Refetch(ctx, s, itemOf(d, recipe.FetchInfo{Size: info.Size}), FetchOptions{Progress: b.Progress, Offline: b.Offline})
 		return "fetched", err
 	}
-	// The derivations of the layers below and of the build inputs, for build's stack and inputs.
+	// The derivations of the layers below and of the build inputs, for build's stack and inputs. As
+	// in Realize, a layer's parent is its last input that is not a fetch; a lower's other inputs
+	// (its .debs) are not needed, so a .drv of theirs that is gone does not matter.
 	byOut := map[store.Path]*derivation.Derivation{p: d}
 	var stack []string
 	var missing []FetchItem
@@ -117,19 +146,28 @@ func (b *Builder) repairOne(ctx context.Context, infos map[store.Path]*store.Pat
 			}
 			id, err := b.readDrv(in.Drv)
 			if err != nil {
-				return "", err
-			}
-			byOut[id.Output] = id
-			switch {
-			case id.Kind == derivation.KindFetch && cur == d && !s.IsValid(id.Output):
-				missing = append(missing, itemOf(id, recipe.FetchInfo{}))
-			case id.Kind != derivation.KindFetch:
-				if !s.IsValid(id.Output) {
-					return "", fmt.Errorf("%s: the layer below it, %s, is not in the store: realize its Workshop again", p, id.Output)
+				if cur == d {
+					return "", err
 				}
-				parent = id
-				stack = append([]string{s.Location(id.Output)}, stack...)
+				continue
 			}
+			if cur == d {
+				byOut[id.Output] = id
+			}
+			switch {
+			case id.Kind == derivation.KindFetch:
+				if cur == d && !s.IsValid(id.Output) {
+					missing = append(missing, itemOf(id, recipe.FetchInfo{}))
+				}
+			default:
+				parent = id
+			}
+		}
+		if parent != nil {
+			if !s.IsValid(parent.Output) {
+				return "", fmt.Errorf("%s: the layer below it, %s, is not in the store: realize its Workshop again", p, parent.Output)
+			}
+			stack = append([]string{s.Location(parent.Output)}, stack...)
 		}
 		cur = parent
 	}
@@ -145,9 +183,11 @@ func (b *Builder) repairOne(ctx context.Context, infos map[store.Path]*store.Pat
 	if err != nil {
 		return "", err
 	}
+	b.begin(fmt.Sprintf("rebuilding %s (%s) to repair it", p.Name(), d.Kind))
 	err = s.Repair(ctx, p, epoch, func(ctx context.Context, out string) error {
 		return b.build(ctx, d, stack, byOut, out, s.LogFile(p)+".repair")
 	})
+	b.end()
 	if errors.Is(err, store.ErrRepairDiffers) && d.Kind == derivation.KindSeed {
 		err = fmt.Errorf("%w (a seed is rebuilt from the live mirror, which has moved on: take it from a cache with --substituter)", err)
 	}
@@ -160,7 +200,9 @@ func fetchDrvOf(b *Builder, infos map[store.Path]*store.PathInfo, p store.Path) 
 	if !strings.HasPrefix(infos[p].CA, "fixed:") {
 		return store.Path{}
 	}
-	for _, info := range infos {
+	// In a stable order: every such .drv names the file by the same hash, but their URLs may differ.
+	for _, q := range store.SortedPaths(infos) {
+		info := infos[q]
 		if info.Deriver.IsZero() || !slices.Contains(info.BuildInputs, p) && !slices.Contains(info.References, p) {
 			continue
 		}

@@ -510,10 +510,12 @@ func extractTree(ctx context.Context, c *Cache, layer ocispec.Descriptor, man *s
 // store's own record, trusted when p was registered, so no signature is needed. It reports whether
 // a cache had it.
 func (pl *Puller) PullTree(ctx context.Context, p store.Path, want store.Hash, out string) (bool, error) {
+	var errs []error
 	for _, c := range pl.Caches {
 		desc, ok, err := c.Has(ctx, p)
 		if err != nil {
-			return false, err
+			errs = append(errs, err) // another cache may have it
+			continue
 		}
 		if !ok {
 			continue
@@ -542,7 +544,7 @@ func (pl *Puller) PullTree(ctx context.Context, p store.Path, want store.Hash, o
 		}
 		return true, nil
 	}
-	return false, nil
+	return false, errors.Join(errs...)
 }
 
 func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc ocispec.Descriptor, pr *pullProgress) error {

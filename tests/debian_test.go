@@ -76,7 +76,7 @@ func TestRealizeJq(t *testing.T) {
 	}
 
 	r := mustShed(t, root, "realize", "--check", file)
-	if !strings.Contains(r.stderr, "rebuilt, same content") {
+	if !strings.Contains(r.stderr, "-apt-jq: rebuilt, same as its record and as its files on disk") || !strings.Contains(r.stderr, "-debian-bookworm: files intact") {
 		t.Errorf("--check: %s", r.stderr)
 	}
 
@@ -107,19 +107,28 @@ func TestRealizeJq(t *testing.T) {
 }
 
 // TestSecondRecipeSharesPackages: a recipe sharing jq with the first fetches
-// only what it does not share, and builds python3-minimal.
+// only what it does not share, and builds python3-minimal. The first recipe is
+// this test's own (jq and bc), so that its .debs are fetched here: gc frees a
+// layer's .debs, and another test's gc of the shared store may have.
 func TestSecondRecipeSharesPackages(t *testing.T) {
 	requireRoot(t)
 	root := sharedRoot(t)
 	dir := t.TempDir()
-	realize(t, root, writeFile(t, filepath.Join(dir, "a", "workshop.toml"), jqRecipe))
+	first := realize(t, root, writeFile(t, filepath.Join(dir, "a", "workshop.toml"), `name = "jq-bc"
+seed = "debian/bookworm"
+[apt]
+packages = ["jq", "bc"]
+`))
+	if len(first.Built) == 0 {
+		t.Fatalf("the first recipe was not built here (built %v): another test realizes it too, and its .debs may be gone", first.Built)
+	}
 	py := realize(t, root, writeFile(t, filepath.Join(dir, "b", "workshop.toml"), `name = "py"
 seed = "debian/bookworm"
 [apt]
-packages = ["jq", "python3-minimal"]
+packages = ["jq", "bc", "python3-minimal"]
 `))
 	for _, f := range py.Fetched {
-		for _, shared := range []string{"_jq_", "libjq1", "libonig5"} {
+		for _, shared := range []string{"_jq_", "libjq1", "libonig5", "-bc_"} {
 			if strings.Contains(filepath.Base(f), shared) || strings.HasSuffix(filepath.Base(f), "-jq_1.6") {
 				t.Errorf("fetched %s again although the first recipe has it", f)
 			}

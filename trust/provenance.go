@@ -205,7 +205,9 @@ func (pol *Policy) Check(storeDir string, info *store.PathInfo, data []byte) (*P
 		return nil, fmt.Errorf("%w: signed size %d, the bytes are %d", ErrMismatch, p.Size, want.Size)
 	case !slices.Equal(p.References, want.References):
 		return nil, fmt.Errorf("%w: signed references %q, recorded %q", ErrMismatch, p.References, want.References)
-	case !slices.Equal(p.BuildInputs, want.BuildInputs):
+	// A record may name fewer build inputs than were signed (an older shed pulled the path and kept
+	// none): that only lets gc free more. It may not name one that was not signed.
+	case !subset(want.BuildInputs, p.BuildInputs):
 		return nil, fmt.Errorf("%w: signed build inputs %q, recorded %q", ErrMismatch, p.BuildInputs, want.BuildInputs)
 	// What a path registers beside its bytes is signed too: a deriver says which .drv explains it (and
 	// gc keeps), a content address how its name was made. A provenance without them (none was signed)
@@ -216,6 +218,16 @@ func (pol *Policy) Check(storeDir string, info *store.PathInfo, data []byte) (*P
 		return nil, fmt.Errorf("%w: signed content address %q, recorded %q", ErrMismatch, p.CA, want.CA)
 	}
 	return &p, nil
+}
+
+// subset reports whether every element of a is in b.
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // keyNames shortens key ids (NAME:BASE64) to their names for messages.

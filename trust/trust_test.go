@@ -244,3 +244,35 @@ func other(t *testing.T) *trust.SecretKey {
 	}
 	return k
 }
+
+// Build inputs are signed. A record may name fewer than were signed (an older shed pulled the path
+// and kept none, which only lets gc free more), never one that was not.
+func TestBuildInputsSigned(t *testing.T) {
+	k, _ := trust.GenerateKey("builder-1")
+	pol := &trust.Policy{Trusted: []trust.PublicKey{k.Public()}}
+	deb1, _ := store.MakePath("output", "one", storeDir, "one.deb")
+	deb2, _ := store.MakePath("output", "two", storeDir, "two.deb")
+	evil, _ := store.MakePath("output", "evil", storeDir, "evil.deb")
+	layer := info(t, "layer")
+	layer.BuildInputs = []store.Path{deb1, deb2}
+	env := signed(t, k, layer, time.Now())
+	with := func(bi ...store.Path) *store.PathInfo { i := *layer; i.BuildInputs = bi; return &i }
+	for _, i := range []*store.PathInfo{layer, with(), with(deb2)} {
+		if _, err := pol.Check(storeDir, i, env); err != nil {
+			t.Errorf("record with build inputs %v: %v", i.BuildInputs, err)
+		}
+	}
+	for _, i := range []*store.PathInfo{with(deb1, deb2, evil), with(evil)} {
+		if _, err := pol.Check(storeDir, i, env); !errors.Is(err, trust.ErrMismatch) {
+			t.Errorf("record with unsigned build inputs %v: %v, want ErrMismatch", i.BuildInputs, err)
+		}
+	}
+	// A provenance from before build inputs (none signed) fits a record that names none.
+	old := signed(t, k, with(), time.Now())
+	if _, err := pol.Check(storeDir, with(), old); err != nil {
+		t.Errorf("old provenance: %v", err)
+	}
+	if _, err := pol.Check(storeDir, layer, old); !errors.Is(err, trust.ErrMismatch) {
+		t.Errorf("build inputs over an old provenance: %v, want ErrMismatch", err)
+	}
+}

@@ -92,6 +92,8 @@ func cmdRealize() *cli.Command {
 func checkReport(ch app.CheckResult) string {
 	var b strings.Builder
 	switch {
+	case ch.NotRebuilt != "" && ch.Intact:
+		fmt.Fprintf(&b, "shed: check: %s: files intact, not rebuilt: %s\n", ch.Path, ch.NotRebuilt)
 	case !ch.Rebuilt && ch.Intact:
 		fmt.Fprintf(&b, "shed: check: %s: files intact (a seed is not rebuilt)\n", ch.Path)
 	case ch.Same && ch.Intact:

@@ -147,7 +147,7 @@ func cmdStore() *cli.Command {
 						case len(damaged) > 0 && !c.Bool("repair"):
 							hint = "`shed store verify --repair " + strings.Join(damaged, " ") + "` puts the registered bytes back"
 						case len(damaged) > 0:
-							hint = "a cache with a signed copy repairs what cannot be rebuilt here: --substituter CACHE"
+							hint = "a cache that holds the same bytes repairs what cannot be rebuilt here: --substituter CACHE"
 						}
 						return withHint(exitProblems, fmt.Errorf("store verification found %d problems", len(res.Problems)), hint)
 					}
