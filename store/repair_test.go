@@ -3,8 +3,8 @@ package store_test
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
