@@ -179,7 +179,7 @@ func TestLocalRepository(t *testing.T) {
 	}
 
 	t.Run("hash mismatch stores nothing", func(t *testing.T) {
-		fresh := newRoot(t)
+		fresh := seededRoot(t) // the seed substituted: these are about the .debs
 		// Realize the seed and the lock's packages in a fresh store, with one
 		// .deb on the server swapped for other bytes.
 		deb := repo.debFile("dep-shed", "2.0")
@@ -225,7 +225,7 @@ func TestLocalRepository(t *testing.T) {
 		}
 		mustShed(t, root, "root", "rm", "keep-dep")
 		// A store that lacks it fails, naming the package and version.
-		fresh := newRoot(t)
+		fresh := seededRoot(t) // the seed substituted: these are about the .debs
 		r := shed(t, fresh, nil, "realize", file)
 		if r.code != 1 {
 			t.Fatalf("exit %d, want 1\n%s", r.code, r.stderr)
@@ -287,6 +287,7 @@ func TestLocalRepository(t *testing.T) {
 // TestHostilePackages: maintainer scripts that make device nodes, write
 // through symlinks, ship setuid files or try the network.
 func TestHostilePackages(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	// A host-side server the network test would reach if it could.

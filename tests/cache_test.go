@@ -101,6 +101,7 @@ for i in $(seq 200); do (echo > /dev/tcp/127.0.0.1/%d) 2>/dev/null && break; sle
 // every signature and launches a Bench; a third that does not trust the first
 // one's key gets nothing and says why.
 func TestCachePrewarm(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	a := sharedRoot(t)
 	file, _ := benchWorkshop(t)
@@ -142,6 +143,7 @@ func TestCachePrewarm(t *testing.T) {
 // TestCacheCredentials: registry credentials come from the environment at
 // run time and reach no derivation, store path, log or provenance.
 func TestCacheCredentials(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	a := sharedRoot(t)
 	file, _ := benchWorkshop(t)

@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.RemoveAll(fmt.Sprintf("/run/shed-test-%d-via", os.Getpid()))
+	if seedCache.dir != "" {
+		os.RemoveAll(filepath.Dir(seedCache.dir))
+	}
 	if shared.root != "" {
 		os.RemoveAll(filepath.Dir(shared.root))
 	}
@@ -199,6 +202,15 @@ func newRoot(t *testing.T) string {
 	return root
 }
 
+// parallelTests: the heavy tests (builds, installs, seeds from the mirror) that change no state
+// another test reads run in parallel, after the others (go test runs a package's parallel tests
+// once its sequential ones are done). They may share the shared store's paths, whose per-path
+// locks make concurrent realizes safe, and they must not gc it, change its keys, config or roots
+// but their own Workshops', count its processes or mounts, or use a fixed port or host path that
+// another test uses. Tests that do any of these (TestRealizeJq's and TestLocalRepository's gc,
+// TestSupervisorBypasses's before-and-after snapshot of the store, TestBenchGCAndCleanup's mount
+// and process counts, TestInterrupt's timings) stay sequential.
+
 // shared is one store for the tests that only need a Debian seed to exist:
 // building a seed takes half a minute, so it is built once per run.
 var shared struct {
@@ -225,6 +237,56 @@ func sharedRoot(t testing.TB) string {
 		t.Fatal(shared.err)
 	}
 	return shared.root
+}
+
+// seedCache is the shared store's Debian seed exported once per run to an OCI layout, with the
+// shared store's public key: a fresh store that trusts the key substitutes the seed (about 8 s)
+// instead of building it from the mirror (about 45 s). It is for the tests whose subject is not the
+// seed; TestReproducibleFromEmptyStores and the README's tests build theirs.
+var seedCache struct {
+	once     sync.Once
+	dir, key string
+	err      error
+}
+
+// seededRoot is a new store whose substituters setting holds seedCache.
+func seededRoot(t *testing.T) string {
+	t.Helper()
+	seedCache.once.Do(func() {
+		a := sharedRoot(t)
+		file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), jqRecipe)
+		r := shed(t, a, nil, "--json", "realize", file)
+		var j realizeJSON
+		if err := json.Unmarshal([]byte(r.stdout), &j); r.code != 0 || err != nil || len(j.Layers) == 0 {
+			seedCache.err = fmt.Errorf("realize the seed: exit %d %v\n%s", r.code, err, r.stderr)
+			return
+		}
+		dir, err := os.MkdirTemp("", "shed-e2e-seed-")
+		if err != nil {
+			seedCache.err = err
+			return
+		}
+		seedCache.dir = filepath.Join(dir, "layout")
+		if r := shed(t, a, nil, "export", "--oci", seedCache.dir, j.Layers[0]); r.code != 0 {
+			seedCache.err = fmt.Errorf("export the seed: %s", r.stderr)
+			return
+		}
+		seedCache.key = strings.TrimSpace(shed(t, a, nil, "key", "export").stdout)
+	})
+	if seedCache.err != nil {
+		t.Fatal(seedCache.err)
+	}
+	root := newRoot(t)
+	mustShed(t, root, "key", "trust", seedCache.key)
+	cfg := filepath.Join(root, "config.toml")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, append(b, fmt.Sprintf("substituters = [%q]\n", "oci-layout:"+seedCache.dir)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
 
 func writeFile(t testing.TB, name, content string) string {

@@ -41,6 +41,7 @@ const (
 // installed by a build with no network, reproducibly, and a Bench imports
 // them with no network at all.
 func TestPipWorkshop(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	idx := newPipIndex(t)
@@ -120,6 +121,7 @@ func TestPipWorkshop(t *testing.T) {
 // TestPipBadInput: each failure is one clear error, leaves the store valid,
 // and a rerun succeeds once the cause is gone.
 func TestPipBadInput(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	idx := newPipIndex(t)

@@ -158,6 +158,7 @@ func promote(t *testing.T, sock, id string) (string, error) {
 // the promoted Workshop's Bench has both packages, offline, and nothing of the
 // first Bench's files.
 func TestSupervisorLoop(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	host := startTestHost(t, pipStatic(t))
