@@ -60,16 +60,14 @@ func TestBuildCrashAtEveryStep(t *testing.T) {
 // recipeOutputs lists the store paths a locked recipe's derivations build (`shed instantiate`).
 func recipeOutputs(t *testing.T, root, file string) []string {
 	t.Helper()
-	var j struct {
-		Derivations []struct {
-			Output string `json:"output"`
-		} `json:"derivations"`
+	var drvs []struct {
+		Output string `json:"output"`
 	}
-	if err := json.Unmarshal([]byte(mustShed(t, root, "--json", "instantiate", file).stdout), &j); err != nil {
+	if err := json.Unmarshal([]byte(mustShed(t, root, "--json", "instantiate", file).stdout), &drvs); err != nil {
 		t.Fatal(err)
 	}
 	var outs []string
-	for _, d := range j.Derivations {
+	for _, d := range drvs {
 		outs = append(outs, d.Output)
 	}
 	return outs
