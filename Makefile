@@ -29,11 +29,13 @@ example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and real
 	bin/shed realize examples/jq/workshop.toml
 	bin/shed why examples/jq/workshop.toml /usr/bin/jq
 
-# The e2e package (tests/) takes about 9 minutes here (2 of them TestReadmeBlocks), close to go test's default
-# limit of 10 minutes per package; the limit is there to catch hangs, so it is set well above that.
+# The e2e package (tests/) takes about 8 minutes here: its heavy tests run in parallel, four at a time
+# (-parallel 4: they mostly wait on dpkg, the mirror and their sandboxes, so four keep two cores busy; see
+# parallelTests in tests/main_test.go). go test's default limit of 10 minutes per package is there to catch
+# hangs, so it is set well above that.
 test: ## run every test (as root: the store and sandbox tests are real), then each fuzz target briefly
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -parallel 4 -timeout 30m ./...
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name (10s)"; \
@@ -45,7 +47,7 @@ test: ## run every test (as root: the store and sandbox tests are real), then ea
 test-daemon: ## run the end-to-end tests (tests/) through the supervisor, as a local operator would
 	@# TestMCP and TestE2B drive a supervisor of their own in either pass, and TestReadmeBlocks runs the README as
 	@# written (no supervisor): the second pass would repeat the first.
-	SHED_TEST_VIA=daemon $(GO) test -count=1 -timeout 40m -skip '^(TestMCP|TestE2B|TestReadmeBlocks)$$' ./tests
+	SHED_TEST_VIA=daemon $(GO) test -count=1 -parallel 4 -timeout 40m -skip '^(TestMCP|TestE2B|TestReadmeBlocks)$$' ./tests
 
 bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
