@@ -107,7 +107,9 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		}
 		os.Remove(s.manifestFile(p))
 		os.Remove(s.provenanceFile(p))
-		os.Remove(s.LogFile(p))
+		for _, suffix := range []string{"", ".check", ".repair"} { // the build's log, and those of a --check and a repair
+			os.Remove(s.LogFile(p) + suffix)
+		}
 		pl.unlockAndRemove()
 		batch = append(batch, p)
 		if len(batch) == gcBatch {

@@ -279,9 +279,17 @@ func TestGCKeepsRootedClosureAndDeletesTheRest(t *testing.T) {
 	if !s.IsValid(dead) {
 		t.Fatal("dry run deleted a path")
 	}
+	for _, suffix := range []string{"", ".check", ".repair"} {
+		os.WriteFile(s.LogFile(dead)+suffix, []byte("log"), 0o600)
+	}
 	res, err := s.GC(ctx, store.GCOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, suffix := range []string{"", ".check", ".repair"} {
+		if _, err := os.Lstat(s.LogFile(dead) + suffix); err == nil {
+			t.Errorf("gc left the log %s", s.LogFile(dead)+suffix)
+		}
 	}
 	if len(res.Deleted) != 2 || res.Freed != 2 {
 		t.Errorf("gc: got deleted %v freed %d, want 2 paths, 2 bytes", res.Deleted, res.Freed)
