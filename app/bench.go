@@ -504,7 +504,7 @@ func checkLayers(ctx context.Context, c *Call, w *realized, asked bool) error {
 		what := "its files differ from its record"
 		if want, err := w.st.Manifest(l); err == nil {
 			if diffs := store.DiffManifests(want, got); len(diffs) > 0 {
-				what = fmt.Sprintf("%s differ from its record, first %s", Plural(len(diffs), "file"), diffs[0])
+				what = fmt.Sprintf("%s from its record, first %s", Plural(len(diffs), "difference"), diffs[0])
 			}
 		}
 		return fail(CodeProblems, fmt.Errorf("refusing to launch %s: layer %s is damaged: %s", w.r.Name, w.st.Location(l), what),

@@ -60,7 +60,7 @@ func (s *Store) Repair(ctx context.Context, p Path, epoch int64, build BuildFunc
 		err := fmt.Errorf("%w: %s", ErrRepairDiffers, p)
 		if want, merr := s.Manifest(p); merr == nil {
 			if diffs := DiffManifests(want, got); len(diffs) > 0 {
-				err = fmt.Errorf("%w: %s: %d files differ, first %s", ErrRepairDiffers, p, len(diffs), diffs[0])
+				err = fmt.Errorf("%w: %s: %d differences from the record, first %s", ErrRepairDiffers, p, len(diffs), diffs[0])
 			}
 		}
 		return err
