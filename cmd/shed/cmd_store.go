@@ -86,7 +86,7 @@ func cmdStore() *cli.Command {
 					&cli.BoolFlag{Name: "check-contents", Usage: "re-hash every file and name the ones that changed"},
 					&cli.BoolFlag{Name: "repair", Usage: "put back the registered bytes of every damaged or missing path (implies --check-contents)"},
 					&cli.BoolFlag{Name: "offline", Usage: "repair only from the store and the caches: never download or build with the network"},
-					substituterFlag,
+					&cli.StringSliceFlag{Name: "substituter", Usage: "repair from `CACHE` (oci://HOST[:PORT]/REPO or oci-layout:DIR) when its copy has the recorded content hash (repeatable)"},
 				},
 				Description: "Without --check-contents, checks that every registered path is on disk, that its\n" +
 					"references are valid, that its records parse, and that its provenance is signed by a\n" +
