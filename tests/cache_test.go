@@ -192,6 +192,7 @@ func TestCacheCredentials(t *testing.T) {
 // TestUpperNeverExported: a kept Bench's upper layer cannot be copied to a
 // cache nor added to the store (from where it could be).
 func TestUpperNeverExported(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)

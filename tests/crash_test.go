@@ -88,6 +88,7 @@ func validOf(t *testing.T, root string, paths []string) []string {
 // TestConcurrentRealize: two `shed realize` of one recipe at once build each
 // derivation once between them, and both print the same layers.
 func TestConcurrentRealize(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	repo := newAptRepo(t,

@@ -274,6 +274,7 @@ PY
 // TestSupervisorRoles: who may do what is decided by the caller's uid, and an
 // agent in a Bench reaches neither the supervisor nor the store.
 func TestSupervisorRoles(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
@@ -382,6 +383,7 @@ func must[T any](v T, err error) T {
 // paths, and the default ./workshop.toml, are the client's, not the
 // supervisor's.
 func TestSupervisorClientDir(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
