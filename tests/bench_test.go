@@ -212,7 +212,6 @@ func TestHostileBench(t *testing.T) {
 }
 
 func TestBenchGrants(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, bound := benchWorkshop(t)

@@ -11,7 +11,6 @@ import (
 // makes: a network namespace behind a veth pair, at 198.51.100.2 (TEST-NET-2,
 // on this machine only), serving HTTP.
 func TestBenchNetworkProfile(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	dir := t.TempDir()

@@ -209,7 +209,8 @@ func newRoot(t *testing.T) string {
 // but their own Workshops', count its processes or mounts, or use a fixed port or host path that
 // another test uses. Tests that do any of these (TestRealizeJq's and TestLocalRepository's gc,
 // TestSupervisorBypasses's before-and-after snapshot of the store, TestBenchGCAndCleanup's mount
-// and process counts, TestInterrupt's timings) stay sequential.
+// and process counts, TestBenchGrants's count of inits left, TestBenchNetworkProfile's test host,
+// TestInterrupt's timings) stay sequential.
 
 // shared is one store for the tests that only need a Debian seed to exist:
 // building a seed takes half a minute, so it is built once per run.
