@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/user"
-	"strconv"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -13,6 +12,7 @@ import (
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/policy"
 	"toolshed.dev/shed/store"
 )
@@ -57,9 +57,12 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 
 // supervisorSocket returns the supervisor's socket if requests go through it: it exists, and neither
 // a --root on the command line nor SHED_SOCKET=none says to work on a store directly.
-func supervisorSocket(c *cli.Context) string {
+func supervisorSocket(c *cli.Context) string { return socketPath(c.IsSet("root")) }
+
+// socketPath is supervisorSocket for a command line with or without --root.
+func socketPath(rootSet bool) string {
 	sock := os.Getenv(api.SocketEnv)
-	if sock == "none" || c.IsSet("root") {
+	if sock == "none" || rootSet {
 		return ""
 	}
 	if sock == "" {
@@ -79,6 +82,21 @@ func storeRoot(c *cli.Context) string {
 	if r := os.Getenv("SHED_ROOT"); r != "" {
 		return r
 	}
+	return defaultRoot()
+}
+
+// defaultRoot is root's store, /var/lib/toolshed, or for anyone else theirs: $XDG_DATA_HOME/toolshed,
+// else ~/.local/share/toolshed (Nix's and podman's places for a user's data).
+func defaultRoot() string {
+	if !userns.Active() && os.Geteuid() == 0 {
+		return store.DefaultRoot
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "toolshed")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "toolshed")
+	}
 	return store.DefaultRoot
 }
 
@@ -92,10 +110,9 @@ func service(c *cli.Context) *app.Service {
 // owns it, so this process's user is its operator.
 func embedded(c *cli.Context) (*app.Service, *app.Call) {
 	dir, _ := os.Getwd()
-	name := strconv.Itoa(os.Getuid())
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
+	// In a user namespace (shed without root) this process is its root: the caller is the user.
+	uid, gid := userns.Owner()
+	name := userns.OwnerName()
 	in, _ := c.App.Reader.(*os.File)
 	io := &app.IO{Stdin: in, Stdout: c.App.Writer, Stderr: c.App.ErrWriter, Notice: notice(c)}
 	if progress(c) {
@@ -108,7 +125,7 @@ func embedded(c *cli.Context) (*app.Service, *app.Call) {
 	if c.Bool("verbose") {
 		io.BuildOutput = c.App.ErrWriter
 	}
-	caller := &app.Caller{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid()), User: name, Role: app.Operator, Dir: dir}
+	caller := &app.Caller{UID: uid, GID: gid, PID: int32(os.Getpid()), User: name, Role: app.Operator, Dir: dir}
 	return service(c), &app.Call{Caller: caller, IO: io}
 }
 

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
 )
@@ -40,7 +41,65 @@ var version = "dev"
 func main() {
 	// A sandbox's init is this binary re-executed: it never returns from here.
 	sandbox.Init()
+	// shed re-executed by userns.Enter waits here to be root of its user namespace.
+	userns.Init()
+	if userns.Needed() && worksOnStore(os.Args) {
+		os.Exit(enterUserns(os.Args))
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// worksOnStore says whether the command line may work on a store directly (not through the
+// supervisor), which a user other than root does in a user namespace of its own. Help, completion,
+// man pages, recipe checks and the daemon (root's) do not; a call the supervisor takes does not.
+func worksOnStore(args []string) bool {
+	args = hoistGlobalFlags(args)
+	rootSet := false
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--root" || a == "-root":
+			rootSet = true
+			i++
+		case strings.HasPrefix(a, "--root=") || strings.HasPrefix(a, "-root="):
+			rootSet = true
+		case strings.HasPrefix(a, "-"):
+		default:
+			switch a {
+			case "help", "h", "completion", "man", "daemon", "recipe":
+				return false
+			}
+			for _, b := range args[i:] {
+				if b == "--help" || b == "-h" {
+					return false
+				}
+			}
+			return socketPath(rootSet) == ""
+		}
+	}
+	return false // shed alone, or only flags: help or --version
+}
+
+// enterUserns runs this command line again as root of a user namespace of its own, and exits with
+// it; it returns only when that cannot be done, with the exit code of the error it reports.
+func enterUserns(args []string) int {
+	err := userns.Enter()
+	uid, _ := userns.Owner()
+	name := userns.OwnerName()
+	var se *userns.SubIDError
+	switch {
+	case errors.As(err, &se):
+		lo := userns.FreeRange()
+		err = withHint(exitFailure, err, fmt.Sprintf("as root, give %s a range of 65536 ids that no other user has: `usermod --add-subuids %d-%d --add-subgids %d-%d %s` (or add the line %s:%d:65536 to /etc/subuid and /etc/subgid); or ask an operator for the supervisor (`shed daemon`, docs/supervisor.md)",
+			name, lo, lo+65535, lo, lo+65535, name, name, lo))
+	case errors.Is(err, userns.ErrNoHelper):
+		err = withHint(exitFailure, err, "as root: `apt-get install uidmap` (shed without root maps its ids with newuidmap and newgidmap)")
+	default:
+		err = withHint(exitFailure, err, fmt.Sprintf("shed without root runs in a user namespace (uid %d, with its subordinate ids): see docs/rootless.md", uid))
+	}
+	if wantsJSON(hoistGlobalFlags(args)) {
+		return reportJSON(os.Stderr, err)
+	}
+	return report(os.Stderr, err)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
