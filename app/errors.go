@@ -108,6 +108,8 @@ func hintFor(err error) string {
 	switch {
 	case errors.Is(err, bench.ErrGrantRoot):
 		return "give the directory to the user the Bench works for (chown -R USER DIR), or grant it :ro"
+	case errors.Is(err, bench.ErrGrantNotOwn):
+		return "grant it :ro, or copy what the Bench should change into a directory of yours; as root (or through the supervisor) a Bench may act as another owner"
 	case errors.Is(err, bench.ErrGrantGroup):
 		return "give the directory to a group of its owner's (chgrp GROUP DIR; `id OWNER` lists them), and to a user of this host"
 	case errors.Is(err, bench.ErrGrantSymlink):
@@ -148,12 +150,14 @@ func hintFor(err error) string {
 		return "trust the signer's public key if you mean to (`shed key trust NAME:BASE64`); without it the path is built here, or refused offline"
 	case errors.Is(err, trust.ErrUnsigned), errors.Is(err, trust.ErrBadSignature), errors.Is(err, trust.ErrMismatch), errors.Is(err, trust.ErrReplay):
 		return "nothing was registered; the cache served something the policy refuses (docs/trust.md): build locally, or check the cache"
+	case errors.Is(err, sandbox.ErrNoLimits):
+		return "shed without root cannot enforce --memory or --pids (the host's cgroups are root's): run without them, or through the supervisor (`shed daemon`, as root), which enforces them"
 	case errors.Is(err, store.ErrNotInitialized):
-		return "run `shed init` first (as root), or point --root / SHED_ROOT at an initialized store"
+		return "run `shed init` first, or point --root / SHED_ROOT at an initialized store"
 	case errors.Is(err, store.ErrUnsafe):
 		return "the store must be owned by you and writable by nobody else: check the owner and run `chmod go-w` on it"
 	case errors.Is(err, os.ErrPermission):
-		return "the store is root-only: run shed as root, or use --root with a directory you own"
+		return "the store is another user's (root's by default: /var/lib/toolshed): use your own (without --root, shed without root uses ~/.local/share/toolshed), or run shed as its owner"
 	case errors.Is(err, store.ErrBadPath):
 		return "a store path looks like /var/lib/toolshed/store/<32-char hash>-<name>; `shed store ls` lists them"
 	case errors.Is(err, store.ErrBadName):

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
 )
@@ -32,7 +33,9 @@ var ErrGrant = errors.New("grant refused")
 var (
 	ErrGrantSymlink = fmt.Errorf("%w", ErrGrant)
 	ErrGrantRoot    = fmt.Errorf("%w", ErrGrant)
-	ErrGrantGroup   = fmt.Errorf("%w", ErrGrant)
+	ErrGrantNotOwn  = fmt.Errorf("%w", ErrGrant) // without root: a rw grant of someone else's
+
+	ErrGrantGroup = fmt.Errorf("%w", ErrGrant)
 )
 
 // ParseGrant reads --grant HOSTPATH[:BENCHPATH][:ro|rw] (default ro, bench
@@ -132,6 +135,20 @@ func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 			fd.Close()
 			closeAll()
 			return nil, fmt.Errorf("%w: %s: %v", ErrGrant, g.Host, err)
+		}
+		if userns.Active() {
+			// Without root, uid 0 here is the user: a Bench can be given only their own files as its
+			// root's (the kernel idmaps no mount for a user), and sees any other as it is.
+			ids := sandbox.IDsHost
+			if st.Uid == 0 {
+				ids = sandbox.IDsOwner
+			} else if g.Mode == "rw" {
+				fd.Close()
+				closeAll()
+				return nil, fmt.Errorf("%w: %s rw: it is not yours, and shed without root can give a Bench only your own files to write", ErrGrantNotOwn, g.Host)
+			}
+			out = append(out, resolved{Grant: g, fd: fd, ids: ids})
+			continue
 		}
 		if g.Mode == "rw" && st.Uid == 0 {
 			fd.Close()

@@ -18,11 +18,10 @@ import (
 
 // commandAttr is how init forks a command: into its user namespace, as uid and gid there.
 func commandAttr(cfg *initConfig, uid, gid uint32) *syscall.SysProcAttr {
-	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(cfg.IDBase), Size: IDsPerSandbox}}
 	return &syscall.SysProcAttr{
 		Cloneflags:  unix.CLONE_NEWUSER,
-		UidMappings: ids,
-		GidMappings: ids,
+		UidMappings: sysMaps(cfg.UIDMap),
+		GidMappings: sysMaps(cfg.GIDMap),
 		// adduser, su, apt's drop to _apt: the sandbox's root sets groups of its own ids.
 		GidMappingsEnableSetgroups: true,
 		Credential:                 &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}},

@@ -68,3 +68,7 @@ func (w *wireError) setupError() *SetupError {
 // ErrNotRunning is the cause of an Exec into a sandbox that is not running: nothing listens on the
 // control socket (the sandbox ended, or never existed), or the sandbox ended before the command did.
 var ErrNotRunning = errors.New("sandbox is not running")
+
+// ErrNoLimits is returned for a spec with Limits when shed runs without root: the host's cgroups are
+// root's, and a limit that is not enforced must not look as if it were.
+var ErrNoLimits = errors.New("resource limits need root")

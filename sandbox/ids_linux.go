@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/internal/userns"
 )
 
 // Every sandbox runs in user namespaces that map its ids 0..IDsPerSandbox-1 to a range of host ids that
@@ -36,6 +38,9 @@ type idRange struct {
 	slot int
 	base uint32
 	lock *os.File // flock-held for the sandbox's life; records the init that uses the slot
+	// uid and gid are the maps of the sandbox's user namespaces (the command's), from its ids to
+	// this process's: base.. as one extent, or without root the ids of U as U maps them.
+	uid, gid []idMapping
 }
 
 // ErrNoIDs is returned when every slot of host ids is held by a live sandbox.
@@ -47,8 +52,49 @@ var checkHost = sync.OnceValue(func() error {
 	if err := checkKernel(); err != nil {
 		return err
 	}
+	if rootless() {
+		return nil // the pool is root's; this process has the ids of its user namespace
+	}
 	return checkPool()
 })
+
+// rootless reports whether this process runs in a user namespace other than the host's (shed without
+// root, in the namespace userns.Enter made). There it is root over the ids that namespace maps and
+// nothing else: every sandbox has those ids, 0 to IDsPerSandbox-1 as they are (there is no pool of
+// host ids to give each its own), the layers are mounted without an idmap (the kernel refuses one on
+// a file system of the host's), the overlay keeps its marks in user.overlay.* xattrs (trusted.* are
+// the host's), /dev's nodes are binds of the host's (no mknod), and there are no cgroups.
+func rootless() bool { return userns.Active() }
+
+// rootlessIDs is every sandbox's range without root: ids 0..IDsPerSandbox-1 of this user namespace.
+// The command's user namespace maps them to themselves in as many extents as this namespace has (an
+// extent may not span two of the parent's), so that its root is the user, and its other ids the
+// user's subordinate ids, as the store's files have them.
+func rootlessIDs() (*idRange, error) {
+	r := &idRange{}
+	for _, m := range []struct {
+		file string
+		out  *[]idMapping
+	}{{"/proc/self/uid_map", &r.uid}, {"/proc/self/gid_map", &r.gid}} {
+		ext, err := userns.ReadMap(m.file)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox ids: %w", err)
+		}
+		next := uint32(0)
+		for _, e := range ext {
+			if e.Inside != next || next >= IDsPerSandbox {
+				continue
+			}
+			n := min(e.Count, IDsPerSandbox-next)
+			*m.out = append(*m.out, idMapping{next, next, n})
+			next += n
+		}
+		if next < IDsPerSandbox {
+			return nil, fmt.Errorf("sandbox ids: this user namespace maps ids 0 to %d only (%s), and a sandbox has 0 to %d: give the user %d subordinate ids", int(next)-1, m.file, IDsPerSandbox-1, IDsPerSandbox-1)
+		}
+	}
+	return r, nil
+}
 
 // minKernel is the first Linux that takes overlay layers from detached (idmapped) mounts, by descriptor
 // (layers by descriptor came in 6.13, detached mounts as layers and O_PATH descriptors in 6.15).
@@ -76,6 +122,9 @@ func checkKernel() error {
 func acquireIDs() (*idRange, error) {
 	if err := checkHost(); err != nil {
 		return nil, err
+	}
+	if rootless() {
+		return rootlessIDs()
 	}
 	// /run/toolshed is also the supervisor's socket directory, which every user reaches (0755); the
 	// ids are root's alone.
@@ -108,7 +157,9 @@ func acquireIDs() (*idRange, error) {
 			f.Close()
 			continue
 		}
-		return &idRange{slot: slot, base: idBase + uint32(slot)*IDsPerSandbox, lock: f}, nil
+		base := idBase + uint32(slot)*IDsPerSandbox
+		one := []idMapping{{0, base, IDsPerSandbox}}
+		return &idRange{slot: slot, base: base, lock: f, uid: one, gid: one}, nil
 	}
 	return nil, fmt.Errorf("%w: all %d are in use (%s/N.lock, held by running sandboxes); wait for some to end", ErrNoIDs, idSlots, idDir)
 }
@@ -116,9 +167,21 @@ func acquireIDs() (*idRange, error) {
 // mapping is the range as one line of a uid_map: the sandbox's 0.. are host base...
 func (r *idRange) mapping() idMapping { return idMapping{0, r.base, IDsPerSandbox} }
 
+// sysMaps is the command's uid or gid map as exec wants it.
+func sysMaps(m []idMapping) []syscall.SysProcIDMap {
+	out := make([]syscall.SysProcIDMap, len(m))
+	for i, e := range m {
+		out[i] = syscall.SysProcIDMap{ContainerID: int(e.Inside), HostID: int(e.Outside), Size: int(e.Count)}
+	}
+	return out
+}
+
 // record writes the init that uses the slot (its pid and start time), for the next taker to check:
 // without it, a slot could be taken again while the processes of a killed shed's sandbox are dying.
 func (r *idRange) record(pid int) error {
+	if r.lock == nil {
+		return nil // without root: no pool
+	}
 	start, err := startTime(pid)
 	if err == nil {
 		if err = r.lock.Truncate(0); err == nil {
@@ -229,17 +292,17 @@ func eachLine(file string, fn func(string) error) error {
 }
 
 // idMapping is one line of a user namespace's uid_map or gid_map: inside id, outside id, count.
-type idMapping struct{ inside, outside, count uint32 }
+type idMapping struct{ Inside, Outside, Count uint32 }
 
-func (m idMapping) String() string { return fmt.Sprintf("%d-%d-%d", m.inside, m.outside, m.count) }
+func (m idMapping) String() string { return fmt.Sprintf("%d-%d-%d", m.Inside, m.Outside, m.Count) }
 
-// userns returns a descriptor of a user namespace with these maps, for idmapped mounts (the kernel
+// keptUserns returns a descriptor of a user namespace with these maps, for idmapped mounts (the kernel
 // copies the maps into the mount: the namespace is not needed after). Making one needs a process that
 // enters it; that costs about a millisecond, so each one is made once and kept, as a bind mount of its
 // nsfs file under idDir (as ip-netns keeps network namespaces), until the host reboots: one per slot
 // ever used (slots are taken lowest first, so as many as sandboxes ever ran at once), and one per
 // slot and owner of a grant mapped to its owner (IDsOwner).
-func userns(uid, gid idMapping) (*os.File, error) {
+func keptUserns(uid, gid idMapping) (*os.File, error) {
 	file := filepath.Join(idDir, "userns-u"+uid.String()+"-g"+gid.String())
 	if f, err := openUserns(file); err == nil {
 		return f, nil
@@ -287,8 +350,8 @@ func keepUserns(file string, uid, gid idMapping) error {
 	sys := &syscall.SysProcAttr{
 		Cloneflags:  unix.CLONE_NEWUSER,
 		Ptrace:      true,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid.inside), HostID: int(uid.outside), Size: int(uid.count)}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid.inside), HostID: int(gid.outside), Size: int(gid.count)}},
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid.Inside), HostID: int(uid.Outside), Size: int(uid.Count)}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid.Inside), HostID: int(gid.Outside), Size: int(gid.Count)}},
 		// The namespace is only for idmapped mounts; nothing ever runs in it.
 		GidMappingsEnableSetgroups: false,
 		Pdeathsig:                  unix.SIGKILL,

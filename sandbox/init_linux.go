@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -31,13 +32,12 @@ var initComm = []byte("shed-sandbox\x00")
 // files, the control and console sockets) come over the sync socket with the config.
 const (
 	fdExe  = 3 // the sealed copy of the binary, which init was executed from
-	fdSync = 4 // socket to the parent: descriptors, config and "go" in, "started" or a SetupError out
+	fdSync = 4 // socket to the parent: descriptors and config in; the listeners, then "started" or a SetupError, out
 )
 
 // message is one JSON value on the sync socket, in either direction.
 type message struct {
 	Config  *initConfig `json:",omitempty"`
-	Go      bool        `json:",omitempty"`
 	Started bool        `json:",omitempty"`
 	Error   *wireError  `json:",omitempty"`
 }
@@ -63,6 +63,18 @@ type initConfig struct {
 	// mounts of the root's layers.
 	IDBase uint32
 	Userns int
+	// UIDMap and GIDMap are the maps of the command's user namespace.
+	UIDMap, GIDMap []idMapping
+	// Rootless: init runs in a user namespace of an ordinary user's (see rootless).
+	Rootless bool
+}
+
+// idmap is the user namespace for idmapped layers, or -1: none (without root).
+func (cfg *initConfig) idmap() int {
+	if cfg.Userns > 0 {
+		return cfg.Userns
+	}
+	return -1
 }
 
 type initBind struct {
@@ -100,6 +112,10 @@ func runInit() int {
 	sigReady := make(chan struct{})
 	go func() {
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+		// Without root the command's uid is init's own, so it may signal init: these would make
+		// the Go runtime print init's stacks to the caller's terminal and exit. Caught, not ignored,
+		// so that the command does not inherit them ignored.
+		signal.Notify(make(chan os.Signal, 1), unix.SIGQUIT, unix.SIGABRT)
 		close(sigReady)
 	}()
 	// Started ahead of its spec, init waits here for the descriptors and the config.
@@ -129,9 +145,21 @@ func runInit() int {
 	if e := setup(cfg); e != nil {
 		return fail(e)
 	}
-	// The parent creates the Listen sockets in our network namespace meanwhile; it says "go" after.
-	if err := dec.Decode(&m); err != nil || !m.Go {
-		return initFatal("wait for go: %v", err)
+	// The Listen sockets, made here in the sandbox's network namespace and handed to the parent
+	// before the command starts (so that they exist when it does). Made by init, not by the parent
+	// entering the namespace: without root the parent could enter it but not come back.
+	if len(cfg.Spec.Network.Listen) > 0 {
+		fds, e := listenAll(cfg.Spec.Network.Listen)
+		if e != nil {
+			return fail(e)
+		}
+		err := sendFDs(fdSync, fds)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return initFatal("send listeners: %v", err)
+		}
 	}
 	<-sigReady
 	stdio, master := [3]uintptr{0, 1, 2}, -1
@@ -297,6 +325,25 @@ func setup(cfg *initConfig) *SetupError {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return &SetupError{Op: "make mounts private", Path: "/", Err: err}
 	}
+	// /proc is made here, while the host's own is in this mount namespace: without root the kernel
+	// mounts a new proc only where one is fully visible already (mount_too_revealing), and after the
+	// pivot none is. The same for /dev's nodes, which only the host's can be without root.
+	proc, e := newProc()
+	if e != nil {
+		return e
+	}
+	defer unix.Close(proc)
+	var devs []int
+	if cfg.Rootless {
+		if devs, e = cloneDevices(); e != nil {
+			return e
+		}
+		defer func() {
+			for _, fd := range devs {
+				unix.Close(fd)
+			}
+		}()
+	}
 	root, e := mountRoot(&s.Root, cfg)
 	// The layers are idmapped: the user namespace that gave them their ids is not needed any more.
 	if cfg.Userns > 0 {
@@ -314,7 +361,7 @@ func setup(cfg *initConfig) *SetupError {
 	if e != nil {
 		return e
 	}
-	if e := mountSystem(cfg.IDBase); e != nil {
+	if e := mountSystem(cfg.IDBase, proc, devs); e != nil {
 		return e
 	}
 	for _, b := range cfg.Binds {
@@ -533,4 +580,38 @@ func exitCode(ws unix.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return ws.ExitStatus()
+}
+
+// listenAll creates the Listen sockets (checked by Validate: loopback IP and port) in this process's
+// network namespace, whose lo setup has brought up.
+func listenAll(addrs []string) ([]int, *SetupError) {
+	var fds []int
+	fail := func(e *SetupError) ([]int, *SetupError) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, e
+	}
+	for _, a := range addrs {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil {
+			return fail(&SetupError{Op: "listen", Path: a, Err: unix.EINVAL})
+		}
+		family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()})
+		if ap.Addr().Is4() {
+			family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+		}
+		fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fail(&SetupError{Op: "listen", Path: a, Detail: "socket", Err: err})
+		}
+		fds = append(fds, fd)
+		if err := unix.Bind(fd, sa); err != nil {
+			return fail(&SetupError{Op: "listen", Path: a, Detail: "bind", Err: err})
+		}
+		if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+			return fail(&SetupError{Op: "listen", Path: a, Detail: "listen", Err: err})
+		}
+	}
+	return fds, nil
 }

@@ -32,7 +32,7 @@ func mountRoot(r *Root, cfg *initConfig) (int, *SetupError) {
 		return cloneTree("/", unix.AT_RECURSIVE, unix.MOUNT_ATTR_RDONLY|noSuidDev, -1)
 	case len(r.Lowers) == 1 && r.Upper == "" && !r.UpperTmpfs:
 		// overlayfs refuses a single lower without an upper: a read-only bind is the same thing.
-		return cloneTree(r.Lowers[0], 0, unix.MOUNT_ATTR_RDONLY|noSuidDev, cfg.Userns)
+		return cloneTree(r.Lowers[0], 0, unix.MOUNT_ATTR_RDONLY|noSuidDev, cfg.idmap())
 	}
 	fs, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
@@ -41,6 +41,14 @@ func mountRoot(r *Root, cfg *initConfig) (int, *SetupError) {
 	defer unix.Close(fs)
 	if err := unix.FsconfigSetString(fs, "source", "overlay"); err != nil {
 		return -1, &SetupError{Op: "mount overlay", Detail: fsDetail(fs, "source"), Err: err}
+	}
+	if cfg.Rootless {
+		// Made in a user namespace, the overlay keeps its marks in user.overlay.* xattrs, as the
+		// layers of a store made without root have them (the kernel reads trusted.* only for the
+		// host's root).
+		if err := unix.FsconfigSetFlag(fs, "userxattr"); err != nil {
+			return -1, &SetupError{Op: "mount overlay", Detail: fsDetail(fs, "userxattr"), Err: err}
+		}
 	}
 	// One "lowerdir+" per layer, each an idmapped mount given by descriptor: no 4 KiB limit on the
 	// options, no path looked up again. Overlay wants the top layer first. A detached mount lives as
@@ -52,7 +60,7 @@ func mountRoot(r *Root, cfg *initConfig) (int, *SetupError) {
 		}
 	}()
 	for i := len(r.Lowers) - 1; i >= 0; i-- {
-		l, e := cloneTree(r.Lowers[i], 0, unix.MOUNT_ATTR_RDONLY|noSuidDev, cfg.Userns)
+		l, e := cloneTree(r.Lowers[i], 0, unix.MOUNT_ATTR_RDONLY|noSuidDev, cfg.idmap())
 		if e != nil {
 			e.Op, e.Detail = "mount overlay", strings.TrimSpace(fmt.Sprintf("lowerdir+ root.lowers[%d]: %s", i, e.Detail))
 			return -1, e
@@ -66,13 +74,13 @@ func mountRoot(r *Root, cfg *initConfig) (int, *SetupError) {
 	attr := uint64(noSuidDev)
 	switch {
 	case r.UpperTmpfs:
-		tree, e := tmpfsUpper(fs, r.UpperSize, cfg.Userns)
+		tree, e := tmpfsUpper(fs, r.UpperSize, cfg.idmap())
 		if e != nil {
 			return -1, e
 		}
 		held = append(held, tree)
 	case r.Upper != "":
-		userns := cfg.Userns
+		userns := cfg.idmap()
 		if r.UpperHostIDs {
 			userns = -1
 		}
@@ -306,13 +314,13 @@ func idmapUnsupported(fd int) string {
 // /sys is not mounted: builds do not need it, and a read-only sysfs would still show host hardware.
 // The tmpfs are the sandbox root's (uid= and gid= are host ids: its range's first). /proc belongs to
 // the host's user namespace: the sandbox cannot write a host-wide sysctl, which root owns.
-func mountSystem(base uint32) *SetupError {
+func mountSystem(base uint32, proc int, devs []int) *SetupError {
 	owner := fmt.Sprintf(",uid=%d,gid=%d", base, base)
 	for _, m := range []struct {
 		target, fstype, data string
 		flags                uintptr
 	}{
-		{"/proc", "proc", "", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{"/proc", "proc", "", 0}, // mounted before the pivot (newProc)
 		{"/dev", "tmpfs", "mode=0755,size=64k" + owner, unix.MS_NOSUID | unix.MS_NOEXEC},
 		{"/tmp", "tmpfs", "mode=1777" + owner, unix.MS_NOSUID | unix.MS_NODEV},
 		{"/run", "tmpfs", "mode=0755" + owner, unix.MS_NOSUID | unix.MS_NODEV},
@@ -326,11 +334,17 @@ func mountSystem(base uint32) *SetupError {
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return &SetupError{Op: op, Path: m.target, Detail: "not a directory in the root", Err: unix.ENOTDIR}
 		}
+		if m.fstype == "proc" {
+			if err := unix.MoveMount(proc, "", unix.AT_FDCWD, m.target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return &SetupError{Op: op, Path: m.target, Err: err}
+			}
+			continue
+		}
 		if err := unix.Mount(m.fstype, m.target, m.fstype, m.flags, m.data); err != nil {
 			return &SetupError{Op: op, Path: m.target, Err: err}
 		}
 		if m.target == "/dev" {
-			if e := populateDev(base); e != nil {
+			if e := populateDev(base, devs); e != nil {
 				return e
 			}
 		}
@@ -338,14 +352,63 @@ func mountSystem(base uint32) *SetupError {
 	return nil
 }
 
+// devices are the standard device nodes a sandbox has.
+var devices = []struct {
+	name         string
+	major, minor uint32
+}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}}
+
+// newProc makes a proc file system of init's pid namespace as a detached mount, for mountSystem.
+func newProc() (int, *SetupError) {
+	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, &SetupError{Op: "mount proc", Detail: "fsopen", Err: err}
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, &SetupError{Op: "mount proc", Detail: fsDetail(fs, "create"), Err: err}
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return -1, &SetupError{Op: "mount proc", Detail: fsDetail(fs, "fsmount"), Err: err}
+	}
+	return m, nil
+}
+
+// cloneDevices clones the host's nodes of devices, in that order, for a sandbox without root, which
+// cannot make device nodes (mknod needs CAP_MKNOD in the host's user namespace).
+func cloneDevices() ([]int, *SetupError) {
+	var fds []int
+	for _, d := range devices {
+		fd, e := cloneTree("/dev/"+d.name, 0, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, -1)
+		if e != nil {
+			for _, f := range fds {
+				unix.Close(f)
+			}
+			e.Op = "bind device"
+			return nil, e
+		}
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
+
 // populateDev makes the standard device nodes, owned by the sandbox's root: the only ones it has, since
 // it cannot make any (mknod needs CAP_MKNOD in the host's user namespace).
-func populateDev(base uint32) *SetupError {
-	for _, d := range []struct {
-		name         string
-		major, minor uint32
-	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
+func populateDev(base uint32, binds []int) *SetupError {
+	for i, d := range devices {
 		p := "/dev/" + d.name
+		if binds != nil {
+			// Without root: the host's node, bound onto an empty file (owned by the host's root, it
+			// appears as nobody's, mode 0666 as on every Linux).
+			if err := unix.Mknod(p, unix.S_IFREG|0o666, 0); err != nil {
+				return &SetupError{Op: "bind device", Path: p, Detail: "create the mount point", Err: err}
+			}
+			if err := unix.MoveMount(binds[i], "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return &SetupError{Op: "bind device", Path: p, Err: err}
+			}
+			continue
+		}
 		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
 			return &SetupError{Op: "mknod", Path: p, Err: err}
 		}

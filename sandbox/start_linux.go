@@ -1,10 +1,12 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -190,12 +192,19 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 		}
 	}()
 	// The sandbox's ids as a user namespace, for idmapped mounts (the layers, and binds that ask).
-	userns, err := userns(pd.ids.mapping(), pd.ids.mapping())
-	if err != nil {
+	// Without root there is none: the sandbox's ids are this namespace's own.
+	var userns *os.File
+	if !rootless() {
+		var err error
+		if userns, err = keptUserns(pd.ids.mapping(), pd.ids.mapping()); err != nil {
+			pd.abort()
+			return nil, &SetupError{Op: "user namespace", Err: err}
+		}
+		handed = append(handed, userns)
+	} else if spec.Limits != (Limits{}) {
 		pd.abort()
-		return nil, &SetupError{Op: "user namespace", Err: err}
+		return nil, &SetupError{Op: "enforce limits", Detail: "the host's cgroups are root's, and shed runs without root", Err: ErrNoLimits}
 	}
-	handed = append(handed, userns)
 	binds, trees, err := openBinds(spec.Binds, pd.ids, userns)
 	handed = append(handed, trees...)
 	if err != nil {
@@ -220,9 +229,13 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 	}
 
 	// The config names descriptors by their index among those sent with it; -1 is none.
-	cfg := &initConfig{Spec: *spec, Binds: binds, Control: -1, Console: -1, IDBase: pd.ids.base}
-	files := []*os.File{userns}
-	cfg.Userns = 0
+	cfg := &initConfig{Spec: *spec, Binds: binds, Control: -1, Console: -1, Userns: -1,
+		IDBase: pd.ids.base, UIDMap: pd.ids.uid, GIDMap: pd.ids.gid, Rootless: rootless()}
+	var files []*os.File
+	if userns != nil {
+		cfg.Userns = len(files)
+		files = append(files, userns)
+	}
 	for i := range cfg.Binds {
 		cfg.Binds[i].FD = len(files)
 		files = append(files, trees[i])
@@ -244,7 +257,7 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 		files = append(files, pd.console[1])
 		handed = append(handed, pd.console[1])
 	}
-	p := &Process{Pid: pd.cmd.Process.Pid, cmd: pd.cmd, sync: pd.sync, dec: json.NewDecoder(pd.sync), cg: cg, control: ctl, ids: pd.ids}
+	p := &Process{Pid: pd.cmd.Process.Pid, cmd: pd.cmd, sync: pd.sync, cg: cg, control: ctl, ids: pd.ids}
 	// A failed send means init is gone: the handshake's read tells how it ended.
 	_ = sendFiles(pd.sync, files)
 	if cg != nil {
@@ -283,45 +296,60 @@ const maxFilesPerFrame = 200
 
 // sendFiles sends files over sock, in frames of at most maxFilesPerFrame.
 func sendFiles(sock *os.File, files []*os.File) error {
-	for len(files) > 0 {
-		n := min(len(files), maxFilesPerFrame)
-		fds := make([]int, n)
-		for i, f := range files[:n] {
-			fds[i] = int(f.Fd())
-		}
-		if err := unix.Sendmsg(int(sock.Fd()), []byte{filesByte}, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL); err != nil {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	err := sendFDs(int(sock.Fd()), fds)
+	runtime.KeepAlive(files)
+	runtime.KeepAlive(sock)
+	return err
+}
+
+// sendFDs sends descriptors over the socket sock, in frames of at most maxFilesPerFrame, for
+// recvFiles at the other end.
+func sendFDs(sock int, fds []int) error {
+	for len(fds) > 0 {
+		n := min(len(fds), maxFilesPerFrame)
+		if err := unix.Sendmsg(sock, []byte{filesByte}, unix.UnixRights(fds[:n]...), nil, unix.MSG_NOSIGNAL); err != nil {
 			return err
 		}
-		runtime.KeepAlive(files)
-		files = files[n:]
+		fds = fds[n:]
 	}
 	return nil
 }
 
-// handshake sends the config, creates the Listen sockets while init sets up, says "go", and waits for
-// init to report that the command started, or why not.
+// handshake sends the config and waits for init to report that the command started, or why not;
+// before that, init sends the Listen sockets it made.
 func (p *Process) handshake(ctx context.Context, cfg *initConfig) error {
-	enc := json.NewEncoder(p.sync)
 	// A failed write means init is gone: the read below tells how it ended.
-	if enc.Encode(message{Config: cfg}) == nil {
-		if len(cfg.Spec.Network.Listen) > 0 {
-			ls, err := listenIn(p.Pid, cfg.Spec.Network.Listen)
-			p.Listeners = ls
-			if err != nil {
-				return err
-			}
+	_ = json.NewEncoder(p.sync).Encode(message{Config: cfg})
+	fds, first, err := recvFiles(int(p.sync.Fd()))
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "listener")
+		l, lerr := net.FileListener(f)
+		f.Close()
+		if lerr != nil || i >= len(cfg.Spec.Network.Listen) {
+			err = errors.Join(err, &SetupError{Op: "listen", Detail: "a listener from init", Err: errors.Join(lerr, unix.EPROTO)})
+			continue
 		}
-		_ = enc.Encode(message{Go: true})
+		p.Listeners = append(p.Listeners, l)
 	}
-	var m message
-	err := p.dec.Decode(&m)
-	switch {
-	case err == nil && m.Error != nil:
-		return m.Error.setupError()
-	case err == nil && m.Started:
-		return nil
-	case err == nil:
-		return &SetupError{Op: "init", Detail: "unexpected message from init"}
+	if err == nil {
+		// The byte after the descriptors starts init's first message.
+		p.dec = json.NewDecoder(io.MultiReader(bytes.NewReader([]byte{first}), p.sync))
+		var m message
+		err = p.dec.Decode(&m)
+		switch {
+		case err == nil && m.Error != nil:
+			return m.Error.setupError()
+		case err == nil && m.Started && len(p.Listeners) != len(cfg.Spec.Network.Listen):
+			return &SetupError{Op: "listen", Detail: fmt.Sprintf("init sent %d listeners for %d addresses", len(p.Listeners), len(cfg.Spec.Network.Listen)), Err: unix.EPROTO}
+		case err == nil && m.Started:
+			return nil
+		case err == nil:
+			return &SetupError{Op: "init", Detail: "unexpected message from init"}
+		}
 	}
 	// init died without a word: killed (ctx), or it could not even read its config.
 	_ = p.cmd.Wait()
@@ -455,18 +483,28 @@ func openBind(b Bind, ids *idRange, sandboxNS *os.File) (tree int, file bool, er
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
 	var ns *os.File
-	switch b.IDs {
-	case IDsSandbox:
+	switch {
+	case rootless() && b.IDs == IDsOwner && st.Uid != 0:
+		// The kernel idmaps no mount of a host file system for a user: only the user's own files
+		// (uid 0 here) can appear as the sandbox root's.
+		unix.Close(tree)
+		return -1, false, &SetupError{Op: "bind", Path: name,
+			Detail: "not the user's own: without root only the user's files can be the sandbox root's (an idmapped mount needs root)",
+			Err:    unix.EPERM}
+	case rootless():
+		// The sandbox's ids are this namespace's: IDsSandbox and IDsOwner (of the user's files)
+		// need no idmap, and IDsHost shows the ids as they are here.
+	case b.IDs == IDsSandbox:
 		ns = sandboxNS
-	case IDsOwner:
+	case b.IDs == IDsOwner:
 		if b.Writable && (st.Uid == 0 || st.Gid == 0) {
 			unix.Close(tree)
 			return -1, false, &SetupError{Op: "bind", Path: name,
 				Detail: "writable, and owned by host root or group root: the sandbox would act as them in it and could make setuid- or setgid-root files on the host; chown it to the user the sandbox works for and a group of theirs",
 				Err:    unix.EPERM}
 		}
-		base := ids.mapping().outside
-		if ns, err = userns(idMapping{st.Uid, base, 1}, idMapping{st.Gid, base, 1}); err != nil {
+		base := ids.mapping().Outside
+		if ns, err = keptUserns(idMapping{st.Uid, base, 1}, idMapping{st.Gid, base, 1}); err != nil {
 			unix.Close(tree)
 			return -1, false, &SetupError{Op: "bind", Path: name, Detail: "user namespace for the owner's ids", Err: err}
 		}
@@ -549,57 +587,4 @@ func (c *controlSocket) remove() {
 	if unix.Lstat(c.path, &st) == nil && st.Dev == c.dev && st.Ino == c.ino {
 		_ = unix.Unlink(c.path)
 	}
-}
-
-// listenIn creates TCP listeners inside the network namespace of pid, from a thread that enters it and
-// comes back. The sockets stay in that namespace; accepting on them works from any thread.
-func listenIn(pid int, addrs []string) ([]net.Listener, error) {
-	type result struct {
-		ls  []net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		ls, back, err := listenLocked(pid, addrs)
-		if back {
-			runtime.UnlockOSThread()
-		} // else the goroutine ends locked and the runtime retires the thread, stuck in the wrong netns
-		ch <- result{ls, err}
-	}()
-	r := <-ch
-	return r.ls, r.err
-}
-
-func listenLocked(pid int, addrs []string) (ls []net.Listener, back bool, err error) {
-	self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, true, fmt.Errorf("listen in sandbox: open own netns: %w", err)
-	}
-	defer unix.Close(self)
-	ns := fmt.Sprintf("/proc/%d/ns/net", pid)
-	target, err := unix.Open(ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, true, &SetupError{Op: "listen", Path: ns, Err: err}
-	}
-	defer unix.Close(target)
-	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-		return nil, true, &SetupError{Op: "listen", Path: ns, Detail: "setns", Err: err}
-	}
-	// 127.0.0.1 exists only once lo is up; init brings it up too, whichever comes first.
-	if err = loopbackUp(); err != nil {
-		err = &SetupError{Op: "bring lo up", Detail: "for listeners", Err: err}
-	}
-	for i := 0; err == nil && i < len(addrs); i++ {
-		var l net.Listener
-		if l, err = net.Listen("tcp", addrs[i]); err != nil {
-			err = &SetupError{Op: "listen", Path: addrs[i], Err: unwrapErrno(err)}
-			break
-		}
-		ls = append(ls, l)
-	}
-	if serr := unix.Setns(self, unix.CLONE_NEWNET); serr != nil {
-		return ls, false, fmt.Errorf("listen in sandbox: return to own netns: %w", serr)
-	}
-	return ls, true, err
 }

@@ -33,7 +33,7 @@ func BenchmarkUsernsOpen(b *testing.B) {
 	}
 	m := idMapping{0, idBase, IDsPerSandbox}
 	for b.Loop() {
-		f, err := userns(m, m)
+		f, err := keptUserns(m, m)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func BenchmarkCloneTree(b *testing.B) {
 	}
 	dir := b.TempDir()
 	m := idMapping{0, idBase, IDsPerSandbox}
-	ns, err := userns(m, m)
+	ns, err := keptUserns(m, m)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -77,20 +77,20 @@ func ReadMap(file string) ([]Extent, error) {
 // Owner returns the host user whose shed this is: outside a user namespace, the process's own uid and
 // gid; inside, the host ids that the namespace's 0 is.
 func Owner() (uid, gid uint32) {
-	uid, gid = uint32(os.Getuid()), uint32(os.Getgid())
-	if !Active() {
-		return uid, gid
-	}
-	if m, err := ReadMap("/proc/self/uid_map"); err == nil {
-		uid = outsideOf(m, uid)
-	}
-	if m, err := ReadMap("/proc/self/gid_map"); err == nil {
-		gid = outsideOf(m, gid)
-	}
-	return uid, gid
+	return HostID("/proc/self/uid_map", uint32(os.Getuid())), HostID("/proc/self/gid_map", uint32(os.Getgid()))
 }
 
-func outsideOf(m []Extent, id uint32) uint32 {
+// HostID is the id of the host (of the parent namespace) that id of this process's user namespace is,
+// by the map in file (/proc/self/uid_map or gid_map); id itself outside a user namespace, or if the
+// map does not say.
+func HostID(file string, id uint32) uint32 {
+	if !Active() {
+		return id
+	}
+	m, err := ReadMap(file)
+	if err != nil {
+		return id
+	}
 	for _, e := range m {
 		if id >= e.Inside && id-e.Inside < e.Count {
 			return e.Outside + id - e.Inside
