@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/store"
 )
 
 // junk lists what a build leaves in its overlay upper that is not part of the
@@ -35,15 +36,22 @@ var junk = []string{
 
 // keptXattrs are the extended attributes a layer keeps, each recorded in its
 // manifest (so verify sees them): file capabilities and POSIX ACLs, which
-// packages set, and overlayfs's opaque mark, which the overlay itself sets
-// (trusted.*, which nothing in a sandbox can write). Every other one is
-// removed: overlayfs's private marks (origin is an inode handle, uuid is
-// random), their escaped forms (trusted.overlay.overlay.*), user.overlay.*
-// (the mark of an overlay made in a user namespace, which a build could forge
-// with a plain setfattr), and whatever else a build set.
-var keptXattrs = []string{"security.capability", "system.posix_acl_access", "system.posix_acl_default", opaqueXattr}
+// packages set, and overlayfs's opaque mark on a directory, which the overlay
+// itself sets, under the one name this process's overlays write and read
+// (opaqueXattr). As root that is trusted.overlay.opaque, which nothing in a
+// sandbox can write, and user.overlay.opaque is removed: any file owner can
+// set it. Rootless, the overlays are mounted with userxattr and the mark is
+// user.overlay.opaque, which a build cannot forge either: the overlay escapes
+// a setfattr of user.overlay.* to user.overlay.overlay.* in the upper. Every
+// other xattr is removed: overlayfs's private marks (origin is an inode
+// handle, uuid is random), their escaped forms (trusted.overlay.overlay.*,
+// user.overlay.overlay.*), the other namespace's marks, and whatever else a
+// build set.
+var keptXattrs = []string{"security.capability", "system.posix_acl_access", "system.posix_acl_default"}
 
-const opaqueXattr = "trusted.overlay.opaque"
+// opaqueXattr is store.OpaqueXattr, a variable so that tests, which run as
+// root, can take the rootless branch without a user namespace.
+var opaqueXattr = store.OpaqueXattr
 
 // ErrHostileLayer marks a build output that a layer may not hold.
 var ErrHostileLayer = errors.New("build output refused")
@@ -151,7 +159,7 @@ func (o *output) normalize() error {
 	if err := unix.Fstat(root, &st); err != nil {
 		return fmt.Errorf("build output %s: %w", o.path, err)
 	}
-	c := &capture{dev: st.Dev, links: map[inodeKey]*linked{}}
+	c := &capture{dev: st.Dev, links: map[inodeKey]*linked{}, opaque: opaqueXattr()}
 	if err := c.check(root, ".", &st); err != nil {
 		return err
 	}
@@ -188,9 +196,10 @@ type stripXattrs struct {
 }
 
 type capture struct {
-	dev   uint64
-	links map[inodeKey]*linked
-	strip []stripXattrs
+	dev    uint64
+	opaque string // the opaque mark's name (opaqueXattr)
+	links  map[inodeKey]*linked
+	strip  []stripXattrs
 }
 
 // check walks the directory fd (rel in the output), whose stat is st.
@@ -272,7 +281,7 @@ func (c *capture) entry(dirfd int, name, rel string, st *unix.Stat_t) error {
 	var drop []string
 	for _, x := range names {
 		switch {
-		case x == opaqueXattr:
+		case x == c.opaque:
 			// Only a directory may be opaque, and overlayfs writes "y".
 			if v, err := getXattr(p, x, name == ""); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || string(v) != "y" {
 				drop = append(drop, x)

@@ -101,43 +101,59 @@ func TestNormalizeRefuses(t *testing.T) {
 }
 
 // TestNormalizeXattrs: a layer keeps file capabilities, ACLs and overlayfs's
-// opaque mark on directories, and nothing else.
+// opaque mark on directories, and nothing else. The mark is kept under the
+// name this process's overlays write: trusted.overlay.opaque as root,
+// user.overlay.opaque rootless, where user.overlay.overlay.* is what a
+// build's own setfattr of the mark becomes.
 func TestNormalizeXattrs(t *testing.T) {
 	needRootT(t)
-	out := t.TempDir()
-	dir, file, link := filepath.Join(out, "d"), filepath.Join(out, "f"), filepath.Join(out, "l")
-	os.Mkdir(dir, 0o755)
-	os.WriteFile(file, []byte("x"), 0o755)
-	os.Symlink("f", link)
-	vfsCap := []byte{0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} // v2, cap_net_raw
-	set := map[string][]string{
-		dir:  {"trusted.overlay.opaque=y", "trusted.overlay.origin=o", "trusted.overlay.overlay.opaque=y", "user.overlay.opaque=y", "user.foo=bar"},
-		file: {"trusted.overlay.opaque=y", "trusted.overlay.impure=y", "user.overlay.redirect=/x"},
-		link: {"trusted.overlay.origin=o"},
-	}
-	for p, xs := range set {
-		for _, x := range xs {
-			name, value, _ := strings.Cut(x, "=")
-			if err := unix.Lsetxattr(p, name, []byte(value), 0); err != nil {
-				t.Fatalf("set %s on %s: %v", name, p, err)
+	for _, tc := range []struct {
+		name string
+		mark string // what opaqueXattr returns
+	}{{"root", "trusted.overlay.opaque"}, {"rootless", "user.overlay.opaque"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := opaqueXattr
+			opaqueXattr = func() string { return tc.mark }
+			t.Cleanup(func() { opaqueXattr = old })
+			out := t.TempDir()
+			dir, notY, file, link := filepath.Join(out, "d"), filepath.Join(out, "x"), filepath.Join(out, "f"), filepath.Join(out, "l")
+			os.Mkdir(dir, 0o755)
+			os.Mkdir(notY, 0o755)
+			os.WriteFile(file, []byte("x"), 0o755)
+			os.Symlink("f", link)
+			vfsCap := []byte{0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} // v2, cap_net_raw
+			set := map[string][]string{
+				dir: {"trusted.overlay.opaque=y", "trusted.overlay.origin=o", "trusted.overlay.overlay.opaque=y",
+					"user.overlay.opaque=y", "user.overlay.origin=o", "user.overlay.overlay.opaque=y", "user.foo=bar", "trusted.foo=bar"},
+				notY: {"trusted.overlay.opaque=x", "user.overlay.opaque=x"},
+				file: {"trusted.overlay.opaque=y", "trusted.overlay.impure=y", "user.overlay.opaque=y", "user.overlay.redirect=/x"},
+				link: {"trusted.overlay.origin=o"},
 			}
-		}
-	}
-	if err := unix.Lsetxattr(file, "security.capability", vfsCap, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := Normalize(out); err != nil {
-		t.Fatal(err)
-	}
-	for p, want := range map[string][]string{dir: {"trusted.overlay.opaque"}, file: {"security.capability"}, link: nil} {
-		got, err := listXattrs(p, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		slices.Sort(got)
-		if !slices.Equal(got, want) {
-			t.Errorf("%s: xattrs %q, want %q", filepath.Base(p), got, want)
-		}
+			for p, xs := range set {
+				for _, x := range xs {
+					name, value, _ := strings.Cut(x, "=")
+					if err := unix.Lsetxattr(p, name, []byte(value), 0); err != nil {
+						t.Fatalf("set %s on %s: %v", name, p, err)
+					}
+				}
+			}
+			if err := unix.Lsetxattr(file, "security.capability", vfsCap, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := Normalize(out); err != nil {
+				t.Fatal(err)
+			}
+			for p, want := range map[string][]string{dir: {tc.mark}, notY: nil, file: {"security.capability"}, link: nil} {
+				got, err := listXattrs(p, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s: xattrs %q, want %q", filepath.Base(p), got, want)
+				}
+			}
+		})
 	}
 }
 

@@ -339,7 +339,9 @@ func unpackOCILayer(ctx context.Context, ext casext.Engine, root string, desc is
 
 	te := layer.NewTarExtractor(&layer.UnpackOptions{
 		// Plain directory with OCI whiteouts applied, no ID mapping, not
-		// rootless: owners are kept as the image has them.
+		// rootless: owners are kept as the image has them (in shed's user
+		// namespace, as ids of it). A plain directory has no overlay marks,
+		// so unlike a cache's layers there is no xattr form to choose.
 		OnDiskFormat: layer.DirRootfs{MapOptions: layer.MapOptions{Rootless: false}},
 	})
 	tr := tar.NewReader(stream)
@@ -386,9 +388,18 @@ func checkOCIEntry(hdr *tar.Header, lim *unpackLimit) error {
 	}
 	// A seed is an overlay lower layer: a 0:0 character device there is an
 	// overlay whiteout, and overlay xattrs (redirect, metacopy, opaque) are
-	// obeyed by the kernel. Neither belongs in a plain root filesystem.
+	// obeyed by the kernel. Neither belongs in a plain root filesystem. Both
+	// namespaces are refused, as root and rootless: unpacked here, not
+	// through an overlay that would escape it, an image's user.overlay.opaque
+	// is a real mark to an overlay mounted with userxattr, and one that
+	// Normalize keeps rootless.
 	if hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0 {
 		return fmt.Errorf("%s: a 0:0 character device is an overlay whiteout: %w", hdr.Name, ErrOCIRefused)
+	}
+	// Other devices are refused here rather than by Normalize: in a user
+	// namespace (shed without root) umoci writes an empty file in their place.
+	if hdr.Typeflag == tar.TypeChar || hdr.Typeflag == tar.TypeBlock {
+		return fmt.Errorf("%s: a device node (%d:%d); layers hold files, not devices: %w", hdr.Name, hdr.Devmajor, hdr.Devminor, ErrOCIRefused)
 	}
 	for key := range hdr.PAXRecords {
 		name, ok := strings.CutPrefix(key, "SCHILY.xattr.")

@@ -30,14 +30,23 @@ const LayerRoot = "content"
 // ErrBadLayer is wrapped by every error of ReadLayer.
 var ErrBadLayer = errors.New("bad layer")
 
-// Overlay whiteouts (char 0:0) and opaque directories travel as OCI ".wh."
-// entries and come back as overlayfs's own marks.
-var onDisk = layer.OverlayfsRootfs{}
+// onDisk is umoci's on-disk format of a path: overlay whiteouts (char 0:0)
+// and opaque directories travel as OCI ".wh." entries and come back as
+// overlayfs's own marks, the opaque mark under the name this process's store
+// keeps it (store.OpaqueXattr): user.overlay.opaque in a rootless store,
+// whose overlays are mounted with userxattr.
+func onDisk() layer.OverlayfsRootfs {
+	return layer.OverlayfsRootfs{UserXattr: diskOpaque() != opaqueXattr}
+}
+
+// diskOpaque is store.OpaqueXattr, a variable so that tests, which run as
+// root, can take the rootless branch without a user namespace.
+var diskOpaque = store.OpaqueXattr
 
 const (
 	whPrefix     = ".wh."                   // OCI whiteout name prefix
 	whOpaque     = ".wh..wh..opq"           // OCI opaque-directory marker
-	opaqueXattr  = "trusted.overlay.opaque" // carried by whOpaque, never as an xattr
+	opaqueXattr  = "trusted.overlay.opaque" // as manifests record it; carried by whOpaque, never as an xattr
 	blockSize    = 512
 	entryAllowed = 4 << 10 // per entry: header, PAX header, paddings, an opaque marker
 )
@@ -45,13 +54,21 @@ const (
 // WriteLayer writes the store path at src (a directory or one regular file)
 // to w as an uncompressed tar stream. The stream is deterministic: umoci
 // walks in lexical order, clears user and group names and leaves out atimes
-// and ctimes, so the same tree gives the same bytes. It must run as root to
-// read trusted.overlay.opaque.
+// and ctimes, so the same tree gives the same bytes. It must run where the
+// store's marks are readable: as root for trusted.overlay.opaque, in shed's
+// user namespace for a rootless store's user.overlay.opaque. Either way an
+// opaque directory is sent as a ".wh..wh..opq" marker, so the layer of a
+// path is the same from either store.
 //
 // What umoci cannot carry makes WriteLayer fail (a name starting with
 // ".wh."), or ReadLayer refuse the layer: empty xattr values (dropped), a
 // whiteout inside an opaque directory (not recreated), hard-linked
 // non-regular files (sent as hard links; manifests list them apart).
+// WriteLayer also fails on an overlayfs xattr that would reach the tar as an
+// xattr: umoci sends those of the other namespace as they are, and unescapes
+// one of its own (user.overlay.overlay.opaque, what a build's setfattr of the
+// mark becomes) to the mark's name. A store's tree holds neither: capture
+// strips them, and copies and pulls write only what manifests record.
 //
 // On an early return (ctx, or w failing) umoci's generator goroutine stops
 // at its next write; it only reads src.
@@ -68,9 +85,28 @@ func WriteLayer(ctx context.Context, w io.Writer, src string) error {
 	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
 		return fmt.Errorf("write layer %s: not a directory or regular file", src)
 	}
-	rc := layer.GenerateInsertLayer(src, LayerRoot, false, &layer.RepackOptions{OnDiskFormat: onDisk})
+	rc := layer.GenerateInsertLayer(src, LayerRoot, false, &layer.RepackOptions{OnDiskFormat: onDisk()})
 	defer rc.Close() // on an early return, makes the generator's writes fail so it stops
-	if _, err := io.Copy(ctxWriter{ctx, w}, rc); err != nil {
+	// Every byte goes to w as umoci wrote it, and is read as tar on its way.
+	stream := io.TeeReader(rc, ctxWriter{ctx, w})
+	tr := tar.NewReader(stream)
+	for {
+		hdr, err := tr.Next() // reads the previous entry's data through stream
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("write layer %s: %w", src, err)
+		}
+		for key := range hdr.PAXRecords {
+			name, ok := strings.CutPrefix(key, "SCHILY.xattr.")
+			if ok && (strings.HasPrefix(name, "trusted.overlay.") || strings.HasPrefix(name, "user.overlay.")) {
+				return fmt.Errorf("write layer %s: %s has the overlayfs xattr %s, which a layer does not carry", src, hdr.Name, name)
+			}
+		}
+	}
+	// The end-of-archive blocks, and whatever umoci writes after them.
+	if _, err := io.Copy(io.Discard, stream); err != nil {
 		return fmt.Errorf("write layer %s: %w", src, err)
 	}
 	return nil
@@ -152,7 +188,7 @@ func ReadLayer(ctx context.Context, r io.Reader, dst string, m *store.Manifest) 
 		index:  make(map[string]int, len(m.Entries)),
 		seen:   make([]bool, len(m.Entries)),
 		opaque: make([]bool, len(m.Entries)),
-		te:     layer.NewTarExtractor(&layer.UnpackOptions{OnDiskFormat: onDisk}),
+		te:     layer.NewTarExtractor(&layer.UnpackOptions{OnDiskFormat: onDisk()}),
 	}
 	for i := range m.Entries {
 		x.index[m.Entries[i].Path] = i

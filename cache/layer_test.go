@@ -514,3 +514,118 @@ func TestWriteLayerCanceled(t *testing.T) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 }
+
+// setRootless makes onDisk answer as in shed's user namespace (or as on the
+// host) until the test ends.
+func setRootless(t *testing.T, on bool) {
+	old := diskOpaque
+	diskOpaque = func() string {
+		if on {
+			return "user.overlay.opaque"
+		}
+		return "trusted.overlay.opaque"
+	}
+	t.Cleanup(func() { diskOpaque = old })
+}
+
+// getXattr returns the value of name on p, or nil if p has none.
+func getXattr(t *testing.T, p, name string) []byte {
+	t.Helper()
+	buf := make([]byte, 64)
+	n, err := unix.Lgetxattr(p, name, buf)
+	if errors.Is(err, unix.ENODATA) {
+		return nil
+	}
+	must(t, err)
+	return buf[:n]
+}
+
+// TestRoundTripRootless: a rootless store keeps the opaque mark as
+// user.overlay.opaque. Its layer of a tree is root's, byte for byte (the mark
+// is a ".wh..wh..opq" marker, never an xattr), and either store reads it into
+// a tree of the canonical hash with the mark under its own name.
+func TestRoundTripRootless(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	base := t.TempDir()
+	rootSrc, userSrc := filepath.Join(base, "root"), filepath.Join(base, "user")
+	for _, src := range []string{rootSrc, userSrc} {
+		must(t, os.Mkdir(src, 0o700))
+		buildTree(t, src)
+	}
+	must(t, unix.Lremovexattr(filepath.Join(userSrc, "opq"), "trusted.overlay.opaque"))
+	must(t, unix.Lsetxattr(filepath.Join(userSrc, "opq"), "user.overlay.opaque", []byte("y"), 0))
+	m, err := store.ScanTree(ctx, rootSrc)
+	must(t, err)
+	if um, err := store.ScanTree(ctx, userSrc); err != nil || um.Hash() != m.Hash() {
+		t.Fatalf("the tree with user.overlay.opaque hashes differently (%v):\n%s", err, strings.Join(store.DiffManifests(m, um), "\n"))
+	}
+
+	setRootless(t, false)
+	rootLayer := writeLayer(t, rootSrc)
+	setRootless(t, true)
+	userLayer := writeLayer(t, userSrc)
+	if !bytes.Equal(rootLayer, userLayer) {
+		t.Error("the rootless store's layer differs from root's")
+	}
+	var names []string
+	for _, hdr := range tarHeaders(t, userLayer) {
+		names = append(names, hdr.Name)
+		for key := range hdr.PAXRecords {
+			if strings.Contains(key, ".overlay.") {
+				t.Errorf("%s carries %s", hdr.Name, key)
+			}
+		}
+	}
+	if !slices.Contains(names, "content/opq/.wh..wh..opq") {
+		t.Errorf("rootless layer has no opaque marker for opq: %q", names)
+	}
+
+	for _, tc := range []struct {
+		rootless   bool
+		own, other string
+	}{
+		{false, "trusted.overlay.opaque", "user.overlay.opaque"},
+		{true, "user.overlay.opaque", "trusted.overlay.opaque"},
+	} {
+		setRootless(t, tc.rootless)
+		dst := filepath.Join(base, tc.own)
+		must(t, ReadLayer(ctx, bytes.NewReader(userLayer), dst, m))
+		got, err := store.ScanTree(ctx, dst)
+		must(t, err)
+		if got.Hash() != m.Hash() {
+			t.Errorf("rootless %v: round trip differs:\n%s", tc.rootless, strings.Join(store.DiffManifests(m, got), "\n"))
+		}
+		if v := getXattr(t, filepath.Join(dst, "opq"), tc.own); string(v) != "y" {
+			t.Errorf("rootless %v: extracted opq has %s = %q, want \"y\"", tc.rootless, tc.own, v)
+		}
+		if v := getXattr(t, filepath.Join(dst, "opq"), tc.other); v != nil {
+			t.Errorf("rootless %v: extracted opq has %s = %q, want none", tc.rootless, tc.other, v)
+		}
+	}
+}
+
+// TestWriteLayerRefusesOverlayXattrs: an overlayfs xattr that umoci would put
+// in the tar (the other namespace's, or an escaped one it unescapes) fails
+// the push rather than reach a cache.
+func TestWriteLayerRefusesOverlayXattrs(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		rootless   bool
+		set, inTar string
+	}{
+		{false, "user.overlay.opaque", "user.overlay.opaque"},
+		{false, "trusted.overlay.overlay.opaque", "trusted.overlay.opaque"},
+		{true, "user.overlay.overlay.opaque", "user.overlay.opaque"},
+		{true, "trusted.overlay.opaque", "trusted.overlay.opaque"},
+	} {
+		setRootless(t, tc.rootless)
+		src := t.TempDir()
+		must(t, os.Mkdir(filepath.Join(src, "d"), 0o755))
+		must(t, unix.Lsetxattr(filepath.Join(src, "d"), tc.set, []byte("y"), 0))
+		err := WriteLayer(context.Background(), io.Discard, src)
+		if err == nil || !strings.Contains(err.Error(), "content/d/ has the overlayfs xattr "+tc.inTar) {
+			t.Errorf("rootless %v, %s on a directory: err = %v, want it refused, naming %s", tc.rootless, tc.set, err, tc.inTar)
+		}
+	}
+}

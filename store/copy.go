@@ -15,7 +15,8 @@ import (
 // CopyTree copies src, a directory or regular file, to dst, which must not
 // exist. It follows no symlink (a symlink as src is refused) and keeps what a
 // manifest records: type, mode incl. setuid bits, owners, mtimes (with
-// nanoseconds), the xattrs manifests record, device nodes, fifos, whiteouts
+// nanoseconds), the xattrs manifests record (the opaque mark under
+// OpaqueXattr, whichever name it has in src), device nodes, fifos, whiteouts
 // and hard links between regular files of the tree. Sockets are an error.
 // ctx is checked between files.
 func CopyTree(ctx context.Context, src, dst string) error {
@@ -140,8 +141,13 @@ func copyAttrs(src, dst string, st *unix.Stat_t) error {
 		return err
 	}
 	for _, x := range xs {
-		if err := unix.Lsetxattr(dst, x.Name, x.Value, 0); err != nil {
-			return fmt.Errorf("set xattr %s: %w", x.Name, err)
+		name := x.Name
+		if name == opaqueXattr {
+			// Under the name this store's overlays read; the manifest is the same.
+			name = OpaqueXattr()
+		}
+		if err := unix.Lsetxattr(dst, name, x.Value, 0); err != nil {
+			return fmt.Errorf("set xattr %s: %w", name, err)
 		}
 	}
 	// A symlink's mode is always 0777 and chmod would follow it.

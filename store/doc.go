@@ -10,5 +10,6 @@
 // crash model.
 //
 // This package imports no other package of the project but internal/atomicfile, the one way shed
-// replaces a file.
+// replaces a file, and internal/userns, which says whether shed runs in its user namespace (and so
+// under which name the store keeps overlayfs's opaque mark: OpaqueXattr).
 package store

@@ -17,6 +17,8 @@ import (
 
 	"github.com/zeebo/blake3"
 	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/internal/userns"
 )
 
 // A manifest is the canonical text form of a file tree, from which a store
@@ -64,9 +66,34 @@ var manifestXattrs = []string{
 	"security.capability",
 	"system.posix_acl_access",
 	"system.posix_acl_default",
-	"trusted.overlay.opaque",
-	"user.overlay.opaque",
+	opaqueXattr,
 }
+
+// The opaque mark of a directory (overlayfs hides what the layers below
+// hold there) has two names on disk: trusted.overlay.opaque in a store made
+// by root, user.overlay.opaque in a rootless one, whose overlays are mounted
+// with userxattr in shed's user namespace, where trusted.* is out of reach.
+// Manifests record it as opaqueXattr whichever name it has, so that a recipe
+// realized rootless and as root gets the same content hashes.
+const (
+	opaqueXattr     = "trusted.overlay.opaque"
+	userOpaqueXattr = "user.overlay.opaque"
+)
+
+// OpaqueXattr returns the name under which this process writes the opaque
+// mark, the one its overlays read: user.overlay.opaque in a user namespace
+// (userns.Active), else trusted.overlay.opaque. Manifests record the mark as
+// trusted.overlay.opaque either way.
+func OpaqueXattr() string {
+	if rootless() {
+		return userOpaqueXattr
+	}
+	return opaqueXattr
+}
+
+// rootless is userns.Active, a variable so that tests, which run as root,
+// can take the rootless branch without a user namespace.
+var rootless = userns.Active
 
 // Xattr is an extended attribute of an entry.
 type Xattr struct {
@@ -791,19 +818,41 @@ func readManifestXattrs(path string) ([]Xattr, error) {
 	}
 	var xs []Xattr
 	for _, name := range manifestXattrs {
-		if !hasXattrName(buf, name) {
+		onDisk := name
+		if name == opaqueXattr {
+			onDisk = opaqueOnDisk(buf)
+		}
+		if onDisk == "" || !hasXattrName(buf, onDisk) {
 			continue
 		}
-		v, err := lgetxattr(path, name)
+		v, err := lgetxattr(path, onDisk)
 		if errors.Is(err, unix.ENODATA) {
 			continue // removed since the listing
 		}
 		if err != nil {
-			return nil, fmt.Errorf("get xattr %s: %w", name, err)
+			return nil, fmt.Errorf("get xattr %s: %w", onDisk, err)
 		}
 		xs = append(xs, Xattr{Name: name, Value: v})
 	}
 	return xs, nil
+}
+
+// opaqueOnDisk returns the name the opaque mark has in list (as listxattr(2)
+// returns it), or "". A directory with both (only root sees trusted.*, and
+// only a tree made by hand has both) is recorded with the value of
+// OpaqueXattr, the name this process's overlays obey.
+func opaqueOnDisk(list []byte) string {
+	own, other := OpaqueXattr(), opaqueXattr
+	if own == opaqueXattr {
+		other = userOpaqueXattr
+	}
+	switch {
+	case hasXattrName(list, own):
+		return own
+	case hasXattrName(list, other):
+		return other
+	}
+	return ""
 }
 
 // hasXattrName reports whether list, as listxattr(2) returns it (names each
