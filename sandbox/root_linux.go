@@ -16,8 +16,10 @@ import (
 //     owns on disk appear owned by the sandbox's root, and what the sandbox writes lands on disk with
 //     the ids it chose. Store paths keep Debian's owners, and a build's output needs no mapping back.
 //   - The overlay itself is made here, in the host's user namespace, so that it keeps its markers in
-//     trusted.overlay.* xattrs as every store path has them (an overlay made inside a user namespace
-//     uses user.overlay.*), and only the host can set them.
+//     trusted.overlay.* xattrs as every store path of root's has them, and only the host can set them.
+//     Without root (see rootless) init is in shed's user namespace instead: the layers need no idmap
+//     (their files are its ids already), and the overlay keeps its marks in user.overlay.* (userxattr),
+//     as a store made without root has them; a mark set through it is escaped by the kernel.
 //   - Everything is mounted before the command exists, in a mount namespace of the host's user
 //     namespace, where the command (root of a user namespace of its own) has no capability: it can
 //     change none of these mounts (see command_linux.go).
