@@ -57,6 +57,7 @@ bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Benc
 	scripts/bench-launch.sh
 	scripts/bench-cache.sh
 	scripts/bench-closure.sh
+	scripts/bench-rootless.sh
 
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -336,9 +336,11 @@ func subIDs(file, name string, uid int) ([]Extent, error) {
 
 // FreeRange is the first id of a range of IDs ids that no line of /etc/subuid or /etc/subgid
 // overlaps, from 100000 on (useradd's SUB_UID_MIN on Debian): for the hint to a user who has none.
-func FreeRange() uint64 {
+func FreeRange() uint64 { return freeRange("/etc/subuid", "/etc/subgid") }
+
+func freeRange(files ...string) uint64 {
 	lo := uint64(100000)
-	for _, file := range []string{"/etc/subuid", "/etc/subgid"} {
+	for _, file := range files {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			continue
