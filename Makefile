@@ -48,8 +48,9 @@ test: ## run every test (as root: the store and sandbox tests are real), then ea
 # directly: the same tests, so the typed API carries everything the CLI does. CI runs both.
 test-daemon: ## run the end-to-end tests (tests/) through the supervisor, as a local operator would
 	@# TestMCP and TestE2B drive a supervisor of their own in either pass, and TestReadmeBlocks runs the README as
-	@# written (no supervisor): the second pass would repeat the first.
-	SHED_TEST_VIA=daemon $(GO) test -count=1 -parallel 4 -timeout 40m -skip '^(TestMCP|TestE2B|TestReadmeBlocks)$$' ./tests
+	@# written (no supervisor), and TestRootless* run shed as an ordinary user, who has no supervisor: the second
+	@# pass would repeat the first.
+	SHED_TEST_VIA=daemon $(GO) test -count=1 -parallel 4 -timeout 40m -skip '^(TestMCP|TestE2B|TestReadmeBlocks|TestRootless|TestRootlessNoSubIDs)$$' ./tests
 
 bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...

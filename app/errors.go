@@ -157,7 +157,7 @@ func hintFor(err error) string {
 	case errors.Is(err, store.ErrUnsafe):
 		return "the store must be owned by you and writable by nobody else: check the owner and run `chmod go-w` on it"
 	case errors.Is(err, os.ErrPermission):
-		return "the store is another user's (root's by default: /var/lib/toolshed): use your own (without --root, shed without root uses ~/.local/share/toolshed), or run shed as its owner"
+		return "if the store is another user's (root's is /var/lib/toolshed), use your own (shed without root defaults to ~/.local/share/toolshed) or run shed as its owner"
 	case errors.Is(err, store.ErrBadPath):
 		return "a store path looks like /var/lib/toolshed/store/<32-char hash>-<name>; `shed store ls` lists them"
 	case errors.Is(err, store.ErrBadName):

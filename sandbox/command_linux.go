@@ -34,7 +34,7 @@ func commandAttr(cfg *initConfig, uid, gid uint32) *syscall.SysProcAttr {
 // confine sets what init's locked thread hands to every command it forks: no_new_privs, a session
 // keyring of its own, and the seccomp filter. Called once, just before the main command is forked;
 // init itself needs none of what the filter refuses.
-func confine() *SetupError {
+func confine(rootless bool) *SetupError {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return &SetupError{Op: "prctl", Detail: "no_new_privs", Err: err}
 	}
@@ -44,7 +44,7 @@ func confine() *SetupError {
 	if _, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
 		return &SetupError{Op: "keyctl", Detail: "join a new session keyring", Err: e}
 	}
-	listener, err := loadSeccomp()
+	listener, err := loadSeccomp(rootless)
 	if err != nil {
 		return &SetupError{Op: "seccomp", Err: err}
 	}

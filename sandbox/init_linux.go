@@ -113,9 +113,11 @@ func runInit() int {
 	go func() {
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 		// Without root the command's uid is init's own, so it may signal init: these would make
-		// the Go runtime print init's stacks to the caller's terminal and exit. Caught, not ignored,
-		// so that the command does not inherit them ignored.
-		signal.Notify(make(chan os.Signal, 1), unix.SIGQUIT, unix.SIGABRT)
+		// the Go runtime print init's stacks to the caller's terminal and exit (sent by kill, the
+		// synchronous ones too reach a channel). Caught, not ignored, so that the command does not
+		// inherit them ignored.
+		signal.Notify(make(chan os.Signal, 1), unix.SIGQUIT, unix.SIGABRT, unix.SIGSEGV, unix.SIGBUS,
+			unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS)
 		close(sigReady)
 	}()
 	// Started ahead of its spec, init waits here for the descriptors and the config.
@@ -467,7 +469,7 @@ func startCommand(cfg *initConfig, stdio [3]uintptr) (int, *SetupError) {
 	if e != nil {
 		return 0, e
 	}
-	if e := confine(); e != nil {
+	if e := confine(cfg.Rootless); e != nil {
 		return 0, e
 	}
 	// Belt and braces after closeInherited: nothing but 0, 1 and 2 reaches the command.

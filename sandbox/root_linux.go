@@ -340,6 +340,13 @@ func mountSystem(base uint32, proc int, devs []int) *SetupError {
 			if err := unix.MoveMount(proc, "", unix.AT_FDCWD, m.target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 				return &SetupError{Op: op, Path: m.target, Err: err}
 			}
+			if devs != nil {
+				for i, p := range procMasked {
+					if err := unix.MoveMount(devs[len(devices)+i], "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+						return &SetupError{Op: "mask", Path: p, Err: err}
+					}
+				}
+			}
 			continue
 		}
 		if err := unix.Mount(m.fstype, m.target, m.fstype, m.flags, m.data); err != nil {
@@ -377,12 +384,24 @@ func newProc() (int, *SetupError) {
 	return m, nil
 }
 
-// cloneDevices clones the host's nodes of devices, in that order, for a sandbox without root, which
+// procMasked are files of /proc that a sandbox without root gets /dev/null in place of (as Docker
+// masks them): they list the keys that the sandbox's uid, the user's own, may view, which are the
+// user's (see keyringSyscalls).
+var procMasked = []string{"/proc/keys", "/proc/key-users"}
+
+// cloneDevices clones the host's nodes of devices, in that order, then one /dev/null per procMasked, for a sandbox without root, which
 // cannot make device nodes (mknod needs CAP_MKNOD in the host's user namespace).
 func cloneDevices() ([]int, *SetupError) {
 	var fds []int
+	names := make([]string, 0, len(devices)+len(procMasked))
 	for _, d := range devices {
-		fd, e := cloneTree("/dev/"+d.name, 0, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, -1)
+		names = append(names, "/dev/"+d.name)
+	}
+	for range procMasked {
+		names = append(names, "/dev/null")
+	}
+	for _, name := range names {
+		fd, e := cloneTree(name, 0, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, -1)
 		if e != nil {
 			for _, f := range fds {
 				unix.Close(f)

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/net/bpf"
@@ -36,6 +37,12 @@ var deniedSyscalls = append([]uintptr{
 	unix.SYS_LOOKUP_DCOOKIE,
 }, archDeniedSyscalls...)
 
+// keyringSyscalls are refused without root: there the sandbox's root is the user's own uid on the
+// host, and a key is its owner's by uid whatever the namespace: key serials are global, so a Bench
+// could link the user's keyring (found in /proc/keys) into its own and read the user's keys. As root
+// the sandbox's uid owns no key but its own.
+var keyringSyscalls = []uintptr{unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY}
+
 // nsFlags are the namespaces a sandbox may not make. Root of its own user namespace could otherwise make
 // a user or network namespace that it owns, and in it reach what the host's user namespace keeps to
 // itself: netfilter, traffic control and xfrm over netlink (where most user-namespace kernel exploits of
@@ -48,7 +55,7 @@ const nsFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 // Docker's profile), refuse unshare with nsFlags, and hand clone with nsFlags to init (user
 // notification): init itself forks every command into a new user namespace from the filtered thread,
 // and allows that for its own thread only (notifyNamespaces).
-func seccompFilter() ([]bpf.RawInstruction, error) {
+func seccompFilter(rootless bool) ([]bpf.RawInstruction, error) {
 	if auditArch == 0 {
 		return nil, errors.New("no seccomp filter for this architecture")
 	}
@@ -62,7 +69,11 @@ func seccompFilter() ([]bpf.RawInstruction, error) {
 	a.jump(bpf.JumpNotEqual, auditArch, "wrong abi")
 	a.op(bpf.LoadAbsolute{Off: offNr, Size: 4})
 	a.jump(bpf.JumpBitsSet, abiBit, "wrong abi")
-	for _, nr := range deniedSyscalls {
+	denied := deniedSyscalls
+	if rootless {
+		denied = append(slices.Clip(denied), keyringSyscalls...)
+	}
+	for _, nr := range denied {
 		a.jump(bpf.JumpEqual, uint32(nr), "deny")
 	}
 	a.jump(bpf.JumpEqual, unix.SYS_CLONE3, "wrong abi")
@@ -131,8 +142,8 @@ func (a *filterAsm) resolve() ([]bpf.Instruction, error) {
 // loadSeccomp installs the filter on the calling thread (init's locked thread), from which every
 // command is forked, and returns the listener of its user notifications. It needs no_new_privs (set
 // before) unless the caller has CAP_SYS_ADMIN.
-func loadSeccomp() (int, error) {
-	raw, err := seccompFilter()
+func loadSeccomp(rootless bool) (int, error) {
+	raw, err := seccompFilter(rootless)
 	if err != nil {
 		return -1, err
 	}

@@ -43,7 +43,7 @@ func BenchmarkUsernsOpen(b *testing.B) {
 
 func BenchmarkSeccompFilter(b *testing.B) {
 	for b.Loop() {
-		if _, err := seccompFilter(); err != nil {
+		if _, err := seccompFilter(false); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -118,7 +118,7 @@ func BenchmarkForkFiltered(b *testing.B) {
 			done <- err
 			return
 		}
-		listener, err := loadSeccomp()
+		listener, err := loadSeccomp(false)
 		if err != nil {
 			done <- err
 			return
