@@ -159,6 +159,9 @@ type execStdio struct {
 
 func newExecStdio(s Stdio) (*execStdio, error) {
 	x := &execStdio{}
+	if rootless() {
+		s = s.withoutFiles() // as for Start
+	}
 	// stdin
 	switch r := s.Stdin.(type) {
 	case *os.File:

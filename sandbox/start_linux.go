@@ -111,12 +111,41 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 	// A fixed GOMAXPROCS skips the runtime's cgroup probing at start; 2 lets init's signal setup run
 	// beside its mounts.
 	cmd.Env = []string{initEnv + "=1", "GOMAXPROCS=2", "GODEBUG=containermaxprocs=0,updatemaxprocs=0"}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
+	own := stdio
+	if rootless() {
+		own = stdio.withoutFiles()
+	}
+	var stdinPipe *os.File // the command's end, closed here once init has it
+	cmd.Stdout, cmd.Stderr = own.Stdout, own.Stderr
+	switch r := own.Stdin.(type) {
+	case nil, *os.File:
+		cmd.Stdin = r
+	default:
+		// Copied through a pipe that Wait does not wait for: the caller's reader (a terminal) may
+		// block for ever after the command is gone. The copy ends with EPIPE once it is.
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			parentEnd.Close()
+			pd.closeConsole()
+			ids.release()
+			return nil, fmt.Errorf("start sandbox: %w", err)
+		}
+		cmd.Stdin, stdinPipe = pr, pr
+		go func() {
+			_, _ = io.Copy(pw, r)
+			pw.Close()
+		}()
+	}
 	if stdio.Terminal != nil {
 		// The command's stdio is the terminal; init's own is only for its last-resort messages.
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
-		if f, ok := stdio.Stderr.(*os.File); ok {
-			cmd.Stderr = f
+		if stdinPipe != nil {
+			stdinPipe.Close()
+			stdinPipe = nil
+		}
+		switch own.Stderr.(type) {
+		case *os.File, writerOnly:
+			cmd.Stderr = own.Stderr
 		}
 	}
 	// Everything else init gets (bind trees, cgroup files, the control socket, the console socket)
@@ -134,7 +163,11 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 		// not stop the command with SIGTTIN.
 		Setsid: true,
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	if stdinPipe != nil {
+		stdinPipe.Close()
+	}
+	if err != nil {
 		parentEnd.Close()
 		pd.closeConsole()
 		ids.release()
@@ -147,6 +180,32 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 	}
 	return pd, nil
 }
+
+// withoutFiles is s with every *os.File behind a reader or writer that is not one, so that the
+// executor copies through pipes of its own. Without root the sandbox's root is the user's uid, which
+// owns the inodes of the caller's stdio: given one of them (a file stdout is redirected to, the user's
+// terminal), the command could chmod it (setuid, world-writable) or chown it. A pipe of the executor's
+// is nothing the user has. (With Stdio.Terminal the command gets a terminal of its own already.)
+func (s Stdio) withoutFiles() Stdio {
+	if f, ok := s.Stdin.(*os.File); ok {
+		s.Stdin = readerOnly{f}
+	}
+	if f, ok := s.Stdout.(*os.File); ok {
+		s.Stdout = writerOnly{f}
+	}
+	if f, ok := s.Stderr.(*os.File); ok {
+		s.Stderr = writerOnly{f} // equal to Stdout's if the same file: one pipe for both
+	}
+	return s
+}
+
+type readerOnly struct{ f *os.File }
+
+func (r readerOnly) Read(b []byte) (int, error) { return r.f.Read(b) }
+
+type writerOnly struct{ f *os.File }
+
+func (w writerOnly) Write(b []byte) (int, error) { return w.f.Write(b) }
 
 func (pd *Pending) closeConsole() {
 	for _, f := range pd.console {

@@ -511,30 +511,18 @@ func TestRootless(t *testing.T) {
 		t.Errorf("%s/toolshed: owner %d, mode %v", xdg, uid, mode.Perm())
 	}
 
-	// The jq example, recipe and committed lock, in the user's home and in one of root's.
-	lock := string(must(os.ReadFile("../examples/jq/workshop.lock")))
+	// The jq example in one of root's stores: root realizes it (its seed from the tests' seed cache,
+	// root's build of it) and locks it; then the same recipe and lock in the user's home.
 	recipe := string(must(os.ReadFile("../examples/jq/workshop.toml")))
-	file := u.give(t, filepath.Join(u.home, "jq", "workshop.toml"), recipe, 0o644)
-	u.give(t, filepath.Join(u.home, "jq", "workshop.lock"), lock, 0o644)
 	rootFile := writeFile(t, filepath.Join(t.TempDir(), "jq", "workshop.toml"), recipe)
-	writeFile(t, filepath.Join(filepath.Dir(rootFile), "workshop.lock"), lock)
-
-	// Realize rootless (the seed from the mirror, about 40 s) while root realizes the same in a store
-	// of its own (the seed from the tests' seed cache: root's build of it).
-	cmd, cancel := u.command(t, "", nil, u.shedBin, "--json", "realize", file)
-	defer cancel()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	rootStore := seededRoot(t)
 	rootJ := realize(t, rootStore, rootFile)
-	err := cmd.Wait()
-	r = result{out.String(), errb.String(), cmd.ProcessState.ExitCode()}
-	if err != nil && r.code == 0 {
-		t.Fatalf("realize as %s: %v", u.name, err)
-	}
+	lock := string(must(os.ReadFile(filepath.Join(filepath.Dir(rootFile), "workshop.lock"))))
+	file := u.give(t, filepath.Join(u.home, "jq", "workshop.toml"), recipe, 0o644)
+	u.give(t, filepath.Join(u.home, "jq", "workshop.lock"), lock, 0o644)
+
+	// Realize rootless: the seed from the mirror (about 40 s), the layer from root's lock.
+	r = u.shed(t, "", "--json", "realize", file)
 	userJ := parseRealize(t, u.name, r)
 	t.Logf("rootless realize: %s", strings.TrimSpace(r.stderr))
 	if len(userJ.Layers) != 2 || !strings.HasSuffix(userJ.Layers[0], "-debian-bookworm") || !strings.HasSuffix(userJ.Layers[1], "-apt-curl-jq") || len(userJ.Fetched) == 0 {
@@ -591,12 +579,20 @@ func TestRootless(t *testing.T) {
 		t.Errorf("realize --offline: built %v, fetched %v, layers %v; want a cache hit", j.Built, j.Fetched, j.Layers)
 	}
 
+	// The recipe's network profile, through shed's proxy as for root: Debian's mirror (profile debian)
+	// answers, a host the recipe does not allow gets the proxy's refusal.
+	r = u.shed(t, "", "bench", "run", "-f", file, "--", "sh", "-c",
+		"curl -s -o /dev/null -w '%{http_code} ' http://deb.debian.org/debian/dists/bookworm/Release; curl -s -o /dev/null -w '%{http_code}' http://example.com/")
+	if r.code != 0 || r.stdout != "200 403" {
+		t.Errorf("a Bench's network profile: exit %d, stdout %q (want \"200 403\": the mirror, then a refused host)\n%s", r.code, r.stdout, r.stderr)
+	}
+
 	// A hostile Bench.
 	hostileBench(t, u, file)
 
 	// SIGTERM to the shed the user started (the parent of the one in its user namespace) stops the
 	// Bench as it does root's: passed on, "interrupted", exit 143, and the command is gone.
-	cmd, cancel = u.command(t, "", nil, u.shedBin, "bench", "run", "--net", "none", "-f", file, "--", "sleep", "86422")
+	cmd, cancel := u.command(t, "", nil, u.shedBin, "bench", "run", "--net", "none", "-f", file, "--", "sleep", "86422")
 	defer cancel()
 	var termErr bytes.Buffer
 	cmd.Stderr = &termErr
@@ -684,6 +680,26 @@ func TestRootless(t *testing.T) {
 		if r := shed(t, back, nil, "bench", "run", "--net", "none", "-f", rootFile, "--", "jq", "--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "jq-1.6") {
 			t.Errorf("jq --version in root's Bench of the user's Workshop: exit %d %q\n%s", r.code, r.stdout, r.stderr)
 		}
+	}
+
+	// The user's store → a registry (on loopback) → a root store that trusts the user's key, which
+	// substitutes the Workshop rather than building it.
+	reg := startRegistry(t, "")
+	if r := u.shed(t, "", "--json", "copy", "--to", reg.url("rootless/cache"), file); r.code != 0 || !strings.Contains(r.stdout, `"pushed"`) {
+		t.Errorf("copy --to a registry as %s: exit %d\n%s%s", u.name, r.code, r.stdout, r.stderr)
+	} else {
+		pulled := newRoot(t)
+		mustShed(t, pulled, "key", "trust", strings.TrimSpace(u.mustShed(t, "key", "export").stdout))
+		j := realize(t, pulled, rootFile, "--offline", "--substituter", reg.url("rootless/cache"))
+		if len(j.Built) != 0 || !slices.Equal(baseNames(j.Layers), baseNames(userJ.Layers)) {
+			t.Errorf("realize from the user's cache: built %v, layers %v", j.Built, j.Layers)
+		}
+		for _, p := range j.Layers {
+			if got := parseInfo(t, "root", mustShed(t, pulled, "store", "info", "--json", p)).ContentHash; got != hashes[filepath.Base(p)] {
+				t.Errorf("%s substituted from the user's cache: content hash %s, root's %s", filepath.Base(p), got, hashes[filepath.Base(p)])
+			}
+		}
+		mustShed(t, pulled, "store", "verify", "--check-contents")
 	}
 
 	// gc frees the build inputs (files of the subordinate ids, removed in U); what is left verifies
