@@ -108,6 +108,8 @@ func hintFor(err error) string {
 	switch {
 	case errors.Is(err, bench.ErrGrantRoot):
 		return "give the directory to the user the Bench works for (chown -R USER DIR), or grant it :ro"
+	case errors.Is(err, bench.ErrGrantStore):
+		return "grant a directory that holds no store of shed's, such as a project directory (keep stores out of granted directories)"
 	case errors.Is(err, bench.ErrGrantNotOwn):
 		return "grant it :ro, or copy what the Bench should change into a directory of yours; as root (or through the supervisor) a Bench may act as another owner"
 	case errors.Is(err, bench.ErrGrantGroup):

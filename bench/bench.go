@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/internal/atomicfile"
+	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
@@ -112,7 +113,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if opts.Net != "recipe" && opts.Net != "none" {
 		return 0, fmt.Errorf("--net %q: want none or recipe", opts.Net)
 	}
-	grants, err := resolveGrants(r, opts.Grants)
+	grants, err := resolveGrants(r, opts.Grants, storesOf(s))
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +153,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		Env:      benchEnv(opts),
 		Dir:      "/root",
 		Limits:   opts.Limits,
-		Control:  filepath.Join(dir, "control.sock"),
+		Control:  controlAddr(s, id),
 	}
 	for _, l := range layers {
 		spec.Root.Lowers = append(spec.Root.Lowers, s.Location(l))
@@ -520,7 +521,19 @@ func Exec(ctx context.Context, s *store.Store, nameOrID string, req sandbox.Exec
 		env = append(env, proxyEnv()...)
 	}
 	req.Env = mergeEnv(env, req.Env)
-	return sandbox.Exec(ctx, filepath.Join(Dir(s), rec.ID, "control.sock"), req, stdio)
+	return sandbox.Exec(ctx, controlAddr(s, rec.ID), req, stdio)
+}
+
+// controlAddr is where a Bench's control socket is: in its state directory, root's; without root an
+// abstract socket of shed's network namespace, since the user's uid, which owns the store, is every
+// Bench's root too: a Bench granted a directory that holds a store (another of the user's) could
+// reach that store's sockets by path, but no Bench reaches an abstract socket of the host's network.
+func controlAddr(s *store.Store, id string) string {
+	if userns.Active() {
+		uid, _ := userns.Owner()
+		return fmt.Sprintf("@toolshed-%d-%s", uid, id)
+	}
+	return filepath.Join(Dir(s), id, "control.sock")
 }
 
 // mergeEnv is base with extra's variables, each replacing one of the same name.

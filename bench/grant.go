@@ -15,6 +15,7 @@ import (
 	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/store"
 )
 
 // Grant is a host directory or file mounted into a Bench.
@@ -34,6 +35,7 @@ var (
 	ErrGrantSymlink = fmt.Errorf("%w", ErrGrant)
 	ErrGrantRoot    = fmt.Errorf("%w", ErrGrant)
 	ErrGrantNotOwn  = fmt.Errorf("%w", ErrGrant) // without root: a rw grant of someone else's
+	ErrGrantStore   = fmt.Errorf("%w", ErrGrant) // a directory that holds a store
 
 	ErrGrantGroup = fmt.Errorf("%w", ErrGrant)
 )
@@ -97,7 +99,7 @@ type resolved struct {
 // grant of a directory that root owns is refused: the Bench could leave
 // setuid-root files there, on the host. A directory of root's, read-only,
 // shows with host ids (sandbox.IDsHost): as to any user, not to root.
-func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
+func resolveGrants(r *recipe.Recipe, asked []Grant, stores []string) ([]resolved, error) {
 	var out []resolved
 	closeAll := func() {
 		for _, g := range out {
@@ -135,6 +137,13 @@ func resolveGrants(r *recipe.Recipe, asked []Grant) ([]resolved, error) {
 			fd.Close()
 			closeAll()
 			return nil, fmt.Errorf("%w: %s: %v", ErrGrant, g.Host, err)
+		}
+		// The recipe checked the path as written; this is the directory itself, found by inode
+		// (through a symlink in an ancestor, a bind mount): one that holds a store is refused.
+		if store := holdsStore(&st, stores); store != "" {
+			fd.Close()
+			closeAll()
+			return nil, fmt.Errorf("%w: %s holds shed's store %s: a Bench must not reach it", ErrGrantStore, g.Host, store)
 		}
 		if userns.Active() {
 			// Without root, uid 0 here is the user: a Bench can be given only their own files as its
@@ -218,4 +227,41 @@ func openNoSymlinks(p string) (*os.File, error) {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), p), nil
+}
+
+// holdsStore returns the first of stores that is the directory dir (its stat) or below it, by device
+// and inode along each store's real path; "" if none.
+func holdsStore(dir *unix.Stat_t, stores []string) string {
+	for _, store := range stores {
+		p, err := filepath.EvalSymlinks(store)
+		if err != nil {
+			continue // not there: nothing to reach
+		}
+		for {
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil && st.Dev == dir.Dev && st.Ino == dir.Ino {
+				return store
+			}
+			if p == "/" {
+				break
+			}
+			p = filepath.Dir(p)
+		}
+	}
+	return ""
+}
+
+// storesOf are the stores a Bench of s must not be granted: s, and without root the user's default
+// store (whichever s is), since every store of the user's is the Bench root's to read.
+func storesOf(s *store.Store) []string {
+	stores := []string{s.Root()}
+	if userns.Active() {
+		if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+			stores = append(stores, filepath.Join(d, "toolshed"))
+		}
+		if home, err := os.UserHomeDir(); err == nil {
+			stores = append(stores, filepath.Join(home, ".local", "share", "toolshed"))
+		}
+	}
+	return stores
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -56,7 +57,9 @@ func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation,
 	argv := []string{"/usr/bin/unshare", "--mount", "--propagation", "unchanged", "--",
 		"/usr/bin/mmdebstrap", "--variant=minbase", "--hook-dir=" + mmdebstrapHooks, suite, seedTarget, mirror}
 	spec := &sandbox.Spec{
-		Root: sandbox.Root{Host: true},
+		// What users keep (homes, the store) is not the seed build's to read: as root the sandbox
+		// could read only what every user may, without root it is the user's uid.
+		Root: sandbox.Root{Host: true, Hide: b.hostPrivate()},
 		// The seed's files land with the owners mmdebstrap gives them (root's as root's): the
 		// directory is the stage's, which nobody else can reach.
 		Binds:   []sandbox.Bind{{Source: dir, Target: seedTarget, Writable: true, IDs: sandbox.IDsSandbox}},
@@ -163,4 +166,16 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// hostPrivate are the host directories a seed build's host root hides: users' homes (this one's too,
+// wherever it is), root's, the runtime directories, the scratch that outlives a boot, and the store.
+func (b *Builder) hostPrivate() []string {
+	dirs := []string{"/home", "/root", "/run/user", "/var/tmp", "/var/mail"}
+	for _, d := range []string{os.Getenv("HOME"), os.Getenv("XDG_RUNTIME_DIR"), b.Store.Root()} {
+		if d = filepath.Clean(d); filepath.IsAbs(d) && d != "/" && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }

@@ -90,7 +90,7 @@ func rootlessIDs() (*idRange, error) {
 			next += n
 		}
 		if next < IDsPerSandbox {
-			return nil, fmt.Errorf("sandbox ids: this user namespace maps ids 0 to %d only (%s), and a sandbox has 0 to %d: give the user %d subordinate ids", int(next)-1, m.file, IDsPerSandbox-1, IDsPerSandbox-1)
+			return nil, fmt.Errorf("sandbox ids: this user namespace maps %d ids from 0 on (%s), and a sandbox has 0 to %d: run shed as root of a user namespace with %d ids (as shed without root makes itself, from the user's subordinate ids)", next, m.file, IDsPerSandbox-1, IDsPerSandbox)
 		}
 	}
 	return r, nil

@@ -117,7 +117,7 @@ func runInit() int {
 		// synchronous ones too reach a channel). Caught, not ignored, so that the command does not
 		// inherit them ignored.
 		signal.Notify(make(chan os.Signal, 1), unix.SIGQUIT, unix.SIGABRT, unix.SIGSEGV, unix.SIGBUS,
-			unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS)
+			unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS, unix.SIGSTKFLT)
 		close(sigReady)
 	}()
 	// Started ahead of its spec, init waits here for the descriptors and the config.
@@ -365,6 +365,11 @@ func setup(cfg *initConfig) *SetupError {
 	}
 	if e := mountSystem(cfg.IDBase, proc, devs); e != nil {
 		return e
+	}
+	for _, h := range s.Root.Hide {
+		if e := hide(h); e != nil {
+			return e
+		}
 	}
 	for _, b := range cfg.Binds {
 		if e := mountBind(b, cfg.IDBase); e != nil {
@@ -616,4 +621,18 @@ func listenAll(addrs []string) ([]int, *SetupError) {
 		}
 	}
 	return fds, nil
+}
+
+// hide covers a directory of a Host root with an empty read-only tmpfs (Root.Hide). It runs after the
+// pivot, so a symlink in the path resolves within the root, and a path that is not there (or not a
+// directory) has nothing to hide.
+func hide(dir string) *SetupError {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=4k"); err != nil {
+		return &SetupError{Op: "hide", Path: dir, Err: err}
+	}
+	return nil
 }

@@ -44,6 +44,10 @@ type Spec struct {
 	// which Exec runs more commands in the running sandbox. Only init holds it: the command never sees
 	// it. Put it in a directory that only the caller can write and that the sandbox cannot see (not
 	// under a lower, the upper or a bind source). Wait removes it. At most 107 bytes (sun_path).
+	// Or "@NAME": an abstract socket of the caller's network namespace, which no sandbox can reach
+	// whatever it is granted (each has a network namespace of its own), and which has no file; for
+	// shed without root, where the uid that owns a path is every sandbox's too. Only the creator's
+	// uid may connect to either (Exec).
 	Control string
 }
 
@@ -62,6 +66,10 @@ type Root struct {
 	// Host bind-mounts the host's / read-only (recursively) as the root: for tools that run from the
 	// host, such as mmdebstrap building a seed into a writable Bind.
 	Host bool
+	// Hide are directories of the host that a Host root shows empty (an empty read-only tmpfs on
+	// each; one that does not exist is skipped): users' homes, the store. Without root the sandbox's
+	// root is the user's uid, which owns the user's files: hidden, they are not the sandbox's to read.
+	Hide []string
 	// Lowers are overlayfs lower directories, bottom first (the seed first, then each layer above it).
 	Lowers []string
 	// Upper and Work make the overlay writable; Upper receives every change (the build's output).
@@ -312,6 +320,17 @@ const maxSocketPath = 107
 // checkControl refuses a control socket path that the sandbox could see: from there the command could
 // unlink it and put its own socket in its place, to receive the stdio of whoever calls Exec.
 func (s *Spec) checkControl() error {
+	if name, ok := strings.CutPrefix(s.Control, "@"); ok {
+		switch {
+		case name == "":
+			return specErr("control", "an abstract socket needs a name after @")
+		case strings.IndexByte(name, 0) >= 0:
+			return specErr("control", "must not contain NUL")
+		case len(s.Control) > maxSocketPath:
+			return specErr("control", "%d bytes, a unix socket address holds at most %d", len(s.Control), maxSocketPath)
+		}
+		return nil
+	}
 	if err := checkPath("control", s.Control); err != nil {
 		return err
 	}
@@ -344,6 +363,8 @@ func (r *Root) validate() error {
 		return specErr("root", "one of host or lowers is required")
 	case r.Host && (r.Upper != "" || r.Work != ""):
 		return specErr("root", "upper and work go only with lowers")
+	case len(r.Hide) > 0 && !r.Host:
+		return specErr("root.hide", "goes only with root.host")
 	case r.Host && r.UpperTmpfs:
 		return specErr("root.upperTmpfs", "goes only with lowers")
 	case r.UpperTmpfs && (r.Upper != "" || r.Work != ""):
@@ -360,6 +381,14 @@ func (r *Root) validate() error {
 	for i, l := range r.Lowers {
 		if err := checkPath(fmt.Sprintf("root.lowers[%d]", i), l); err != nil {
 			return err
+		}
+	}
+	for i, h := range r.Hide {
+		if err := checkPath(fmt.Sprintf("root.hide[%d]", i), h); err != nil {
+			return err
+		}
+		if h == "/" {
+			return specErr(fmt.Sprintf("root.hide[%d]", i), "must not be /")
 		}
 	}
 	if (r.Upper == "") != (r.Work == "") {

@@ -600,6 +600,7 @@ type controlSocket struct {
 	path     string
 	f        *os.File
 	dev, ino uint64
+	abstract bool // "@NAME": nothing to remove
 }
 
 // listenControl creates the control socket at path, mode 0600 from the first instant: the mode of a
@@ -614,6 +615,18 @@ func listenControl(path string) (*controlSocket, error) {
 		return fail("socket", err)
 	}
 	f := os.NewFile(uintptr(fd), "control "+path)
+	if strings.HasPrefix(path, "@") {
+		// Abstract: no file, no mode; bind refuses a name in use.
+		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+			f.Close()
+			return fail("bind", err)
+		}
+		if err := unix.Listen(fd, 64); err != nil {
+			f.Close()
+			return fail("listen", err)
+		}
+		return &controlSocket{path: path, f: f, abstract: true}, nil
+	}
 	if err := unix.Fchmod(fd, 0o600); err != nil {
 		f.Close()
 		return fail("fchmod", err)
@@ -642,6 +655,9 @@ func (c *controlSocket) remove() {
 		return
 	}
 	c.f.Close()
+	if c.abstract {
+		return
+	}
 	var st unix.Stat_t
 	if unix.Lstat(c.path, &st) == nil && st.Dev == c.dev && st.Ino == c.ino {
 		_ = unix.Unlink(c.path)

@@ -69,6 +69,9 @@ func worksOnStore(args []string) bool {
 				return false
 			}
 			for _, b := range args[i:] {
+				if b == "--" {
+					break // what follows is a Bench's command: its -h is its own
+				}
 				if b == "--help" || b == "-h" {
 					return false
 				}

@@ -120,18 +120,105 @@ func Init() {
 		return
 	}
 	os.Unsetenv(envWait)
+	var st unix.Stat_t
+	if unix.Fstat(3, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return // not Enter's child: an inherited variable means nothing
+	}
+	unix.CloseOnExec(3)
 	conn := os.NewFile(3, "userns-sync")
 	var b [1]byte
 	if n, _ := conn.Read(b[:]); n != 1 || b[0] != 'g' {
 		// The parent failed (it says why) or died: nothing ran yet.
 		os.Exit(1)
 	}
+	// Only now are the maps written (Active reads them once).
+	if !Active() {
+		return
+	}
 	// The capabilities came through the exec as ambient ones (the maps did not exist yet); as root
-	// of U the process has them anyway, and its own children must not inherit them as ambient.
-	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-	// Nothing shed mounts in its namespace may reach the host's (none can: the mounts are locked).
-	_ = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
-	go forwarded(conn)
+	// of U the process has them anyway, and its children must not inherit them as ambient. Ambient
+	// sets are per thread: every thread's (AllThreadsSyscall needs a binary without cgo).
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
+		_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	}
+	// Mounts made later on the host (autofs, NFS) still show here; nothing made here reaches the
+	// host (U's copy of its mounts cannot propagate back).
+	_ = unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, "")
+	// Watched from now on, before main catches them, so that a terminal's ^C is counted once.
+	var watched []os.Signal
+	for _, s := range forwardedSignals {
+		if !signal.Ignored(s) {
+			watched = append(watched, s)
+		}
+	}
+	if len(watched) > 0 {
+		direct := make(chan os.Signal, 8)
+		signal.Notify(direct, watched...)
+		r := &relay{unmatched: map[syscall.Signal][]time.Time{}, raised: map[syscall.Signal]int{}}
+		go r.countDirect(direct)
+		go r.forward(conn)
+	}
+}
+
+// forwardedSignals are what the parent passes on: those shed stops on (SIGQUIT is left to each
+// process: it ends both at once).
+var forwardedSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP}
+
+// relay raises in this process the signals the parent was sent, except the copy of one that came
+// here directly too: a terminal's ^C reaches both processes of its process group, and shed takes a
+// second ^C to mean "stop at once", so one press must stay one. Each signal that came directly
+// absorbs one forwarded copy; a signal raised here is not counted as direct.
+type relay struct {
+	mu        sync.Mutex
+	unmatched map[syscall.Signal][]time.Time // direct arrivals no forwarded copy has matched
+	raised    map[syscall.Signal]int         // raised here, not yet seen on the direct channel
+}
+
+func (r *relay) countDirect(direct <-chan os.Signal) {
+	for s := range direct {
+		sig := s.(syscall.Signal)
+		r.mu.Lock()
+		if r.raised[sig] > 0 {
+			r.raised[sig]--
+		} else {
+			r.unmatched[sig] = append(r.unmatched[sig], time.Now())
+		}
+		r.mu.Unlock()
+	}
+}
+
+// matchWindow is how far apart the direct and the forwarded copy of one signal may arrive.
+const matchWindow = 2 * time.Second
+
+func (r *relay) forward(conn io.Reader) {
+	var b [1]byte
+	for {
+		if n, err := conn.Read(b[:]); n != 1 || err != nil {
+			return
+		}
+		sig := syscall.Signal(b[0])
+		// The direct copy of a group's signal was sent at the same moment as the parent's: let it
+		// be counted first.
+		time.Sleep(200 * time.Millisecond)
+		r.mu.Lock()
+		var recent []time.Time
+		for _, t := range r.unmatched[sig] {
+			if time.Since(t) < matchWindow {
+				recent = append(recent, t)
+			}
+		}
+		matched := len(recent) > 0
+		if matched {
+			recent = recent[1:]
+		} else {
+			r.raised[sig]++
+		}
+		r.unmatched[sig] = recent
+		r.mu.Unlock()
+		if !matched {
+			_ = unix.Kill(os.Getpid(), sig)
+		}
+	}
 }
 
 // Enter re-executes this binary, with the same arguments, environment and stdio, as root of a new
@@ -197,7 +284,7 @@ func Enter() error {
 	// Signals sent to this process alone (kill PID, timeout(1)) are forwarded; the child gets a
 	// terminal's ^C itself, as a member of this process group.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	signal.Notify(sigs, forwardedSignals...)
 	if _, err := parentEnd.Write([]byte{'g'}); err != nil {
 		_ = cmd.Process.Kill()
 	}
@@ -217,48 +304,6 @@ func Enter() error {
 	}
 	os.Exit(ws.ExitStatus())
 	return nil
-}
-
-// forwarded raises in this process the signals the parent was sent, unless the same signal came
-// here directly just before (a terminal's ^C reaches both): shed takes a second ^C to mean "stop at
-// once", and one press must stay one.
-func forwarded(conn io.Reader) {
-	var mu sync.Mutex
-	last := map[syscall.Signal]time.Time{}
-	direct := make(chan os.Signal, 4)
-	var watched []os.Signal
-	for _, s := range []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT} {
-		if !signal.Ignored(s) {
-			watched = append(watched, s)
-		}
-	}
-	if len(watched) == 0 {
-		return
-	}
-	signal.Notify(direct, watched...)
-	go func() {
-		for s := range direct {
-			mu.Lock()
-			last[s.(syscall.Signal)] = time.Now()
-			mu.Unlock()
-		}
-	}()
-	var b [1]byte
-	for {
-		if n, err := conn.Read(b[:]); n != 1 || err != nil {
-			return
-		}
-		s := syscall.Signal(b[0])
-		// The direct copy of a group's signal is delivered here at the same moment as the parent's:
-		// give it time to be counted first.
-		time.Sleep(50 * time.Millisecond)
-		mu.Lock()
-		seen := time.Since(last[s]) < time.Second
-		mu.Unlock()
-		if !seen {
-			_ = unix.Kill(os.Getpid(), s)
-		}
-	}
 }
 
 // allCaps is every capability the running kernel has.
