@@ -838,6 +838,41 @@ func TestHostRoot(t *testing.T) {
 	}
 }
 
+// TestHostRootHide: a host root shows the hidden directories empty and read-only (a world-readable
+// file in one, even through a symlink to it, is not there), skips a hidden path that does not
+// exist, and the bind made under a hidden directory's sibling still works.
+func TestHostRootHide(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	private := t.TempDir()
+	if err := os.Chmod(private, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(private, "secret"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(private, link); err != nil {
+		t.Fatal(err)
+	}
+	spec := &sandbox.Spec{
+		Root: sandbox.Root{Host: true, Hide: []string{private, "/nonexistent-shed-hide"}},
+		Argv: []string{"/bin/sh", "-c", "cat " + private + "/secret " + link + "/secret; ls -A " + private + " | wc -l; touch " + private + "/new; echo $?"},
+		Env:  []string{"PATH=/usr/bin:/bin"},
+	}
+	r := run(t, spec)
+	if r.stdout != "0\n1\n" || !strings.Contains(r.stderr, "No such file") {
+		t.Errorf("got stdout %q, stderr %q; want no secret, an empty directory, and a refused write", r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(private, "new")); err == nil {
+		t.Error("the hidden directory was written")
+	}
+	bad := &sandbox.Spec{Root: sandbox.Root{Lowers: []string{"/x"}, Hide: []string{"/home"}}, Argv: []string{"/bin/true"}}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "root.hide") {
+		t.Errorf("hide without a host root: %v", err)
+	}
+}
+
 func TestConcurrentSandboxes(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()

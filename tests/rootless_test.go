@@ -467,6 +467,8 @@ try unshare-net unshare -n true
 try proc-keys grep -qF @KEYDESC@ /proc/keys
 try read-key perl -e 'my $b = "\0" x 256; my $n = syscall(250, 11, $ARGV[0] + 0, $b, 256); exit($n > 0 ? 0 : 1)' @KEY@
 try link-user-keyring perl -e '@ATTACK@' @UKR@ @KEY@ @KEYDATA@
+# The control socket of another of the user's Benches (running): an abstract socket of shed's network.
+try control-socket perl -MSocket -e 'socket(my $s, AF_UNIX, SOCK_STREAM, 0) or exit 1; exit(connect($s, pack_sockaddr_un("\0@CONTROL@")) ? 0 : 1)'
 # Init: trace it; signal it with what it must survive (KILL and STOP: the kernel; the rest: caught).
 try ptrace-init perl -e 'exit(syscall(101, 16, 1, 0, 0) == 0 ? 0 : 1)'
 for s in KILL STOP QUIT ABRT USR1 USR2 SEGV BUS FPE ILL TRAP SYS; do kill -$s 1 2>/dev/null; done
@@ -782,8 +784,41 @@ print "$u $k\n";`, keyDesc, keyData)
 		t.Fatalf("control: the keyring attack fails even as %s on the host: exit %d %s", u.name, r.code, r.stderr)
 	}
 
+	// Another Bench of the user's, running, whose control socket the hostile one looks for; the
+	// control: the user reaches it from the host.
+	holder, cancelHolder := u.command(t, "", nil, u.shedBin, "bench", "run", "--net", "none", "--name", "rl-holder", "-f", file, "--", "sleep", "86423")
+	defer cancelHolder()
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { holder.Process.Signal(syscall.SIGTERM); holder.Wait() }()
+	var control string
+	for i := 0; i < 200 && control == ""; i++ {
+		var benches []struct{ ID, Name string }
+		if json.Unmarshal([]byte(u.shed(t, "", "--json", "bench", "ls").stdout), &benches) == nil {
+			for _, b := range benches {
+				if b.Name == "rl-holder" {
+					control = fmt.Sprintf("toolshed-%d-%s", u.uid, b.ID)
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if control == "" {
+		t.Fatal("the holder Bench never showed in bench ls")
+	}
+	connect := `socket(my $s, AF_UNIX, SOCK_STREAM, 0) or exit 1; exit(connect($s, pack_sockaddr_un("\0` + control + `")) ? 0 : 1)`
+	for i := 0; ; i++ {
+		if r := u.run(t, "", nil, "perl", "-MSocket", "-e", connect); r.code == 0 {
+			break
+		} else if i == 100 {
+			t.Fatalf("control: the user cannot reach the holder Bench's control socket @%s from the host: %s", control, r.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
 	script := strings.NewReplacer("@USER@", u.name, "@CANARY@", canary, "@KEYDESC@", keyDesc, "@UKR@", ids[0],
-		"@KEY@", ids[1], "@KEYDATA@", keyData, "@ATTACK@", keyringAttack).Replace(hostileScript)
+		"@KEY@", ids[1], "@KEYDATA@", keyData, "@ATTACK@", keyringAttack, "@CONTROL@", control).Replace(hostileScript)
 	r = u.shed(t, "", "bench", "run", "--net", "none", "-f", file, "--", "sh", "-c", script)
 	t.Logf("tries from a rootless Bench (exit %d):\n%s%s", r.code, r.stdout, r.stderr)
 	lines := strings.Split(r.stdout, "\n")
@@ -794,6 +829,25 @@ print "$u $k\n";`, keyDesc, keyData)
 	}
 	if r.code != 0 || !strings.HasSuffix(r.stdout, "done\n") || strings.Contains(r.stderr, "goroutine ") {
 		t.Errorf("the hostile Bench did not run to its end (init must survive its signals): exit %d\n%s", r.code, r.stderr)
+	}
+
+	// Stdout to a file of the user's: the Bench gets a pipe, and its chmod of fd 1 (a setuid copy of a
+	// shell, runnable by every user as the user) changes nothing of the file's.
+	outFile := u.give(t, filepath.Join(u.home, "out.bin"), "", 0o644)
+	f, err := os.OpenFile(outFile, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, cancel := u.command(t, "", nil, u.shedBin, "bench", "run", "--net", "none", "-f", file, "--", "sh", "-c", "cat /bin/dash; chmod 4755 /proc/self/fd/1; chown 0:0 /proc/self/fd/1")
+	cmd.Stdout = f
+	err = cmd.Run()
+	cancel()
+	f.Close()
+	if uid, _, mode := ownerOf(t, outFile); err != nil || mode != 0o644 || uid != uint32(u.uid) {
+		t.Errorf("a Bench's stdout file: %v, mode %v, owner %d; want the user's 0644 file unchanged", err, mode, uid)
+	}
+	if fi, err := os.Stat(outFile); err != nil || fi.Size() == 0 {
+		t.Errorf("the Bench's output did not reach its file: %v", err)
 	}
 
 	// A signal Go would turn into a crash, sent by kill: init catches it (no stack dump on the user's
