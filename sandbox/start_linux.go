@@ -121,6 +121,9 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 	case nil, *os.File:
 		cmd.Stdin = r
 	default:
+		if stdio.Terminal != nil {
+			break // copied to the terminal instead (attachTerminal)
+		}
 		// Copied through a pipe that Wait does not wait for: the caller's reader (a terminal) may
 		// block for ever after the command is gone. The copy ends with EPIPE once it is.
 		pr, pw, err := os.Pipe()
@@ -139,10 +142,6 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 	if stdio.Terminal != nil {
 		// The command's stdio is the terminal; init's own is only for its last-resort messages.
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, nil
-		if stdinPipe != nil {
-			stdinPipe.Close()
-			stdinPipe = nil
-		}
 		switch own.Stderr.(type) {
 		case *os.File, writerOnly:
 			cmd.Stderr = own.Stderr
