@@ -538,6 +538,14 @@ func TestRootless(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(u.home, "jq", "workshop.lock")); string(b) != lock {
 		t.Errorf("realize changed the committed lock:\n%s", b)
 	}
+	// The user locks the recipe itself (apt's resolver in shed's sandbox, the mirror through the
+	// proxy): root's lock, byte for byte.
+	lockFile := u.give(t, filepath.Join(u.home, "jq-lock", "workshop.toml"), recipe, 0o644)
+	if r := u.shed(t, "", "lock", lockFile); r.code != 0 {
+		t.Errorf("lock as %s: exit %d\n%s", u.name, r.code, r.stderr)
+	} else if b, _ := os.ReadFile(filepath.Join(filepath.Dir(lockFile), "workshop.lock")); string(b) != lock {
+		t.Errorf("the user's lock differs from root's:\n%s\nroot's:\n%s", b, lock)
+	}
 	// Owners on disk: root's files of the seed are the user's, group shadow (42) its subordinate gid 42.
 	if uid, gid, _ := ownerOf(t, filepath.Join(userJ.Layers[0], "etc", "shadow")); uid != uint32(u.uid) || uint64(gid) != u.subGID.start+41 {
 		t.Errorf("the seed's /etc/shadow is %d:%d on disk; want %d:%d (the user, and its subordinate gid 42)", uid, gid, u.uid, u.subGID.start+41)
