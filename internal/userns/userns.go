@@ -11,7 +11,6 @@
 package userns
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -348,33 +347,53 @@ func (e *SubIDError) Unwrap() error { return ErrNoSubIDs }
 // subIDs returns IDs-1 subordinate ids of the user from file (lines "name:start:count" or
 // "uid:start:count"), as extents of U from id 1 on, taken from the user's ranges in file order.
 func subIDs(file, name string, uid int) ([]Extent, error) {
+	ranges, err := readRanges(file)
+	if err != nil {
+		return nil, err
+	}
 	var out []Extent
 	next, have := uint32(1), uint64(0)
-	f, err := os.Open(file)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("read %s: %w", file, err)
-	}
-	if err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() && next < IDs {
-			parts := strings.Split(strings.TrimSpace(sc.Text()), ":")
-			if len(parts) != 3 || parts[0] != name && parts[0] != strconv.Itoa(uid) {
-				continue
-			}
-			start, err1 := strconv.ParseUint(parts[1], 10, 32)
-			count, err2 := strconv.ParseUint(parts[2], 10, 32)
-			if err1 != nil || err2 != nil || count == 0 {
-				continue
-			}
-			have += count
-			n := uint32(min(count, uint64(IDs-next)))
-			out = append(out, Extent{Inside: next, Outside: uint32(start), Count: n})
-			next += n
+	for _, r := range ranges {
+		if next >= IDs || r.owner != name && r.owner != strconv.Itoa(uid) || r.count == 0 {
+			continue
 		}
+		have += r.count
+		n := uint32(min(r.count, uint64(IDs-next)))
+		out = append(out, Extent{Inside: next, Outside: uint32(r.start), Count: n})
+		next += n
 	}
 	if next < IDs {
 		return nil, &SubIDError{File: file, User: name, Have: have}
+	}
+	return out, nil
+}
+
+// subRange is a line of /etc/subuid or /etc/subgid: owner (a name or a uid), start, count.
+type subRange struct {
+	owner        string
+	start, count uint64
+}
+
+// readRanges parses a subordinate id file, skipping lines that are not owner:start:count; a missing
+// file has no ranges.
+func readRanges(file string) ([]subRange, error) {
+	b, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("read %s: %w", file, err)
+	}
+	var out []subRange
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.Split(strings.TrimSpace(line), ":")
+		if len(parts) != 3 {
+			continue
+		}
+		start, err1 := strconv.ParseUint(parts[1], 10, 32)
+		count, err2 := strconv.ParseUint(parts[2], 10, 32)
+		if err1 == nil && err2 == nil {
+			out = append(out, subRange{parts[0], start, count})
+		}
 	}
 	return out, nil
 }
@@ -386,20 +405,9 @@ func FreeRange() uint64 { return freeRange("/etc/subuid", "/etc/subgid") }
 func freeRange(files ...string) uint64 {
 	lo := uint64(100000)
 	for _, file := range files {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			parts := strings.Split(strings.TrimSpace(line), ":")
-			if len(parts) != 3 {
-				continue
-			}
-			start, err1 := strconv.ParseUint(parts[1], 10, 32)
-			count, err2 := strconv.ParseUint(parts[2], 10, 32)
-			if err1 == nil && err2 == nil && start+count > lo {
-				lo = start + count
-			}
+		ranges, _ := readRanges(file)
+		for _, r := range ranges {
+			lo = max(lo, r.start+r.count)
 		}
 	}
 	return lo
