@@ -255,13 +255,8 @@ func holdsStore(dir *unix.Stat_t, stores []string) string {
 // store (whichever s is), since every store of the user's is the Bench root's to read.
 func storesOf(s *store.Store) []string {
 	stores := []string{s.Root()}
-	if userns.Active() {
-		if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
-			stores = append(stores, filepath.Join(d, "toolshed"))
-		}
-		if home, err := os.UserHomeDir(); err == nil {
-			stores = append(stores, filepath.Join(home, ".local", "share", "toolshed"))
-		}
+	if r := store.UserRoot(); userns.Active() && r != "" {
+		stores = append(stores, r)
 	}
 	return stores
 }

@@ -15,8 +15,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultRoot is where the store lives unless --root or SHED_ROOT say otherwise.
+// DefaultRoot is where root's store lives unless --root or SHED_ROOT say otherwise.
 const DefaultRoot = "/var/lib/toolshed"
+
+// UserRoot is where an ordinary user's store lives by default (shed without root):
+// $XDG_DATA_HOME/toolshed, else ~/.local/share/toolshed, as Nix and podman keep a user's data;
+// "" if neither can be told.
+func UserRoot() string {
+	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "toolshed")
+	}
+	if home, err := os.UserHomeDir(); err == nil && filepath.IsAbs(home) {
+		return filepath.Join(home, ".local", "share", "toolshed")
+	}
+	return ""
+}
 
 // Sentinel errors, checked with errors.Is.
 var (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -85,17 +84,13 @@ func storeRoot(c *cli.Context) string {
 	return defaultRoot()
 }
 
-// defaultRoot is root's store, /var/lib/toolshed, or for anyone else theirs: $XDG_DATA_HOME/toolshed,
-// else ~/.local/share/toolshed (Nix's and podman's places for a user's data).
+// defaultRoot is root's store, /var/lib/toolshed, or for anyone else theirs (store.UserRoot).
 func defaultRoot() string {
 	if !userns.Active() && os.Geteuid() == 0 {
 		return store.DefaultRoot
 	}
-	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
-		return filepath.Join(d, "toolshed")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".local", "share", "toolshed")
+	if r := store.UserRoot(); r != "" {
+		return r
 	}
 	return store.DefaultRoot
 }
