@@ -149,7 +149,13 @@ func daemonFor(t testing.TB, root string, env []string) string {
 // shed runs the binary on root with args; env adds variables.
 func shed(t testing.TB, root string, env []string, args ...string) result {
 	t.Helper()
-	cmd := shedCmdEnv(t, root, env, args...)
+	return runResult(t, shedCmdEnv(t, root, env, args...))
+}
+
+// runResult runs cmd and returns its output and exit code (-9 if SIGKILL ended it); a command that
+// could not run at all fails the test.
+func runResult(t testing.TB, cmd *exec.Cmd) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -161,7 +167,7 @@ func shed(t testing.TB, root string, env []string, args ...string) result {
 			r.code = -9
 		}
 	} else if err != nil {
-		t.Fatalf("run shed: %v", err)
+		t.Fatalf("run %s: %v", cmd.Path, err)
 	}
 	return r
 }

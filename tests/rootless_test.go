@@ -267,17 +267,7 @@ func (u *hostUser) run(t *testing.T, stdin string, env []string, name string, ar
 	t.Helper()
 	cmd, cancel := u.command(t, stdin, env, name, args...)
 	defer cancel()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{out.String(), errb.String(), 0}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run %s as %s: %v", name, u.name, err)
-	}
-	return r
+	return runResult(t, cmd)
 }
 
 // shed runs the user's shed with args (on its default store unless args say --root).
