@@ -19,8 +19,8 @@ FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManif
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build bin/shed
-	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/shed ./cmd/shed
+build: ## build bin/shed and bin/shed-init (the Bench's init, a small program of its own)
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/ ./cmd/shed ./cmd/shed-init
 
 example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and realize examples/jq from Debian's mirror
 	@command -v mmdebstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap; }
@@ -77,8 +77,9 @@ docs: build ## regenerate docs/cli.md and the man page from the CLI definition, 
 	mkdir -p docs/man && bin/shed man > docs/man/shed.1
 	SHED_UPDATE_DOCS=1 $(GO) test -count=1 -run TestAPIDoc ./api
 
-install: build ## install shed, its man page and shell completions under DESTDIR/PREFIX (default /usr/local)
+install: build ## install shed, its init (libexec/shed/shed-init), its man page and shell completions under DESTDIR/PREFIX (default /usr/local)
 	install -D -m 0755 bin/shed $(DESTDIR)$(PREFIX)/bin/shed
+	install -D -m 0755 bin/shed-init $(DESTDIR)$(PREFIX)/libexec/shed/shed-init
 	install -D -m 0644 docs/man/shed.1 $(DESTDIR)$(PREFIX)/share/man/man1/shed.1
 	mkdir -p $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
 		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
@@ -87,7 +88,7 @@ install: build ## install shed, its man page and shell completions under DESTDIR
 	bin/shed completion fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
 
 uninstall: ## remove what install installed
-	rm -f $(DESTDIR)$(PREFIX)/bin/shed $(DESTDIR)$(PREFIX)/share/man/man1/shed.1 \
+	rm -f $(DESTDIR)$(PREFIX)/bin/shed $(DESTDIR)$(PREFIX)/libexec/shed/shed-init $(DESTDIR)$(PREFIX)/share/man/man1/shed.1 \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/shed $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_shed \
 		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
 

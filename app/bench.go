@@ -92,14 +92,23 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 		return nil, usage("limits are positive", "negative limit")
 	}
 	limits = s.limitsFor(c, limits)
-	// Without a terminal, the Bench's init starts now and initializes while the Workshop is realized
-	// (a cache hit takes about as long); with one, realizing may draw progress before the terminal
-	// is made raw, so init starts after.
+	// Without a terminal, the Bench's init is a warm one of the supervisor's pool, given the
+	// caller's stdio, or it starts now and initializes while the Workshop is realized (a cache hit
+	// takes about as long); with one, realizing may draw progress before the terminal is made raw,
+	// so init starts after.
 	var pending *sandbox.Pending
 	if !req.TTY {
-		var err error
-		if pending, err = sandbox.Prestart(ctx, c.stdio()); err != nil {
-			return nil, err
+		if pending = s.Pool.Take(req.Workshop); pending != nil {
+			if err := pending.SetStdio(c.stdio()); err != nil {
+				pending.Close()
+				pending = nil
+			}
+		}
+		if pending == nil {
+			var err error
+			if pending, err = sandbox.Prestart(ctx, c.stdio()); err != nil {
+				return nil, err
+			}
 		}
 		defer pending.Close()
 	}

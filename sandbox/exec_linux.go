@@ -149,7 +149,8 @@ func Exec(ctx context.Context, control string, req ExecRequest, stdio Stdio) (in
 	return *rep.Code, nil
 }
 
-// execStdio are the three descriptors sent to init and what copies between pipes and the caller.
+// execStdio are the three descriptors sent to init for a command (Exec, or Start of an init given
+// stdio late: SetStdio) and what copies between pipes and the caller.
 type execStdio struct {
 	send    [3]*os.File
 	mine    []*os.File // opened here: closed once sent (the pipe ends the command gets, /dev/null)

@@ -35,8 +35,14 @@ const (
 	fdSync = 4 // socket to the parent: descriptors and config in; the listeners, then "started" or a SetupError, out
 )
 
+// initProto is the version of what shed and its init say on the sync socket (message, initConfig):
+// shed-init is a binary of its own, so one from another build can meet this one. Bump it on any
+// change of those types; init refuses a version or a field it does not know.
+const initProto = 1
+
 // message is one JSON value on the sync socket, in either direction.
 type message struct {
+	Proto   int         `json:",omitempty"` // initProto, with the config
 	Config  *initConfig `json:",omitempty"`
 	Started bool        `json:",omitempty"`
 	Error   *wireError  `json:",omitempty"`
@@ -65,6 +71,9 @@ type initConfig struct {
 	Userns int
 	// UIDMap and GIDMap are the maps of the command's user namespace.
 	UIDMap, GIDMap []idMapping
+	// Stdio, when set, is the command's stdin, stdout and stderr, sent with the config to an init
+	// started without the caller's (Pending.SetStdio: a warm pool's); else it gets init's own.
+	Stdio []int
 	// Rootless: init runs in a user namespace of an ordinary user's (see rootless).
 	Rootless bool
 }
@@ -127,19 +136,26 @@ func runInit() int {
 	}
 	conn := os.NewFile(fdSync, "sandbox-sync")
 	dec, enc := json.NewDecoder(io.MultiReader(bytes.NewReader([]byte{first}), conn)), json.NewEncoder(conn)
-	var m message
-	if err := dec.Decode(&m); err != nil || m.Config == nil {
-		return initFatal("read config: %v", err)
-	}
-	cfg := m.Config
-	if err := cfg.resolve(files); err != nil {
-		return initFatal("read config: %v", err)
-	}
 	fail := func(e *SetupError) int {
 		if err := enc.Encode(message{Error: toWire(e)}); err != nil {
 			return initFatal("%v (and report it: %v)", e, err)
 		}
 		return 255
+	}
+	dec.DisallowUnknownFields()
+	var m message
+	if err := dec.Decode(&m); err != nil || m.Config == nil || m.Proto != initProto {
+		why := fmt.Sprintf("version %d", m.Proto)
+		if err != nil {
+			why = err.Error()
+		}
+		return fail(&SetupError{Op: "start init", Detail: fmt.Sprintf(
+			"this init speaks version %d of the sandbox protocol and shed does not (%s): install shed and %s from one build (make install)",
+			initProto, why, InitName)})
+	}
+	cfg := m.Config
+	if err := cfg.resolve(files); err != nil {
+		return initFatal("read config: %v", err)
 	}
 	if e := closeInherited(cfg); e != nil {
 		return fail(e)
@@ -165,6 +181,9 @@ func runInit() int {
 	}
 	<-sigReady
 	stdio, master := [3]uintptr{0, 1, 2}, -1
+	if len(cfg.Stdio) == 3 {
+		stdio = [3]uintptr{uintptr(cfg.Stdio[0]), uintptr(cfg.Stdio[1]), uintptr(cfg.Stdio[2])}
+	}
 	if cfg.Console > 0 {
 		m, slave, e := openTerminal(cfg.Terminal, cfg.IDBase+cfg.Spec.UID)
 		if e != nil {
@@ -272,6 +291,14 @@ func (cfg *initConfig) resolve(fds []int) error {
 			return err
 		}
 	}
+	if len(cfg.Stdio) != 0 && len(cfg.Stdio) != 3 {
+		return fmt.Errorf("%d stdio descriptors", len(cfg.Stdio))
+	}
+	for i := range cfg.Stdio {
+		if cfg.Stdio[i], err = fd(cfg.Stdio[i]); err != nil {
+			return err
+		}
+	}
 	for _, p := range []*int{&cfg.Control, &cfg.Console, &cfg.Userns} {
 		if *p < 0 {
 			*p = 0
@@ -298,6 +325,9 @@ func closeInherited(cfg *initConfig) *SetupError {
 	}
 	if cfg.Userns > 0 {
 		keep[cfg.Userns] = true
+	}
+	for _, fd := range cfg.Stdio {
+		keep[fd] = true
 	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {

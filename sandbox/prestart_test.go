@@ -96,3 +96,73 @@ func TestPrestartEnds(t *testing.T) {
 	}
 	gone(pd)
 }
+
+// TestPrestartLateStdio: an init started with no stdio (a warm pool's) gives the command the stdio set
+// after its start: a reader through a pipe, a file, and one writer for stdout and stderr; and stdio
+// is refused twice, or for an init started with its own.
+func TestPrestartLateStdio(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name  string
+		stdio func(t *testing.T, out *bytes.Buffer) (sandbox.Stdio, func() string)
+	}{
+		{"pipes", func(t *testing.T, out *bytes.Buffer) (sandbox.Stdio, func() string) {
+			return sandbox.Stdio{Stdin: strings.NewReader("in\n"), Stdout: out, Stderr: out}, out.String
+		}},
+		{"files", func(t *testing.T, _ *bytes.Buffer) (sandbox.Stdio, func() string) {
+			in, err := os.CreateTemp(t.TempDir(), "in")
+			if err != nil {
+				t.Fatal(err)
+			}
+			in.WriteString("in\n")
+			in.Seek(0, 0)
+			f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { in.Close(); f.Close() })
+			return sandbox.Stdio{Stdin: in, Stdout: f, Stderr: f}, func() string {
+				b, _ := os.ReadFile(f.Name())
+				return string(b)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pd, err := sandbox.Prestart(ctx, sandbox.Stdio{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pd.Close()
+			var out bytes.Buffer
+			stdio, got := tc.stdio(t, &out)
+			if err := pd.SetStdio(stdio); err != nil {
+				t.Fatal(err)
+			}
+			if err := pd.SetStdio(stdio); err == nil {
+				t.Error("stdio given twice")
+			}
+			p, err := pd.Start(readOnlySpec(t, "sh", "-c", `read x; echo "out $x"; echo "err $x" >&2; sleep 0.1 & exit 3`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code, err := p.Wait(); code != 3 || err != nil {
+				t.Fatalf("exit %d, %v", code, err)
+			}
+			if g := got(); g != "out in\nerr in\n" {
+				t.Errorf("the command wrote %q, want its stdout and stderr in order", g)
+			}
+		})
+	}
+	var out bytes.Buffer
+	pd, err := sandbox.Prestart(ctx, sandbox.Stdio{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	if err := pd.SetStdio(sandbox.Stdio{Stdout: &out}); err == nil {
+		t.Error("stdio given to an init started with its own")
+	}
+}

@@ -14,11 +14,15 @@ import (
 func BenchmarkSealedSelf(b *testing.B) {
 	for _, c := range []struct {
 		name string
-		f    func() (*os.File, error)
+		f    func(string) (*os.File, error)
 	}{{"overlay", sealedOverlay}, {"memfd", sealedCopy}} {
 		b.Run(c.name, func(b *testing.B) {
+			exe, err := initProgram()
+			if err != nil {
+				b.Fatal(err)
+			}
 			for b.Loop() {
-				f, err := c.f()
+				f, err := c.f(exe)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -36,12 +40,12 @@ func TestSealedSelf(t *testing.T) {
 	if g, _ := sealedSelf(); g != f {
 		t.Error("the sealed handle is made more than once")
 	}
+	exe, _ := os.Readlink("/proc/self/exe")
 	if os.Geteuid() == 0 {
-		if _, err := sealedOverlay(); err != nil {
+		if _, err := sealedOverlay(exe); err != nil {
 			t.Errorf("the overlay seal fails as root on this kernel: %v", err)
 		}
 	}
-	exe, _ := os.Readlink("/proc/self/exe")
 	if _, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_WRONLY, 0); err == nil {
 		t.Error("reopened the sealed handle for writing")
 	}
@@ -62,7 +66,8 @@ func TestSealedSelf(t *testing.T) {
 }
 
 func TestSealedCopy(t *testing.T) {
-	f, err := sealedCopy()
+	exe, _ := os.Readlink("/proc/self/exe")
+	f, err := sealedCopy(exe)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,5 +90,38 @@ func TestSealedCopy(t *testing.T) {
 	}
 	if !bytes.Equal(a, c) {
 		t.Errorf("copy differs from the executable (%d bytes vs %d)", len(c), len(a))
+	}
+}
+
+// TestCheckInit: an init program that another user could have written is refused before it runs as
+// every sandbox's root.
+func TestCheckInit(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name  string
+		mode  os.FileMode
+		owner int
+		ok    bool
+	}{{"fine", 0o755, -1, true}, {"group-writable", 0o775, -1, false}, {"world-writable", 0o757, -1, false}, {"nobody's", 0o755, 65534, false}} {
+		p := dir + "/" + c.name
+		if err := os.WriteFile(p, []byte("#!/bin/true\n"), c.mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, c.mode)
+		if c.owner >= 0 {
+			if os.Geteuid() != 0 {
+				continue
+			}
+			os.Chown(p, c.owner, c.owner)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkInit(int(f.Fd()), p)
+		f.Close()
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
+		}
 	}
 }

@@ -10,16 +10,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The sandbox's init is this binary, executed from a handle that no one can write (the runc
-// CVE-2019-5736 guard): a process inside that reaches /proc/1/exe finds that handle, never a writable
-// host file. The handle is made once per process and reused.
+// InitName is the small program a sandbox's init runs (cmd/shed-init): it links this package and
+// nothing else, so it starts in a fraction of the time of the program that uses this package, whose
+// libraries' package initialization it would pay on every launch. It is looked for beside the
+// running executable, then in ../libexec/shed/ (where `make install` puts it); without one, init is
+// this executable itself, which then must call Init first in main, as shed and the tests do.
+const InitName = "shed-init"
+
+// The init is executed from a handle that no one can write (the runc CVE-2019-5736 guard): a process
+// inside that reaches /proc/1/exe finds that handle, never a writable host file. The handle is made
+// once per process and reused.
 //
 // Two ways, cheapest first (runc 1.2 does the same, see libcontainer/exeseal):
 //   - sealedOverlay: the binary opened through a private, read-only overlayfs mount of its own
 //     directory that is attached nowhere. Overlay without an upper layer has no way to write, and
 //     the mount cannot be remounted read-write because nothing can reach it. No copy: the page
-//     cache is shared with the host binary, so it costs a mount (about 0.2 ms), not a 20 MB copy
-//     (about 10 ms) per shed process.
+//     cache is shared with the host binary, so it costs a mount (about 0.2 ms), not a copy of the
+//     binary (about 10 ms for shed's 20 MB) per shed process.
 //   - sealedCopy: a copy in a memfd sealed against writes, for kernels that cannot give an
 //     overlayfs layer by file descriptor (before 6.13) or a binary on a file system overlayfs
 //     refuses as a layer.
@@ -31,22 +38,59 @@ var selfExe struct {
 
 func sealedSelf() (*os.File, error) {
 	selfExe.once.Do(func() {
-		selfExe.f, selfExe.err = sealedOverlay()
+		exe, err := initProgram()
+		if err != nil {
+			selfExe.err = err
+			return
+		}
+		selfExe.f, selfExe.err = sealedOverlay(exe)
 		if selfExe.err != nil {
-			selfExe.f, selfExe.err = sealedCopy()
+			selfExe.f, selfExe.err = sealedCopy(exe)
 		}
 	})
 	return selfExe.f, selfExe.err
 }
 
-// sealedOverlay opens this binary through a detached read-only overlayfs whose layers are the
-// binary's directory and an empty tmpfs: overlay needs two layers to mount without an upper, and the
-// tmpfs, given by file descriptor, is reachable from no path either.
-func sealedOverlay() (*os.File, error) {
-	exe, err := os.Readlink("/proc/self/exe")
+// InitProgram is the file a sandbox's init is executed from: InitName where it is found, else this
+// executable.
+func InitProgram() (string, error) { return initProgram() }
+
+func initProgram() (string, error) {
+	self, err := os.Readlink("/proc/self/exe")
 	if err != nil {
-		return nil, err
+		return "", err
 	}
+	dir := filepath.Dir(self)
+	for _, p := range []string{filepath.Join(dir, InitName), filepath.Join(filepath.Dir(dir), "libexec", "shed", InitName)} {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			return real, nil // opened with O_NOFOLLOW: a packaged symlink is followed here, once
+		}
+	}
+	return self, nil
+}
+
+// checkInit refuses an init program that someone other than root or this process's user could have
+// written: init runs as the sandbox's root, so whoever may change the file owns every sandbox.
+func checkInit(fd int, name string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("%s is not a regular file", name)
+	case st.Uid != 0 && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to uid %d, not to root or to this user: reinstall it (make install)", name, st.Uid)
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("%s is writable by others (mode %#o): chmod go-w it", name, st.Mode&0o7777)
+	}
+	return nil
+}
+
+// sealedOverlay opens exe through a detached read-only overlayfs whose layers are the binary's
+// directory and an empty tmpfs: overlay needs two layers to mount without an upper, and the tmpfs,
+// given by file descriptor, is reachable from no path either.
+func sealedOverlay(exe string) (*os.File, error) {
 	dir, name := filepath.Split(exe)
 	empty, err := detachedMount("tmpfs", nil, unix.MOUNT_ATTR_RDONLY)
 	if err != nil {
@@ -73,13 +117,24 @@ func sealedOverlay() (*os.File, error) {
 		return nil, fmt.Errorf("open %s through the sealing overlay: %w", name, err)
 	}
 	f := os.NewFile(uintptr(fd), "shed-sandbox-init")
-	// The same file, not whatever was renamed over the path since this process started.
-	var a, b unix.Stat_t
-	if unix.Fstat(fd, &a) != nil || unix.Stat("/proc/self/exe", &b) != nil || a.Size != b.Size || a.Mtim != b.Mtim {
+	if err := checkOpened(fd, exe); err != nil {
 		f.Close()
-		return nil, errors.New("the executable changed on disk since shed started")
+		return nil, err
 	}
 	return f, nil
+}
+
+// checkOpened checks the file opened as exe: this executable must be the same file, not whatever was
+// renamed over its path since this process started; another init program must pass checkInit.
+func checkOpened(fd int, exe string) error {
+	if self, _ := os.Readlink("/proc/self/exe"); exe != self {
+		return checkInit(fd, exe)
+	}
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Stat("/proc/self/exe", &b) != nil || a.Size != b.Size || a.Mtim != b.Mtim {
+		return errors.New("the executable changed on disk since shed started")
+	}
+	return nil
 }
 
 // detachedMount creates a file system and returns a mount of it that is attached nowhere.
@@ -104,12 +159,24 @@ func detachedMount(fstype string, config func(ctx int) error, attrs int) (int, e
 	return m, nil
 }
 
-func sealedCopy() (*os.File, error) {
-	src, err := os.Open("/proc/self/exe")
+func sealedCopy(exe string) (*os.File, error) {
+	self, _ := os.Readlink("/proc/self/exe")
+	var src *os.File
+	var err error
+	if exe == self {
+		src, err = os.Open("/proc/self/exe") // the running file, whatever its path names now
+	} else {
+		src, err = os.OpenFile(exe, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("open own executable: %w", err)
+		return nil, fmt.Errorf("open the init program: %w", err)
 	}
 	defer src.Close()
+	if exe != self {
+		if err := checkInit(int(src.Fd()), exe); err != nil {
+			return nil, err
+		}
+	}
 	fd, err := unix.MemfdCreate("shed-sandbox-init", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
@@ -117,12 +184,12 @@ func sealedCopy() (*os.File, error) {
 	f := os.NewFile(uintptr(fd), "shed-sandbox-init")
 	if err := copyAll(f, src); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("copy own executable: %w", err)
+		return nil, fmt.Errorf("copy the init program: %w", err)
 	}
 	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("seal copy of own executable: %w", err)
+		return nil, fmt.Errorf("seal the copy of the init program: %w", err)
 	}
 	return f, nil
 }

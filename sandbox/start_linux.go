@@ -33,6 +33,7 @@ type Process struct {
 	control  *controlSocket
 	ids      *idRange     // given back once every process of the sandbox is dead
 	terminal func() error // waits for the terminal's output to be copied (Stdio.Terminal)
+	copied   func() error // waits for the output given with SetStdio to be copied
 
 	once sync.Once
 	code int
@@ -71,6 +72,8 @@ type Pending struct {
 	stdio   Stdio
 	ids     *idRange
 	used    bool
+	bare    bool // started with no stdio: SetStdio may give the command the caller's
+	late    bool // SetStdio gave it: it goes to init with the spec
 }
 
 // Prestart starts a sandbox's init ahead of its spec: a new init is a Go program that takes a few
@@ -86,7 +89,8 @@ func Prestart(ctx context.Context, stdio Stdio) (*Pending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
-	pd := &Pending{ctx: ctx, stdio: stdio, ids: ids}
+	pd := &Pending{ctx: ctx, stdio: stdio, ids: ids,
+		bare: stdio.Stdin == nil && stdio.Stdout == nil && stdio.Stderr == nil && stdio.Terminal == nil}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		ids.release()
@@ -214,6 +218,17 @@ func (pd *Pending) closeConsole() {
 	}
 }
 
+// SetStdio gives the command stdio, for an init started with none (a warm pool's): they go to init
+// with the spec, so that a pool serves callers with stdio of their own. A terminal cannot be given
+// this way (its console socket is made by Prestart).
+func (pd *Pending) SetStdio(stdio Stdio) error {
+	if pd.used || !pd.bare || pd.late || stdio.Terminal != nil {
+		return errors.New("start sandbox: stdio can be given only once, without a terminal, to an init started with none")
+	}
+	pd.stdio, pd.late = stdio, true
+	return nil
+}
+
 // Close ends a pending init that was not given a spec; after Start it does nothing.
 func (pd *Pending) Close() {
 	if pd == nil || pd.used {
@@ -315,6 +330,20 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 		files = append(files, pd.console[1])
 		handed = append(handed, pd.console[1])
 	}
+	// Stdio given after the start goes as Exec's does: the caller's files, or pipes copied here.
+	var late *execStdio
+	if pd.late {
+		if late, err = newExecStdio(pd.stdio); err != nil {
+			cg.remove()
+			ctl.remove()
+			pd.abort()
+			return nil, &SetupError{Op: "stdio", Err: err}
+		}
+		for _, f := range late.send {
+			cfg.Stdio = append(cfg.Stdio, len(files))
+			files = append(files, f)
+		}
+	}
 	p := &Process{Pid: pd.cmd.Process.Pid, cmd: pd.cmd, sync: pd.sync, cg: cg, control: ctl, ids: pd.ids}
 	// A failed send means init is gone: the handshake's read tells how it ended.
 	_ = sendFiles(pd.sync, files)
@@ -325,6 +354,9 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 		f.Close()
 	}
 	handed = nil
+	if late != nil {
+		late.sent()
+	}
 	err = p.handshake(pd.ctx, cfg)
 	if err == nil && console != nil {
 		// init sent the terminal's master side before it said "started".
@@ -337,6 +369,13 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 	}
 	if console != nil {
 		console.Close()
+	}
+	if late != nil {
+		if err != nil {
+			late.closeAll()
+		} else {
+			p.copied = late.wait
+		}
 	}
 	if err != nil {
 		p.abort()
@@ -381,7 +420,7 @@ func sendFDs(sock int, fds []int) error {
 // before that, init sends the Listen sockets it made.
 func (p *Process) handshake(ctx context.Context, cfg *initConfig) error {
 	// A failed write means init is gone: the read below tells how it ended.
-	_ = json.NewEncoder(p.sync).Encode(message{Config: cfg})
+	_ = json.NewEncoder(p.sync).Encode(message{Proto: initProto, Config: cfg})
 	fds, first, err := recvFiles(int(p.sync.Fd()))
 	for i, fd := range fds {
 		f := os.NewFile(uintptr(fd), "listener")
@@ -444,6 +483,11 @@ func (p *Process) release() error {
 func (p *Process) Wait() (exitCode int, err error) {
 	p.once.Do(func() {
 		werr := p.cmd.Wait()
+		if p.copied != nil {
+			if err := p.copied(); err != nil && werr == nil {
+				werr = err
+			}
+		}
 		if p.terminal != nil {
 			if err := p.terminal(); err != nil && werr == nil {
 				werr = err

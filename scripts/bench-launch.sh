@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Bench launch benchmarks (issue 4), in one run: `shed bench run -- /bin/true`
-# (warm, offline) against the C floor (../shared/bench/floor.c, same layers),
-# bubblewrap and `podman run --rm --network=none`; then 8 and 32 concurrent
-# launches, p50 and p95. Needs root, Debian's mirror the first time.
+# Bench launch benchmarks (issues 4 and 15), in one run: `shed bench run -- /bin/true`
+# (warm, offline), on the store and through its supervisor (`shed daemon`, warm
+# pool), against the C floor (../shared/bench/floor.c, same layers) and
+# bubblewrap: wall time and CPU per launch, and the throughput of 8 and 32
+# concurrent launches, in interleaved rounds (scripts/launch-bench.py); then
+# `podman run --rm --network=none`. Needs root, Debian's mirror the first time.
+# ROUNDS (3) and LAUNCHES (60 per round) set the size.
 # Usage: scripts/bench-launch.sh [WORKDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,22 +37,19 @@ if ! podman image exists shed-launch-seed; then
 	tar -C "$seed" -c . | podman import - shed-launch-seed:latest >/dev/null
 fi
 pflags="--runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024"
-hyperfine -N --warmup 5 --runs 100 --export-json "$work/launch.json" \
-	"$shed bench run --offline -f $work/w/workshop.toml -- /bin/true" \
-	"$work/floor $work/floorwd $top:$seed /bin/true" \
-	"bwrap --ro-bind $seed / --proc /proc --dev /dev --tmpfs /tmp --unshare-all --die-with-parent /bin/true" 2>&1 | grep -E 'Benchmark|Time|±|faster|than'
+# The supervisor of the same store, with its warm pool (its default, --warm 2, and 4 more for this run's
+# concurrency), for the launches through it.
+sock="$work/shed.sock"
+$shed daemon --socket "$sock" --warm 6 >"$work/daemon.log" 2>&1 & daemon=$!
+trap 'kill $daemon 2>/dev/null' EXIT
+for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo 'no AVX-512'), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+direct=("$(command -v env)" SHED_SOCKET=none "$shed" bench run --offline -f "$work/w/workshop.toml" -- /bin/true)
+viad=("$(command -v env)" SHED_SOCKET="$sock" "$shed" bench run --offline -f "$work/w/workshop.toml" -- /bin/true)
+floor=("$work/floor" "$work/floorwd" "$top:$seed" /bin/true)
+bwrap=("$(command -v bwrap)" --ro-bind "$seed" / --proc /proc --dev /dev --tmpfs /tmp --unshare-all --die-with-parent /bin/true)
+json=$(python3 -c 'import json, sys; a = sys.argv[1:]; i = [k for k, x in enumerate(a) if x == "|"]
+print(json.dumps({"commands": {"shed": a[:i[0]], "shed-daemon": a[i[0]+1:i[1]], "floor": a[i[1]+1:i[2]], "bwrap": a[i[2]+1:i[3]]},
+	"daemon": {"shed-daemon": int(a[i[3]+1])}, "floor": "floor"}))' "${direct[@]}" "|" "${viad[@]}" "|" "${floor[@]}" "|" "${bwrap[@]}" "|" "$daemon")
+python3 scripts/launch-bench.py "${ROUNDS:-3}" "${LAUNCHES:-60}" "$json"
 hyperfine -N --warmup 2 --runs 15 "podman run --rm --network=none $pflags shed-launch-seed /bin/true" 2>&1 | grep -E 'Benchmark|Time'
-
-conc() { # N concurrent workers, 4 launches each: p50 and p95 of each launch's wall time
-	local n=$1 out="$work/conc-$1.txt"; : > "$out"
-	for w in $(seq "$n"); do
-		( for i in 1 2 3 4; do
-			s=$(date +%s%N); $shed bench run --offline -f "$work/w/workshop.toml" -- /bin/true; e=$(date +%s%N)
-			echo $(( (e - s) / 1000 )) >> "$out"
-		done ) &
-	done
-	wait
-	sort -n "$out" | awk -v n="$n" '{a[NR]=$1} END {printf "%d concurrent: p50 %.1f ms, p95 %.1f ms (%d launches)\n", n, a[int(NR*0.5)]/1000, a[int(NR*0.95)]/1000, NR}'
-}
-conc 8
-conc 32

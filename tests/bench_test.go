@@ -247,7 +247,7 @@ func TestBenchGrants(t *testing.T) {
 	// (A supervisor's warm pool keeps inits started on purpose: those are not left by a launch.)
 	if left := procsWhere(func(pid string, argv []string) bool {
 		exe, _ := os.Readlink(filepath.Join("/proc", pid, "exe"))
-		return argv[0] == "shed-sandbox-init" && filepath.Base(exe) == filepath.Base(shedBin) && !ofDaemon(pid)
+		return argv[0] == "shed-sandbox-init" && filepath.Base(exe) == "shed-init" && !ofDaemon(pid)
 	}); len(left) != 0 {
 		t.Errorf("refused launches left their inits:\n%s", strings.Join(left, "\n"))
 	}
@@ -472,6 +472,16 @@ func TestBenchFDs(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	pid := waitBench(t, root, "fdwalk")
 	time.Sleep(200 * time.Millisecond)
+	// The Bench's init is the small program beside shed (cmd/shed-init), not a second shed.
+	small, err := os.Stat(filepath.Join(filepath.Dir(shedBin), "shed-init"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid)); err != nil {
+		t.Error(err)
+	} else if exe.Size() != small.Size() {
+		t.Errorf("the Bench's init runs a file of %d bytes, want shed-init's %d", exe.Size(), small.Size())
+	}
 	// The host side of the Bench's propose socket is root's alone.
 	socks, _ := filepath.Glob(filepath.Join(root, "benches", "*", "propose.sock"))
 	if len(socks) == 0 {

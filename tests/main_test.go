@@ -25,8 +25,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shedBin = filepath.Join(dir, "shed")
-	// As `make build` builds it (see BUILDFLAGS there).
-	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", shedBin, "../cmd/shed")
+	// As `make build` builds it (see BUILDFLAGS there), with the Bench's init beside it.
+	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", dir+"/", "../cmd/shed", "../cmd/shed-init")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
