@@ -28,7 +28,7 @@ func needRoot(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func must(t *testing.T, err error) {
 var netRawCap = []byte{1, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 // buildTree makes a tree with every kind of entry a store path may hold.
-func buildTree(t *testing.T, dir string) {
+func buildTree(t testing.TB, dir string) {
 	t.Helper()
 	mkdir := func(p string, mode uint32, uid, gid int) {
 		must(t, os.Mkdir(filepath.Join(dir, p), 0o700))
@@ -722,4 +722,45 @@ func TestWriteLayerRefusesOverlayXattrs(t *testing.T) {
 			t.Errorf("rootless %v, %s on a directory: err = %v, want it refused, naming %s", tc.rootless, tc.set, err, tc.inTar)
 		}
 	}
+}
+
+// FuzzReadLayer: whatever the stream, ReadLayer either writes exactly the
+// manifest's tree at dst or fails and leaves nothing, at dst or beside it.
+func FuzzReadLayer(f *testing.F) {
+	if os.Geteuid() != 0 {
+		f.Skip("needs root: layers keep owners, setuid bits, whiteouts (device nodes) and trusted.* xattrs")
+	}
+	ctx := context.Background()
+	src := filepath.Join(f.TempDir(), "src")
+	if err := os.Mkdir(src, 0o700); err != nil {
+		f.Fatal(err)
+	}
+	buildTree(f, src)
+	m, err := store.ScanTree(ctx, src)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteLayer(ctx, &buf, src); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Add(buf.Bytes()[:len(buf.Bytes())/2])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		base := t.TempDir()
+		dst := filepath.Join(base, "dst")
+		if err := ReadLayer(ctx, bytes.NewReader(b), dst, m); err != nil {
+			if ents, _ := os.ReadDir(base); len(ents) != 0 {
+				t.Fatalf("a refused layer (%v) left %d entries", err, len(ents))
+			}
+			return
+		}
+		got, err := store.ScanTree(ctx, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Hash() != m.Hash() {
+			t.Fatalf("accepted a layer whose tree differs:\n%s", strings.Join(store.DiffManifests(m, got), "\n"))
+		}
+	})
 }

@@ -52,7 +52,6 @@ for tag in $(curl -sf "$api/tags/list" | jq -r '.tags[]'); do
 done
 command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends b3sum; }
 baseline() {
-	rm -rf "$work/raw" && mkdir "$work/raw"
 	local i=0 pids=()
 	for d in "${blobs[@]}"; do
 		mkdir "$work/raw/$i" && { curl -sf "$api/blobs/$d" | tar -xz -C "$work/raw/$i"; } & pids+=($!)
@@ -65,10 +64,10 @@ baseline() {
 runs=${RUNS:-5}
 subs=() raws=() ratios=()
 for i in $(seq "$runs"); do
-	rm -rf "$work/b" && $shed --root "$work/b" init >/dev/null && $shed --root "$work/b" key trust "$key"
-	sync
+	# Each side starts from an empty place, its removal synced before the clock starts.
+	rm -rf "$work/raw" && mkdir "$work/raw" && sync
 	t=$(date +%s%N); baseline; raw=$(ms $t); raws+=($raw)
-	sync
+	rm -rf "$work/b" && $shed --root "$work/b" init >/dev/null && $shed --root "$work/b" key trust "$key" && sync
 	t=$(date +%s%N); $shed --root "$work/b" realize --offline --substituter "oci://127.0.0.1:$port/bench" "$work/w/workshop.toml" >/dev/null; sub=$(ms $t); subs+=($sub)
 	ratios+=($(echo "scale=2; $sub / $raw" | bc))
 done
