@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/opencontainers/umoci/oci/layer"
@@ -30,11 +27,12 @@ const LayerRoot = "content"
 // ErrBadLayer is wrapped by every error of ReadLayer.
 var ErrBadLayer = errors.New("bad layer")
 
-// onDisk is umoci's on-disk format of a path: overlay whiteouts (char 0:0)
-// and opaque directories travel as OCI ".wh." entries and come back as
-// overlayfs's own marks, the opaque mark under the name this process's store
-// keeps it (store.OpaqueXattr): user.overlay.opaque in a rootless store,
-// whose overlays are mounted with userxattr.
+// onDisk is umoci's on-disk format of a path for WriteLayer: overlay
+// whiteouts (char 0:0) and opaque directories travel as OCI ".wh." entries.
+// ReadLayer turns them back into overlayfs's own marks, the opaque mark
+// under the name this process's store keeps it (store.OpaqueXattr):
+// user.overlay.opaque in a rootless store, whose overlays are mounted with
+// userxattr.
 func onDisk() layer.OverlayfsRootfs {
 	return layer.OverlayfsRootfs{UserXattr: diskOpaque() != opaqueXattr}
 }
@@ -124,131 +122,6 @@ func (c ctxWriter) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
-// ReadLayer extracts the tar stream r into dst, which must not exist (it is
-// created; its parent exists), and returns only when the tree at dst is
-// exactly the one m describes.
-//
-// m is trusted (the caller checked it against a signed content hash), the
-// stream is not: every entry is checked against m before umoci's extractor
-// writes it (path, type, mode, owners, mtime, size, link target; the parent
-// must be a directory of m extracted earlier), at most maxBytes(m) bytes are
-// read from r, every entry of m must be seen, and finally the tree at dst
-// must scan to m's hash. Directory and whiteout metadata is then set from m:
-// adding children changes directories' mtimes, and OCI whiteouts carry none.
-//
-// On any error dst is removed (unless it existed before). Errors wrap
-// ErrBadLayer.
-func ReadLayer(ctx context.Context, r io.Reader, dst string, m *store.Manifest) (err error) {
-	defer func() {
-		if err != nil {
-			err = fmt.Errorf("%w: read layer into %s: %w", ErrBadLayer, dst, err)
-		}
-	}()
-	if m == nil || len(m.Entries) == 0 || m.Entries[0].Path != "." {
-		return errors.New("manifest has no root entry")
-	}
-	if dst, err = filepath.Abs(dst); err != nil {
-		return err
-	}
-	single := m.Entries[0].Type == store.EntryFile
-
-	// root is where umoci extracts. A directory path goes straight into dst;
-	// a single file is extracted into a private directory beside dst (umoci
-	// needs a directory root) and renamed to dst. On failure, only what this
-	// call created at dst is removed, never something that was there before.
-	root, created := dst, false
-	defer func() {
-		if err != nil && created {
-			if rmErr := os.RemoveAll(dst); rmErr != nil {
-				err = errors.Join(err, fmt.Errorf("remove partial layer: %w", rmErr))
-			}
-		}
-	}()
-	if single {
-		if _, err := os.Lstat(dst); err == nil {
-			return fs.ErrExist
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		if root, err = os.MkdirTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".layer-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(root)
-	} else {
-		if err := os.Mkdir(dst, 0o700); err != nil {
-			return err
-		}
-		created = true
-	}
-
-	x := &extraction{
-		m:      m,
-		root:   root,
-		single: single,
-		index:  make(map[string]int, len(m.Entries)),
-		seen:   make([]bool, len(m.Entries)),
-		opaque: make([]bool, len(m.Entries)),
-		te:     layer.NewTarExtractor(&layer.UnpackOptions{OnDiskFormat: onDisk()}),
-	}
-	for i := range m.Entries {
-		x.index[m.Entries[i].Path] = i
-	}
-	limit := maxBytes(m)
-	lr := &limitReader{r: r, n: limit, max: limit}
-	tr := tar.NewReader(lr)
-	// end is where the last entry's data and padding end. Go's reader takes
-	// a stream cut there, or inside the two zero blocks that must follow,
-	// for a complete archive; we do not.
-	var end int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("read tar: %w", err)
-		}
-		if err := x.entry(hdr, tr); err != nil {
-			return err
-		}
-		// umoci has read the entry's data (its size is m's); the padding is next.
-		end = lr.read() + (blockSize-hdr.Size%blockSize)%blockSize
-	}
-	if lr.read() != end+2*blockSize {
-		return errors.New("stream ends without the end-of-archive marker")
-	}
-	for i, seen := range x.seen {
-		if !seen {
-			return fmt.Errorf("entry %q of the manifest is not in the layer", m.Entries[i].Path)
-		}
-	}
-
-	if single {
-		if err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(root, LayerRoot), unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
-			return fmt.Errorf("rename into place: %w", err)
-		}
-		created = true
-	} else if err := restoreMetadata(dst, m); err != nil {
-		return err
-	}
-
-	got, err := store.ScanTree(ctx, dst)
-	if err != nil {
-		return err
-	}
-	if got.Hash() != m.Hash() {
-		diffs := store.DiffManifests(m, got)
-		if len(diffs) > 5 {
-			diffs = append(diffs[:5], fmt.Sprintf("(%d more)", len(diffs)-5))
-		}
-		return fmt.Errorf("extracted tree differs from its manifest (the first): %s", strings.Join(diffs, "; "))
-	}
-	return nil
-}
-
 // maxBytes bounds the tar stream of m: its files' sizes, two end blocks, and
 // per entry a fixed allowance plus its names and xattrs twice over (long
 // names and xattrs go in PAX records; an opaque directory's marker repeats
@@ -286,110 +159,6 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	k, err := l.r.Read(p)
 	l.n -= int64(k)
 	return k, err
-}
-
-// extraction is the state of one ReadLayer.
-type extraction struct {
-	m      *store.Manifest
-	root   string
-	single bool
-	index  map[string]int // manifest path → index in m.Entries
-	seen   []bool         // entry extracted
-	opaque []bool         // opaque marker extracted (directories)
-	te     *layer.TarExtractor
-}
-
-// entry checks hdr against m and only then hands it to umoci, renamed
-// relative to the extraction root.
-func (x *extraction) entry(hdr *tar.Header, r io.Reader) error {
-	name := hdr.Name
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("entry %q: %s", name, fmt.Sprintf(format, args...))
-	}
-	p, kind, rel := parseName(name, hdr.Typeflag == tar.TypeDir)
-	if kind == kindInvalid {
-		return bad("not a path under %s/", LayerRoot)
-	}
-	i, ok := x.index[p]
-	if !ok {
-		return bad("not in the manifest")
-	}
-	e := &x.m.Entries[i]
-	if p != "." {
-		parent := path.Dir(p)
-		if j, ok := x.index[parent]; !ok || x.m.Entries[j].Type != store.EntryDir || !x.seen[j] {
-			return bad("parent %q is not a directory extracted before it", parent)
-		}
-	}
-
-	if kind != kindEntry {
-		// umoci writes whiteouts and opaque markers as empty regular files
-		// that carry nothing else.
-		if hdr.Typeflag != tar.TypeReg || hdr.Size != 0 {
-			return bad("a whiteout must be an empty regular file")
-		}
-		if kind == kindWhiteout {
-			if e.Type != store.EntryWhiteout {
-				return bad("a whiteout in the layer, a %s in the manifest", e.Type)
-			}
-			if x.seen[i] {
-				return bad("duplicate entry")
-			}
-			x.seen[i] = true
-		} else {
-			if e.Type != store.EntryDir || !x.seen[i] || !hasXattr(e, opaqueXattr) {
-				return bad("opaque marker for %q, which is not an opaque directory extracted before it", p)
-			}
-			if x.opaque[i] {
-				return bad("duplicate entry")
-			}
-			x.opaque[i] = true
-		}
-		hdr.Name = rel
-		if err := x.te.UnpackEntry(x.root, hdr, r); err != nil {
-			return fmt.Errorf("entry %q: %w", name, err)
-		}
-		return nil
-	}
-
-	if x.seen[i] {
-		return bad("duplicate entry")
-	}
-	if err := checkHeader(hdr, e); err != nil {
-		return bad("%v", err)
-	}
-	if e.Type == store.EntryHardlink {
-		if j, ok := x.index[e.Target]; !ok || !x.seen[j] || x.m.Entries[j].Type != store.EntryFile {
-			return bad("hard link to %q, which is not a file extracted before it", e.Target)
-		}
-		hdr.Linkname = e.Target
-	}
-	x.seen[i] = true
-
-	hdr.Name = rel
-	if x.single {
-		hdr.Name = LayerRoot
-	} else if p == "." {
-		// Keep the root private until restoreMetadata gives it m's owner and
-		// mode, so no other user can reach into the tree while it is written.
-		hdr.Mode, hdr.Uid, hdr.Gid = 0o700, os.Geteuid(), os.Getegid()
-	}
-	// Keep only the xattrs m records for this entry: others are not content
-	// (or are the sender's additions), and the opaque mark travels as a marker.
-	xattrs := map[string]string{}
-	for _, xa := range e.Xattrs {
-		//lint:ignore SA1019 umoci reads and writes xattrs through Header.Xattrs
-		if v, ok := hdr.Xattrs[xa.Name]; ok && xa.Name != opaqueXattr {
-			xattrs[xa.Name] = v
-		}
-	}
-	//lint:ignore SA1019 as above
-	hdr.Xattrs = xattrs
-	hdr.PAXRecords = nil
-	if err := x.te.UnpackEntry(x.root, hdr, r); err != nil {
-		return fmt.Errorf("entry %q: %w", name, err)
-	}
-	return nil
 }
 
 // The kinds of tar entry names.
@@ -495,63 +264,4 @@ func hasXattr(e *store.Entry, name string) bool {
 		}
 	}
 	return false
-}
-
-// restoreMetadata gives m's directories and whiteouts under dst the owner,
-// mode and mtime m lists, children first so the root opens up last. Each is
-// opened beneath dst without following any symlink, and changed through
-// that descriptor.
-func restoreMetadata(dst string, m *store.Manifest) error {
-	dfd, err := unix.Open(dst, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("restore metadata: %w", err)
-	}
-	defer unix.Close(dfd)
-	for i := len(m.Entries) - 1; i >= 0; i-- {
-		e := &m.Entries[i]
-		if e.Type != store.EntryDir && e.Type != store.EntryWhiteout {
-			continue
-		}
-		if err := setMetadata(dfd, e); err != nil {
-			return fmt.Errorf("restore metadata of %q: %w", e.Path, err)
-		}
-	}
-	return nil
-}
-
-func setMetadata(dfd int, e *store.Entry) error {
-	fd, err := unix.Openat2(dfd, e.Path, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return err
-	}
-	want := uint32(unix.S_IFDIR)
-	if e.Type == store.EntryWhiteout {
-		want = unix.S_IFCHR
-	}
-	if st.Mode&unix.S_IFMT != want || (want == unix.S_IFCHR && st.Rdev != 0) {
-		return fmt.Errorf("is not a %s", e.Type)
-	}
-	// Owner before mode: chown clears setuid and setgid bits.
-	if err := unix.Fchownat(fd, "", int(e.UID), int(e.GID), unix.AT_EMPTY_PATH); err != nil {
-		return err
-	}
-	// fchmodat2 (Linux 6.6) takes an O_PATH descriptor; before it, go
-	// through its /proc/self/fd link, as glibc does.
-	err = unix.Fchmodat(fd, "", e.Mode, unix.AT_EMPTY_PATH)
-	if errors.Is(err, unix.EOPNOTSUPP) {
-		err = unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), e.Mode)
-	}
-	if err != nil {
-		return err
-	}
-	ts := []unix.Timespec{{Sec: e.Mtime}, {Sec: e.Mtime}}
-	return unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
 }

@@ -28,7 +28,7 @@ func needRoot(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func must(t *testing.T, err error) {
 var netRawCap = []byte{1, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 // buildTree makes a tree with every kind of entry a store path may hold.
-func buildTree(t *testing.T, dir string) {
+func buildTree(t testing.TB, dir string) {
 	t.Helper()
 	mkdir := func(p string, mode uint32, uid, gid int) {
 		must(t, os.Mkdir(filepath.Join(dir, p), 0o700))
@@ -254,6 +254,16 @@ func fileEntry(p, data string) store.Entry {
 	return store.Entry{Path: p, Type: store.EntryFile, Mode: 0o644, Mtime: epoch, Size: int64(len(data)), Digest: store.Sum([]byte(data))}
 }
 
+func dirEntry(p string) store.Entry {
+	return store.Entry{Path: p, Type: store.EntryDir, Mode: 0o755, Mtime: epoch}
+}
+
+func capEntry(p, data string) store.Entry {
+	e := fileEntry(p, data)
+	e.Xattrs = []store.Xattr{{Name: "security.capability", Value: netRawCap}}
+	return e
+}
+
 func linkEntry(typ store.EntryType, p, target string) store.Entry {
 	mode := uint32(0o777)
 	if typ == store.EntryHardlink {
@@ -383,6 +393,53 @@ func TestReadLayerRefuses(t *testing.T) {
 		{"same size, other bytes", func(string) []tarEntry {
 			return []tarEntry{dirHdr("content/"), fileHdr("content/f", "HELLO")}
 		}, func(string) *store.Manifest { return manifest(fileEntry("f", hello)) }, "differs from its manifest"},
+		{"directory entered again", func(string) []tarEntry {
+			return []tarEntry{dirHdr("content/"), dirHdr("content/a/"), dirHdr("content/b/"), fileHdr("content/a/f", hello)}
+		}, func(string) *store.Manifest {
+			return manifest(dirEntry("a"), fileEntry("a/f", hello), dirEntry("b"))
+		}, `directory "a" was complete before this entry`},
+		{"opaque directory without its marker", func(string) []tarEntry {
+			return []tarEntry{dirHdr("content/"), dirHdr("content/o/")}
+		}, func(string) *store.Manifest {
+			o := dirEntry("o")
+			o.Xattrs = []store.Xattr{{Name: "trusted.overlay.opaque", Value: []byte("y")}}
+			return manifest(o)
+		}, "without its marker"},
+		{"capability not carried", func(string) []tarEntry {
+			return []tarEntry{dirHdr("content/"), fileHdr("content/f", hello)}
+		}, func(string) *store.Manifest { return manifest(capEntry("f", hello)) }, "xattr security.capability is not the manifest's"},
+		{"other capability", func(string) []tarEntry {
+			f := fileHdr("content/f", hello)
+			f.hdr.PAXRecords = map[string]string{"SCHILY.xattr.security.capability": "other"}
+			return []tarEntry{dirHdr("content/"), f}
+		}, func(string) *store.Manifest { return manifest(capEntry("f", hello)) }, "xattr security.capability is not the manifest's"},
+		{"hard link with other metadata", func(string) []tarEntry {
+			h := linkHdr(tar.TypeLink, "content/h", "content/f")
+			h.hdr.ModTime = mtime.Add(time.Second)
+			return []tarEntry{dirHdr("content/"), fileHdr("content/f", hello), h}
+		}, func(string) *store.Manifest {
+			h := linkEntry(store.EntryHardlink, "h", "f")
+			h.Mtime++
+			return manifest(fileEntry("f", hello), h)
+		}, "other metadata than its file"},
+		{"symlink of another mode", func(string) []tarEntry {
+			l := linkHdr(tar.TypeSymlink, "content/l", "x")
+			l.hdr.Mode = 0o755
+			return []tarEntry{dirHdr("content/"), l}
+		}, func(string) *store.Manifest {
+			l := linkEntry(store.EntrySymlink, "l", "x")
+			l.Mode = 0o755
+			return manifest(l)
+		}, "a symlink's is 0777"},
+		{"xattrs on a symlink", func(string) []tarEntry {
+			l := linkHdr(tar.TypeSymlink, "content/l", "x")
+			l.hdr.PAXRecords = map[string]string{"SCHILY.xattr.security.capability": string(netRawCap)}
+			return []tarEntry{dirHdr("content/"), l}
+		}, func(string) *store.Manifest {
+			l := linkEntry(store.EntrySymlink, "l", "x")
+			l.Xattrs = []store.Xattr{{Name: "security.capability", Value: netRawCap}}
+			return manifest(l)
+		}, "which a layer does not carry"},
 		{"headers beyond the bound", func(string) []tarEntry {
 			e := dirHdr("content/")
 			e.hdr.PAXRecords = map[string]string{"comment": strings.Repeat("x", 512<<10)}
@@ -417,6 +474,43 @@ func checkRefused(t *testing.T, err error, want, dst string) {
 	t.Log(err)
 	if _, err := os.Lstat(dst); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("dst left behind: %v", err)
+	}
+}
+
+// A default ACL on the directory a layer is read into is not inherited: the
+// tree is still exactly its manifest.
+func TestReadLayerDropsInheritedACL(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	base := t.TempDir()
+	src := filepath.Join(base, "src")
+	must(t, os.Mkdir(src, 0o700))
+	buildTree(t, src)
+	m, err := store.ScanTree(ctx, src)
+	must(t, err)
+	into := filepath.Join(base, "into")
+	must(t, os.Mkdir(into, 0o755))
+	// user::rwx group::r-x other::r-x
+	acl := []byte{2, 0, 0, 0, 1, 0, 7, 0, 0xff, 0xff, 0xff, 0xff, 4, 0, 5, 0, 0xff, 0xff, 0xff, 0xff, 0x20, 0, 5, 0, 0xff, 0xff, 0xff, 0xff}
+	if err := unix.Setxattr(into, "system.posix_acl_default", acl, 0); errors.Is(err, unix.ENOTSUP) {
+		t.Skip("no ACLs on this file system")
+	} else {
+		must(t, err)
+	}
+	for _, dst := range []string{filepath.Join(into, "dir"), filepath.Join(into, "file")} {
+		b, want := writeLayer(t, src), m
+		if filepath.Base(dst) == "file" {
+			f := filepath.Join(src, "a")
+			fm, err := store.ScanTree(ctx, f)
+			must(t, err)
+			b, want = writeLayer(t, f), fm
+		}
+		must(t, ReadLayer(ctx, bytes.NewReader(b), dst, want))
+		got, err := store.ScanTree(ctx, dst)
+		must(t, err)
+		if got.Hash() != want.Hash() {
+			t.Errorf("%s: differs from its manifest:\n%s", dst, strings.Join(store.DiffManifests(want, got), "\n"))
+		}
 	}
 }
 
@@ -628,4 +722,45 @@ func TestWriteLayerRefusesOverlayXattrs(t *testing.T) {
 			t.Errorf("rootless %v, %s on a directory: err = %v, want it refused, naming %s", tc.rootless, tc.set, err, tc.inTar)
 		}
 	}
+}
+
+// FuzzReadLayer: whatever the stream, ReadLayer either writes exactly the
+// manifest's tree at dst or fails and leaves nothing, at dst or beside it.
+func FuzzReadLayer(f *testing.F) {
+	if os.Geteuid() != 0 {
+		f.Skip("needs root: layers keep owners, setuid bits, whiteouts (device nodes) and trusted.* xattrs")
+	}
+	ctx := context.Background()
+	src := filepath.Join(f.TempDir(), "src")
+	if err := os.Mkdir(src, 0o700); err != nil {
+		f.Fatal(err)
+	}
+	buildTree(f, src)
+	m, err := store.ScanTree(ctx, src)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteLayer(ctx, &buf, src); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Add(buf.Bytes()[:len(buf.Bytes())/2])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		base := t.TempDir()
+		dst := filepath.Join(base, "dst")
+		if err := ReadLayer(ctx, bytes.NewReader(b), dst, m); err != nil {
+			if ents, _ := os.ReadDir(base); len(ents) != 0 {
+				t.Fatalf("a refused layer (%v) left %d entries", err, len(ents))
+			}
+			return
+		}
+		got, err := store.ScanTree(ctx, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Hash() != m.Hash() {
+			t.Fatalf("accepted a layer whose tree differs:\n%s", strings.Join(store.DiffManifests(m, got), "\n"))
+		}
+	})
 }

@@ -2,7 +2,6 @@ package cache
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +14,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/pgzip"
 	digest "github.com/opencontainers/go-digest"
@@ -41,7 +41,8 @@ import (
 //	layer 2  the path's tree as a gzip-compressed tar (MediaLayer, see WriteLayer)
 //
 // A pull reads the small parts first and checks the signature against the trust policy before it
-// downloads the tree; the tree is then checked entry by entry against the manifest and re-hashed.
+// downloads the tree; the tree is then checked entry by entry against the manifest, each file hashed
+// as it is written (ReadLayer), and registered with that manifest.
 const (
 	ArtifactType    = "application/vnd.toolshed.path.v1"
 	MediaRecord     = "application/vnd.toolshed.path.v1+json"
@@ -398,6 +399,23 @@ type Puller struct {
 	Caches []*Cache
 	// Log, if set, hears about each path pulled and each refusal.
 	Log func(format string, args ...any)
+
+	slotsOnce sync.Once
+	slots     chan struct{} // one per tree being downloaded and extracted
+}
+
+// maxTrees bounds the trees one Puller downloads and extracts at once: a path's references are
+// pulled while its own tree arrives, so a Workshop's seed and layers come in together.
+const maxTrees = 4
+
+func (pl *Puller) acquire(ctx context.Context) (release func(), err error) {
+	pl.slotsOnce.Do(func() { pl.slots = make(chan struct{}, maxTrees) })
+	select {
+	case pl.slots <- struct{}{}:
+		return func() { <-pl.slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (pl *Puller) logf(format string, args ...any) {
@@ -420,14 +438,18 @@ func (pl *Puller) Pull(ctx context.Context, p store.Path, found func(cache strin
 	return pl.pull(ctx, p, found, pr)
 }
 
-// pullProgress counts the bytes of one Pull, its references' included.
+// pullProgress counts the bytes of one Pull, its references' included (pulled at the same time:
+// report is called by one goroutine at a time).
 type pullProgress struct {
 	report         func(done, expected int64)
+	mu             sync.Mutex
 	done, expected int64
 }
 
 func (pr *pullProgress) expect(n int64) {
 	if pr != nil {
+		pr.mu.Lock()
+		defer pr.mu.Unlock()
 		pr.expected += n
 		pr.report(pr.done, pr.expected)
 	}
@@ -449,8 +471,10 @@ type progressReader struct {
 func (c *progressReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	if n > 0 {
+		c.pr.mu.Lock()
 		c.pr.done += int64(n)
 		c.pr.report(c.pr.done, c.pr.expected)
+		c.pr.mu.Unlock()
 	}
 	return n, err
 }
@@ -491,7 +515,8 @@ func extractTree(ctx context.Context, c *Cache, layer ocispec.Descriptor, man *s
 		r = wrap(rc)
 	}
 	vr := content.NewVerifyReader(r, layer) // digest and size of the compressed bytes
-	zr, err := gzip.NewReader(vr)
+	// pgzip decompresses ahead, in a goroutine of its own, while ReadLayer hashes and writes.
+	zr, err := pgzip.NewReader(vr)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadLayer, err)
 	}
@@ -499,7 +524,9 @@ func extractTree(ctx context.Context, c *Cache, layer ocispec.Descriptor, man *s
 	if err := ReadLayer(ctx, zr, out, man); err != nil {
 		return err
 	}
-	if _, err := io.Copy(io.Discard, zr); err != nil {
+	// Read to the gzip trailer (its CRC is checked) and the blob's end (its digest). Through Read only:
+	// pgzip's WriteTo panics on a stream already read to its end.
+	if _, err := io.Copy(io.Discard, struct{ io.Reader }{zr}); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadLayer, err)
 	}
 	return vr.Verify()
@@ -611,30 +638,47 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 		return fmt.Errorf("%w: tree of type %q", ErrBadArtifact, layer.MediaType)
 	}
 	pr.expect(layer.Size)
-	// References first: a path is registered only over valid references.
-	for _, r := range info.References {
-		if r == p || s.IsValid(r) {
-			continue
-		}
-		ok, err := pl.pull(ctx, r, nil, pr)
+	// The references are pulled while this path's tree downloads; the path is registered only once
+	// they are valid (a path is registered only over valid references). Either failing stops the other.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	refsDone := make(chan error, 1)
+	go func() {
+		err := pl.pullRefs(ctx, p, info.References, pr)
 		if err != nil {
-			return err
+			cancel()
 		}
-		if !ok {
-			return fmt.Errorf("reference %s is in no cache", r)
-		}
-	}
+		refsDone <- err
+	}()
+	waitRefs := sync.OnceValue(func() error { return <-refsDone })
 	opts := store.AddOptions{
 		Deriver: info.Deriver, References: info.References, BuildInputs: info.BuildInputs, CA: info.CA,
-		Epoch: 1<<63 - 1, // the bytes are the signed bytes: no clamping
+		Manifest: man, // what extractTree checked the tree against, entry by entry and byte by byte
 		Attestation: func(got *store.PathInfo) ([]byte, error) {
 			// Registered only if what is on disk is what was signed.
 			return prov, pl.Trust.Verify(got, prov)
 		},
 	}
 	got, built, err := s.Realize(ctx, p, opts, func(ctx context.Context, out string) error {
-		return extractTree(ctx, c, layer, man, out, pr.reader)
+		release, err := pl.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		err = extractTree(ctx, c, layer, man, out, pr.reader)
+		release()
+		if err != nil {
+			cancel()
+			return err
+		}
+		return waitRefs()
 	})
+	if err != nil {
+		cancel() // the references' pulls need not go on for a path that failed
+	}
+	// A reference's failure is the cause of this path's cancellation, if it was canceled.
+	if refsErr := waitRefs(); refsErr != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		return refsErr
+	}
 	if err != nil {
 		return err
 	}
@@ -648,6 +692,26 @@ func (pl *Puller) pullFrom(ctx context.Context, c *Cache, p store.Path, desc oci
 	}
 	pl.logf("substituted %s from %s", p, c.Name)
 	return nil
+}
+
+// pullRefs makes the references of p valid, all at once.
+func (pl *Puller) pullRefs(ctx context.Context, p store.Path, refs []store.Path, pr *pullProgress) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(refs))
+	for i, r := range refs {
+		if r == p || pl.Store.IsValid(r) {
+			continue
+		}
+		wg.Go(func() {
+			ok, err := pl.pull(ctx, r, nil, pr)
+			if err == nil && !ok {
+				err = fmt.Errorf("reference %s is in no cache", r)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // parseFull parses a full store path of this store's directory.

@@ -301,6 +301,33 @@ func TestHostileArtifacts(t *testing.T) {
 	}
 }
 
+// TestPullBadReference: a path's references are pulled while its own tree downloads; a reference
+// that fails its checks fails the pull with its own error, and the path is not registered.
+func TestPullBadReference(t *testing.T) {
+	a, ta := newSigned(t, "a-1")
+	dep, top := twoPaths(t, a)
+	dir := export(t, a, ta, top)
+	mutate(t, dir, dep, func(st *oci.Store, m *ocispec.Manifest) {
+		b := blob(t, st, m.Layers[0])
+		m.Layers[0] = putBlob(t, st, cache.MediaManifest, bytes.Replace(b, []byte("tool"), []byte("evil"), 1))
+	})
+	b, _ := newSigned(t, "b-1")
+	tb := trusting(t, b, ta)
+	err := pull(t, b, tb, dir, top)
+	if err == nil || !strings.Contains(err.Error(), "does not describe these bytes") || !strings.Contains(err.Error(), dep.String()) {
+		t.Fatalf("got %v, want the reference's refusal", err)
+	}
+	if b.IsValid(dep) || b.IsValid(top) {
+		t.Error("a path is registered over a refused reference")
+	}
+	if ents, _ := os.ReadDir(filepath.Join(b.Root(), "store")); len(ents) != 0 {
+		t.Errorf("store/ holds %d entries after a refusal", len(ents))
+	}
+	if ents, _ := os.ReadDir(b.TmpDir()); len(ents) != 0 {
+		t.Errorf("tmp/ holds %d entries after a refusal", len(ents))
+	}
+}
+
 // TestReplay: a registry that serves an older provenance after a newer one
 // was accepted is refused, even after gc removed the path.
 func TestReplay(t *testing.T) {

@@ -41,6 +41,13 @@ type AddOptions struct {
 	// elsewhere brings its own signed provenance, and the caller checks it against info here. It
 	// returns the provenance to keep; an error aborts the registration and nothing is registered.
 	Attestation func(info *PathInfo) ([]byte, error)
+	// Manifest, if set, is the manifest of what build writes, checked by build entry by entry and
+	// byte by byte as it wrote them (cache.ReadLayer, against a manifest whose hash was signed):
+	// the store registers the output with it instead of clamping and scanning the tree again, a
+	// second pass over every byte. The check lives with the writer because only the writer sees
+	// each byte once, on its way to disk; the store still refuses an output whose root is not of
+	// the manifest's type, and `shed store verify --check-contents` re-hashes what is on disk.
+	Manifest *Manifest
 }
 
 // sortedPaths returns ps sorted by their string form, without duplicates.
@@ -82,7 +89,12 @@ func (s *Store) Realize(ctx context.Context, p Path, opts AddOptions, build Buil
 		return nil, false, fmt.Errorf("build %s: produced no output: %w", p, err)
 	}
 	failpointFor("add-staged", p.Name())
-	info, err = s.register(ctx, p, out, opts, nil)
+	if m := opts.Manifest; m != nil {
+		if err := checkRootType(out, m); err != nil {
+			return nil, false, fmt.Errorf("build %s: %w", p, err)
+		}
+	}
+	info, err = s.register(ctx, p, out, opts, opts.Manifest)
 	if err != nil {
 		return nil, false, err
 	}
@@ -177,7 +189,7 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 		}
 	}
 	failpointFor("add-scanned", p.Name())
-	if err := SyncTree(out); err != nil {
+	if err := syncOutput(out); err != nil {
 		return nil, err
 	}
 	failpointFor("add-synced", p.Name())
@@ -233,6 +245,50 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 	}
 	failpointFor("add-registered", p.Name())
 	return info, nil
+}
+
+// checkRootType checks that out, a build's output, is what the root entry of m says: a directory
+// or a regular file.
+func checkRootType(out string, m *Manifest) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(out, &st); err != nil {
+		return err
+	}
+	want := uint32(unix.S_IFDIR)
+	if len(m.Entries) == 0 || m.Entries[0].Path != "." {
+		return errors.New("manifest has no root entry")
+	}
+	if m.Entries[0].Type == EntryFile {
+		want = unix.S_IFREG
+	} else if m.Entries[0].Type != EntryDir {
+		return fmt.Errorf("manifest's root is a %s", m.Entries[0].Type)
+	}
+	if st.Mode&unix.S_IFMT != want {
+		return fmt.Errorf("output is not the %s its manifest says", m.Entries[0].Type)
+	}
+	return nil
+}
+
+// syncOutput makes a staged output durable before it is renamed into place: a single file with
+// one fsync (a .drv, a .deb: syncfs would also wait for every other dirty byte of the file
+// system, a substitution's trees among them), a tree with SyncTree's one syncfs.
+func syncOutput(out string) error {
+	fd, err := unix.Open(out, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", out, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("sync %s: %w", out, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return SyncTree(out)
+	}
+	if err := unix.Fsync(fd); err != nil {
+		return fmt.Errorf("sync %s: %w", out, err)
+	}
+	return nil
 }
 
 // removeDebris deletes p's bytes and manifest when p has no record. The caller

@@ -245,6 +245,53 @@ func TestRealizeFailureStoresNothing(t *testing.T) {
 	}
 }
 
+// TestRealizeWithManifest: a build that checked its output against a manifest as it wrote it
+// (cache.ReadLayer) registers it with that manifest, not a scan of its own; an output whose root
+// is not of the manifest's type is refused.
+func TestRealizeWithManifest(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	src := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(src, []byte("bytes"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.ClampTimes(src, store.DefaultEpoch); err != nil {
+		t.Fatal(err)
+	}
+	m, err := store.ScanTree(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := store.MakePath("output", "m", s.StoreDir(), "m")
+	bad, _ := store.MakePath("output", "n", s.StoreDir(), "n")
+	_, _, err = s.Realize(ctx, bad, store.AddOptions{Manifest: m}, func(ctx context.Context, out string) error {
+		return os.Mkdir(out, 0o755)
+	})
+	if err == nil || !strings.Contains(err.Error(), "is not the file its manifest says") || s.IsValid(bad) {
+		t.Fatalf("a directory registered with a file's manifest: %v", err)
+	}
+	info, built, err := s.Realize(ctx, p, store.AddOptions{Manifest: m}, func(ctx context.Context, out string) error {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(out, b, 0o444); err != nil {
+			return err
+		}
+		return store.ClampTimes(out, store.DefaultEpoch)
+	})
+	if err != nil || !built {
+		t.Fatalf("realize: %v, built %v", err, built)
+	}
+	if info.ContentHash != m.Hash() || info.Size != m.Size() {
+		t.Errorf("registered %s (%d bytes), want the manifest's %s (%d)", info.ContentHash, info.Size, m.Hash(), m.Size())
+	}
+	got, err := s.Manifest(p)
+	if err != nil || got.Hash() != m.Hash() {
+		t.Errorf("stored manifest %v, %v", got, err)
+	}
+}
+
 func TestRegisterRefusesInvalidReference(t *testing.T) {
 	s := newStore(t)
 	missing, _ := store.MakePath("output", "nope", s.StoreDir(), "missing")
