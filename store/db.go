@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -91,9 +90,8 @@ func createDB(root string) error {
 		return err
 	}
 	name := filepath.Join(dir, fileDB)
-	if _, err := os.Stat(name); err == nil {
-		return nil
-	}
+	// Not skipped when the file exists: a crash in bolt.Open's creation, or
+	// before the buckets were committed, leaves a file without them.
 	l, err := lock(context.Background(), filepath.Join(dir, fileDBLock), unix.LOCK_EX)
 	if err != nil {
 		return err

@@ -253,10 +253,7 @@ func (g *graph) id(p Path) (int32, bool) {
 func (s *Store) loadGraph(ctx context.Context) (*graph, error) {
 	g := &graph{bad: map[string]bool{}}
 	err := s.withDB(ctx, false, func(paths *bolt.Bucket) error {
-		n := paths.Stats().KeyN
-		g.paths = make([]Path, 0, n)
-		g.prov = make([]bool, 0, n)
-		g.index = make(map[string]int32, n)
+		g.index = map[string]int32{}
 		c := paths.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			r := &recordReader{}
@@ -301,7 +298,12 @@ func (s *Store) loadGraph(ctx context.Context) (*graph, error) {
 				g.deriver[id] = lookup(d)
 			}
 			for _, l := range []*[]int32{&g.refs, &g.bis} {
-				for range r.uvarint("count") {
+				n := r.uvarint("count")
+				if n > uint64(len(r.b)) {
+					r.fail("count") // damaged: verify names it
+					n = 0
+				}
+				for range n {
 					if e := lookup(r.bytes("edge")); e >= 0 {
 						*l = append(*l, e)
 					}

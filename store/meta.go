@@ -104,7 +104,7 @@ func (s *Store) Manifest(p Path) (*Manifest, error) {
 func (s *Store) All() (infos map[Path]*PathInfo, bad map[string]error, err error) {
 	bad = map[string]error{}
 	err = s.withDB(context.Background(), false, func(paths *bolt.Bucket) error {
-		infos = make(map[Path]*PathInfo, paths.Stats().KeyN)
+		infos = map[Path]*PathInfo{}
 		return paths.ForEach(func(k, v []byte) error {
 			info, _, err := decodeInfo(v)
 			if err == nil && info.Path.HashPart() != string(k) {
