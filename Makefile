@@ -12,7 +12,7 @@ COMMIT    ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git di
 BUILDFLAGS = -tags urfave_cli_no_docs -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)"
 PREFIX    ?= /usr/local
 # Every fuzz target, as package:Target.
-FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./api:FuzzDecode
+FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./store:FuzzDecodeRecord ./api:FuzzDecode
 
 .PHONY: help build install uninstall example test test-daemon bench bench-scale lint fuzz docs generate clean
 
