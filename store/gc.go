@@ -95,6 +95,10 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if err != nil {
 		return res, err
 	}
+	names, err := readNames(filepath.Join(s.root, dirStore))
+	if err != nil {
+		return res, err
+	}
 	res.Freed = 0
 	for start := 0; start < len(dead); start += gcBatch {
 		if err := checkCtx(ctx); err != nil {
@@ -117,13 +121,42 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 			res.Deleted = append(res.Deleted, g.paths[id])
 			res.Freed += g.size[id]
 		}
-		if err := s.removeDead(ctx, g, batch, others); err != nil {
-			return res, err
-		}
 	}
-	n, err = s.sweep(ctx, g, temp)
+	// Every record of what is deleted is durably gone: the files go in any
+	// order, so in that of store/'s listing (its hash order on ext4), which
+	// has consecutive unlinks change the same directory blocks. In the order
+	// of the graph, at a million paths each unlink dirtied a block of its own.
+	if err := s.removeDead(ctx, g, inListingOrder(g, dead, names), others); err != nil {
+		return res, err
+	}
+	n, err = s.sweep(ctx, g, temp, names)
 	res.Swept = n
 	return res, err
+}
+
+// inListingOrder returns dead in the order of names (store/'s listing), then
+// those whose bytes were not listed.
+func inListingOrder(g *graph, dead []int32, names []string) []int32 {
+	todo := make([]bool, len(g.paths))
+	for _, id := range dead {
+		todo[id] = true
+	}
+	order := make([]int32, 0, len(dead))
+	for _, name := range names {
+		if len(name) <= HashPartLen {
+			continue
+		}
+		if id, ok := g.index[name[:HashPartLen]]; ok && todo[id] && g.paths[id].base == name {
+			order = append(order, id)
+			todo[id] = false
+		}
+	}
+	for _, id := range dead {
+		if todo[id] {
+			order = append(order, id)
+		}
+	}
+	return order
 }
 
 // removeDead removes the files of unregistered paths, in parallel: each path's
@@ -429,7 +462,7 @@ func (g *graph) deadInOrder(live []bool) []int32 {
 // temporary files of dead writers. What is registered is what the graph held,
 // plus what live processes (their temporary roots) may have registered since.
 // Caller holds gc.lock exclusively.
-func (s *Store) sweep(ctx context.Context, g *graph, temp map[Path]bool) (int, error) {
+func (s *Store) sweep(ctx context.Context, g *graph, temp map[Path]bool, storeNames []string) (int, error) {
 	n := 0
 	// Registered when the graph was read (so kept, or deleted with its files
 	// by this gc), kept although it does not decode, or held by a live
@@ -438,18 +471,15 @@ func (s *Store) sweep(ctx context.Context, g *graph, temp map[Path]bool) (int, e
 		_, ok := g.index[hp]
 		return ok || g.bad[hp] || g.temp[hp]
 	}
-	storeDir := filepath.Join(s.root, dirStore)
-	ents, err := os.ReadDir(storeDir)
-	if err != nil {
-		return n, fmt.Errorf("read %s: %w", storeDir, err)
-	}
-	for _, e := range ents {
-		p, err := ParsePath(e.Name())
+	// storeNames was listed after the graph was read: what is not known in it
+	// is debris, or a path being added now (whose lock is held).
+	for _, name := range storeNames {
+		if len(name) > HashPartLen && known(name[:HashPartLen]) {
+			continue
+		}
+		p, err := ParsePath(name)
 		if err != nil {
 			continue // not ours to judge; verify reports it
-		}
-		if known(p.HashPart()) {
-			continue
 		}
 		pl, err := tryLock(s.pathLockFile(p), unix.LOCK_EX)
 		if err != nil {
@@ -467,7 +497,8 @@ func (s *Store) sweep(ctx context.Context, g *graph, temp map[Path]bool) (int, e
 		n++
 	}
 	dbDir := filepath.Join(s.root, dirDB)
-	if ents, err = os.ReadDir(dbDir); err != nil {
+	ents, err := os.ReadDir(dbDir)
+	if err != nil {
 		return n, fmt.Errorf("read %s: %w", dbDir, err)
 	}
 	for _, e := range ents {
