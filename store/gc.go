@@ -32,8 +32,9 @@ type GCResult struct {
 
 // gcBatch is how many records one commit of db/meta.db removes. A batch is a
 // prefix of the referrers-first order of what gc deletes, so after each commit
-// no valid path refers to a path whose record is gone; its files are then
-// removed in parallel, in any order, since none of them is valid any more.
+// no valid path refers to a path whose record is gone. Once all are committed
+// the files are removed in parallel, in any order, since none of the paths is
+// valid any more. One commit per batch bounds the memory of a transaction.
 const gcBatch = 16384
 
 // gcWorkers is how many goroutines remove the files of a batch. Removal is
@@ -51,8 +52,8 @@ const gcWorkers = 8
 // keeps them (Config.KeepBuildInputs). Dead paths are ordered referrers first,
 // and unregistered in batches, each one commit of the database, so that a
 // collection stopped by MaxFreed or a crash never leaves a valid path whose
-// reference is gone; then the files of the batch (bytes, manifest, provenance,
-// logs, lock) are removed by a pool of workers.
+// reference is gone; then their files (bytes, manifest, provenance, logs,
+// lock) are removed by a pool of workers (removeDead).
 //
 // gc takes no path lock: a process that holds one (a build, a repair) holds a
 // temporary root on the path first, and SetProvenance takes gc.lock, so a path
