@@ -37,7 +37,7 @@ type GCResult struct {
 // valid any more. One commit per batch bounds the memory of a transaction.
 const gcBatch = 16384
 
-// gcWorkers is how many goroutines remove the files of a batch. Removal is
+// gcWorkers is how many goroutines remove the files of the dead paths. Removal is
 // syscall-bound (unlinkat, rmdir, getdents), mostly in different directories
 // (each path's own tree, the 1,024 shards of db/), so a few more than the
 // cores keep the filesystem busy.
@@ -124,9 +124,9 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		}
 	}
 	// Every record of what is deleted is durably gone: the files go in any
-	// order, so in that of store/'s listing (its hash order on ext4), which
-	// has consecutive unlinks change the same directory blocks. In the order
-	// of the graph, at a million paths each unlink dirtied a block of its own.
+	// order, so in that of store/'s listing (its hash order on ext4), in which
+	// consecutive unlinks change the same directory blocks; in the graph's
+	// order they land on blocks at random, each another block for the journal.
 	if err := s.removeDead(ctx, g, inListingOrder(g, dead, names), others); err != nil {
 		return res, err
 	}
