@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -121,11 +122,12 @@ func fabricate(tb testing.TB, s *Store, n int, files bool) []Path {
 // the time of the whole gc it reports, per path of the store, what a dry run
 // (deciding what is dead, nothing deleted) takes, the time per deleted path,
 // and the peak heap of the gc (sampled every millisecond, above the heap
-// before it).
+// before it): all of it, garbage not collected yet included, and what the
+// last collection found live.
 func benchGC(b *testing.B, n int, files bool) {
 	ctx := context.Background()
 	var decide, total time.Duration
-	var peak uint64
+	var peak, peakLive uint64
 	for b.Loop() {
 		b.StopTimer()
 		s, err := Init(filepath.Join(b.TempDir(), "root"))
@@ -151,20 +153,25 @@ func benchGC(b *testing.B, n int, files bool) {
 		runtime.ReadMemStats(&ms)
 		base := ms.HeapAlloc
 		stop := make(chan struct{})
-		sampled := make(chan uint64)
+		sampled := make(chan [2]uint64)
 		go func() {
-			var max uint64
+			var max, maxLive uint64
 			t := time.NewTicker(time.Millisecond)
 			defer t.Stop()
+			live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 			for {
 				var ms runtime.MemStats
 				runtime.ReadMemStats(&ms)
 				if ms.HeapAlloc > base && ms.HeapAlloc-base > max {
 					max = ms.HeapAlloc - base
 				}
+				metrics.Read(live)
+				if v := live[0].Value.Uint64(); v > base && v-base > maxLive {
+					maxLive = v - base
+				}
 				select {
 				case <-stop:
-					sampled <- max
+					sampled <- [2]uint64{max, maxLive}
 					return
 				case <-t.C:
 				}
@@ -176,7 +183,8 @@ func benchGC(b *testing.B, n int, files bool) {
 		b.StopTimer()
 		total += time.Since(t0)
 		close(stop)
-		peak = max(peak, <-sampled)
+		got := <-sampled
+		peak, peakLive = max(peak, got[0]), max(peakLive, got[1])
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -189,6 +197,7 @@ func benchGC(b *testing.B, n int, files bool) {
 	b.ReportMetric(float64(decide.Milliseconds())/float64(b.N), "decide-ms")
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/float64(n/2-1), "µs/deleted")
 	b.ReportMetric(float64(peak)/float64(n), "peak-heap-B/path")
+	b.ReportMetric(float64(peakLive)/float64(n), "peak-live-B/path")
 }
 
 // scaleBench skips the benchmarks that make a store of more than 10,000 paths
