@@ -12,12 +12,12 @@ COMMIT    ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git di
 BUILDFLAGS = -tags urfave_cli_no_docs -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)"
 PREFIX    ?= /usr/local
 # Every fuzz target, as package:Target.
-FUZZ_TARGETS = ./cache:FuzzReadLayer ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./api:FuzzDecode
+FUZZ_TARGETS = ./cache:FuzzReadLayer ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./store:FuzzDecodeRecord ./api:FuzzDecode
 
-.PHONY: help build install uninstall example test test-daemon bench lint fuzz docs generate clean
+.PHONY: help build install uninstall example test test-daemon bench bench-scale lint fuzz docs generate clean
 
 help: ## show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/shed and bin/shed-init (the Bench's init, a small program of its own)
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/ ./cmd/shed ./cmd/shed-init
@@ -59,6 +59,11 @@ bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Benc
 	scripts/bench-cache.sh
 	scripts/bench-closure.sh
 	scripts/bench-rootless.sh
+
+# gc at scale: stores of 100,000 and 1,000,000 synthetic paths, made straight on disk (a few minutes and about
+# 8 GB for the largest, in $TMPDIR), one run each; `make bench` runs the 10,000-path ones.
+bench-scale: ## run the gc benchmarks at 100,000 and 1,000,000 paths (minutes; ~8 GB in TMPDIR; docs/benchmarks.md)
+	SHED_BENCH_SCALE=1 $(GO) test -run '^$$' -bench '^BenchmarkGC(Files)?(10000|100000|1000000)$$' -benchmem -benchtime 1x -timeout 2h ./store
 
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -12,7 +12,10 @@ import (
 	"slices"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/internal/atomicfile"
 )
 
 // DefaultEpoch is the mtime that content added with AddDir and AddText is
@@ -164,8 +167,8 @@ func (s *Store) AddText(ctx context.Context, name string, data []byte, refs []Pa
 //  2. rename it into store/ and fsync store/: the bytes are in place but p is
 //     not valid yet (no record), so a crash here leaves debris that the next
 //     add of p, or gc, removes;
-//  3. write the manifest, then the record, each atomically: the record's
-//     appearance is the moment p becomes valid.
+//  3. write the manifest (and the provenance) atomically, then commit the
+//     record to db/meta.db: the commit is the moment p becomes valid.
 func (s *Store) register(ctx context.Context, p Path, out string, opts AddOptions, m *Manifest) (*PathInfo, error) {
 	refs := sortedPaths(opts.References)
 	buildInputs := sortedPaths(opts.BuildInputs)
@@ -194,7 +197,7 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 	}
 	failpointFor("add-synced", p.Name())
 	// Leftovers of a crashed earlier attempt: bytes without a record.
-	if err := s.removeDebris(p); err != nil {
+	if err := s.removeDebris(ctx, p); err != nil {
 		return nil, err
 	}
 	if err := os.Rename(out, s.Location(p)); err != nil {
@@ -204,6 +207,9 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 		return nil, err
 	}
 	failpointFor("add-renamed", p.Name())
+	if err := atomicfile.MkdirAll(s.shardDir(p), 0o700); err != nil {
+		return nil, err
+	}
 	if err := writeFileAtomic(s.manifestFile(p), m.Encode(), 0o600); err != nil {
 		return nil, err
 	}
@@ -226,6 +232,7 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 	if attest == nil && s.attestor != nil {
 		attest = func(info *PathInfo) ([]byte, error) { return s.attestor(info, opts.Facts) }
 	}
+	hasProv := attest != nil
 	if attest != nil {
 		prov, err := attest(info)
 		if err != nil {
@@ -236,12 +243,11 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 		}
 		failpointFor("add-provenance-written", p.Name())
 	}
-	b, err := encodeInfo(info)
+	err := s.withDB(ctx, true, func(paths *bolt.Bucket) error {
+		return paths.Put([]byte(p.HashPart()), encodeInfo(info, hasProv))
+	})
 	if err != nil {
-		return nil, err
-	}
-	if err := writeFileAtomic(s.metaFile(p), b, 0o600); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register %s: %w", p, err)
 	}
 	failpointFor("add-registered", p.Name())
 	return info, nil
@@ -291,11 +297,16 @@ func syncOutput(out string) error {
 	return nil
 }
 
-// removeDebris deletes p's bytes and manifest when p has no record. The caller
-// holds p's lock.
-func (s *Store) removeDebris(p Path) error {
-	if _, err := os.Lstat(s.metaFile(p)); err == nil {
-		return fmt.Errorf("remove debris of %s: it is registered", p)
+// errRegistered is removeDebris's refusal: the path has a record after all.
+var errRegistered = errors.New("it is registered")
+
+// removeDebris deletes p's bytes, manifest and provenance when p has no record.
+// The caller holds p's lock.
+func (s *Store) removeDebris(ctx context.Context, p Path) error {
+	if _, err := s.readInfo(ctx, p); err == nil || errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("remove debris of %s: %w", p, errRegistered)
+	} else if !errors.Is(err, ErrNotExist) {
+		return err
 	}
 	if err := s.trash(s.Location(p)); err != nil {
 		return err
@@ -310,19 +321,62 @@ func (s *Store) removeDebris(p Path) error {
 
 // trash deletes name by first renaming it into trash/ (atomic: the store never
 // shows a half-deleted path), then removing it from there. A crash during the
-// removal leaves only trash, which the next gc empties.
+// removal leaves only trash, which the next gc empties. A file (a .drv, a
+// .deb) is unlinked where it is: that is atomic already.
 func (s *Store) trash(name string) error {
-	if _, err := os.Lstat(name); errors.Is(err, fs.ErrNotExist) {
+	fi, err := os.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	if !fi.IsDir() {
+		if err := os.Remove(name); err != nil {
+			return fmt.Errorf("remove %s: %w", name, err)
+		}
 		return nil
 	}
 	dst := filepath.Join(s.root, dirTrash, filepath.Base(name)+"-"+randomSuffix())
 	if err := os.Rename(name, dst); err != nil {
 		return fmt.Errorf("move %s to trash: %w", name, err)
 	}
-	if err := os.RemoveAll(dst); err != nil {
-		return fmt.Errorf("remove %s: %w", dst, err)
+	if err := removeTree(dst); err != nil {
+		// Whatever removeTree did not expect (a directory it may not
+		// write, say) is os.RemoveAll's to judge.
+		if err := os.RemoveAll(dst); err != nil {
+			return fmt.Errorf("remove %s: %w", dst, err)
+		}
 	}
 	return nil
+}
+
+// removeTree removes the directory dir and everything in it, by the types its
+// entries have in the directory listing: unlike os.RemoveAll, it makes no
+// attempt that fails (unlink of a directory, rmdir of a full one) on the way.
+func removeTree(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	ents, err := f.ReadDir(-1)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			err = removeTree(filepath.Join(dir, e.Name()))
+		} else {
+			err = unix.Unlinkat(fd, e.Name(), 0)
+		}
+		if err != nil {
+			f.Close()
+			return err
+		}
+	}
+	f.Close()
+	return unix.Rmdir(dir)
 }
 
 // stage is a private staging directory under tmp/, flock-ed while in use so

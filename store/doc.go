@@ -5,7 +5,7 @@
 // The store is a cache and never an authority: every path in it can be derived
 // again from a recipe, and deleting the whole store loses only time. A path is
 // valid when, and only when, both its bytes (under store/) and its metadata
-// record (under meta/) are present; everything else is debris that the next
+// record (in db/meta.db) are present; everything else is debris that the next
 // operation sweeps. See docs/architecture.md for the on-disk layout and the
 // crash model.
 //

@@ -2,24 +2,23 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
 
 // PathInfo is the registration record of a valid store path: what the store
-// knows about it beyond its bytes. It is written once, atomically, after the
-// bytes are in place; a path without it is not valid.
+// knows about it beyond its bytes. It is written once, atomically (one commit
+// of db/meta.db), after the bytes are in place; a path without it is not valid.
+// The JSON form is what the CLI and API show, and what a store before the
+// database kept in meta/<hash>.json (see migrate.go).
 type PathInfo struct {
 	Path Path `json:"path"`
 	// Deriver is the .drv that produced the path, if any.
@@ -44,59 +43,33 @@ type PathInfo struct {
 	CA string `json:"ca,omitempty"`
 }
 
-// metaVersion is bound into every record so that a future format change is
-// detected instead of misread.
-const metaVersion = 1
-
-type metaRecord struct {
-	Version int `json:"version"`
-	PathInfo
-}
-
-func encodeInfo(info *PathInfo) ([]byte, error) {
-	b, err := json.MarshalIndent(metaRecord{metaVersion, *info}, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-func decodeInfo(b []byte) (*PathInfo, error) {
-	var r metaRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, err
-	}
-	if r.Version != metaVersion {
-		return nil, fmt.Errorf("metadata version %d, want %d", r.Version, metaVersion)
-	}
-	if r.Path.IsZero() {
-		return nil, errors.New("metadata has no path")
-	}
-	return &r.PathInfo, nil
-}
-
 // readInfo reads p's registration record. It returns ErrNotExist if there is none.
-func (s *Store) readInfo(p Path) (*PathInfo, error) {
-	b, err := os.ReadFile(s.metaFile(p))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", ErrNotExist, p)
-	} else if err != nil {
+func (s *Store) readInfo(ctx context.Context, p Path) (*PathInfo, error) {
+	var info *PathInfo
+	err := s.withDB(ctx, false, func(paths *bolt.Bucket) error {
+		v := paths.Get([]byte(p.HashPart()))
+		if v == nil {
+			return fmt.Errorf("%w: %s", ErrNotExist, p)
+		}
+		var err error
+		if info, _, err = decodeInfo(v); err != nil {
+			return fmt.Errorf("%w: %s: record: %v", ErrCorrupt, p, err)
+		}
+		if info.Path != p {
+			return fmt.Errorf("%w: %s: record names %s", ErrCorrupt, p, info.Path)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrNotExist) && !errors.Is(err, ErrCorrupt) {
 		return nil, fmt.Errorf("read metadata of %s: %w", p, err)
 	}
-	info, err := decodeInfo(b)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: metadata: %v", ErrCorrupt, p, err)
-	}
-	if info.Path != p {
-		return nil, fmt.Errorf("%w: %s: metadata names %s", ErrCorrupt, p, info.Path)
-	}
-	return info, nil
+	return info, err
 }
 
 // Info returns the registration of a valid path: its record exists and its
 // bytes are on disk. Otherwise it returns an error satisfying errors.Is(err, ErrNotExist).
 func (s *Store) Info(p Path) (*PathInfo, error) {
-	info, err := s.readInfo(p)
+	info, err := s.readInfo(context.Background(), p)
 	if err != nil {
 		return nil, err
 	}
@@ -125,54 +98,29 @@ func (s *Store) Manifest(p Path) (*Manifest, error) {
 	return m, nil
 }
 
-// All loads every registration record at once, in parallel: gc, verify and
-// ls need the whole graph, and one pass over meta/ is much cheaper than a
-// query per path. Records that do not parse are returned in bad.
+// All loads every registration record at once, in one read of the database:
+// gc, verify and ls need the whole graph. Records that do not decode are
+// returned in bad, keyed by their hash part.
 func (s *Store) All() (infos map[Path]*PathInfo, bad map[string]error, err error) {
-	dir := filepath.Join(s.root, dirMeta)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", dir, err)
-	}
-	var names []string
-	for _, e := range ents {
-		if n := e.Name(); strings.HasSuffix(n, ".json") && !strings.HasPrefix(n, ".") {
-			names = append(names, n)
-		}
-	}
-	infos = make(map[Path]*PathInfo, len(names))
 	bad = map[string]error{}
-	var mu sync.Mutex
-	work := make(chan string)
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) * 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := range work {
-				b, err := os.ReadFile(filepath.Join(dir, n))
-				var info *PathInfo
-				if err == nil {
-					info, err = decodeInfo(b)
-				}
-				if err == nil && info.Path.HashPart()+".json" != n {
-					err = fmt.Errorf("record names %s", info.Path)
-				}
-				mu.Lock()
-				if err != nil {
-					bad[n] = err
-				} else {
-					infos[info.Path] = info
-				}
-				mu.Unlock()
+	err = s.withDB(context.Background(), false, func(paths *bolt.Bucket) error {
+		infos = map[Path]*PathInfo{}
+		return paths.ForEach(func(k, v []byte) error {
+			info, _, err := decodeInfo(v)
+			if err == nil && info.Path.HashPart() != string(k) {
+				err = fmt.Errorf("record names %s", info.Path)
 			}
-		}()
+			if err != nil {
+				bad[string(k)] = err
+			} else {
+				infos[info.Path] = info
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	for _, n := range names {
-		work <- n
-	}
-	close(work)
-	wg.Wait()
 	return infos, bad, nil
 }
 
@@ -205,8 +153,14 @@ func (s *Store) Provenance(p Path) ([]byte, error) {
 var ErrNoProvenance = errors.New("no provenance")
 
 // SetProvenance replaces the provenance of the valid path p (say, signed again after a key rotation).
-// check receives p's record and returns the bytes to keep; it runs under p's lock.
+// check receives p's record and returns the bytes to keep; it runs under p's lock, and under a shared
+// gc.lock, so that gc cannot delete p in between (gc takes no path locks).
 func (s *Store) SetProvenance(ctx context.Context, p Path, check func(info *PathInfo) ([]byte, error)) error {
+	gcl, err := lock(ctx, s.gcLockFile(), unix.LOCK_SH)
+	if err != nil {
+		return err
+	}
+	defer gcl.unlock()
 	pl, err := lock(ctx, s.pathLockFile(p), unix.LOCK_EX)
 	if err != nil {
 		return err
@@ -217,6 +171,21 @@ func (s *Store) SetProvenance(ctx context.Context, p Path, check func(info *Path
 		return err
 	}
 	b, err := check(info)
+	if err != nil {
+		return err
+	}
+	// The record's flag first, so that gc, which removes only the files the
+	// record says exist, never leaves this one behind.
+	err = s.withDB(ctx, true, func(paths *bolt.Bucket) error {
+		v := paths.Get([]byte(p.HashPart()))
+		if v == nil {
+			return fmt.Errorf("%w: %s", ErrNotExist, p)
+		}
+		if len(v) > 1 && v[1]&flagProvenance != 0 {
+			return nil
+		}
+		return paths.Put([]byte(p.HashPart()), encodeInfo(info, true))
+	})
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func (s *Store) Repair(ctx context.Context, p Path, epoch int64, build BuildFunc
 		return err
 	}
 	defer pl.unlock()
-	info, err := s.readInfo(p)
+	info, err := s.readInfo(ctx, p)
 	if err != nil {
 		return err
 	}

@@ -42,19 +42,22 @@ var (
 
 // The directories of a store root. Each has one job; see docs/architecture.md.
 const (
-	dirStore     = "store"     // store paths and .drv files, immutable once renamed in
-	dirMeta      = "meta"      // <hash part>.json (registration) and <hash part>.manifest
-	dirRoots     = "roots"     // named gc roots: one file per name holding a path
-	dirTempRoots = "temproots" // one file per live process, flock-held by it
-	dirLocks     = "locks"     // per-path build locks and gc.lock
-	dirTmp       = "tmp"       // staging directories, flock-held while in use
-	dirTrash     = "trash"     // paths being deleted, moved here atomically first
-	dirLogs      = "logs"      // <hash part>.log: the build log of a derived path
-	fileConfig   = "config.toml"
-	fileGCLock   = "gc.lock"
+	dirStore = "store" // store paths and .drv files, immutable once renamed in
+	// dirDB (db.go) holds the registration records (meta.db) and, sharded,
+	// each path's manifest and provenance. Stores before it kept them in
+	// dirLegacyMeta, which Open migrates (migrate.go).
+	dirLegacyMeta = "meta"
+	dirRoots      = "roots"     // named gc roots: one file per name holding a path
+	dirTempRoots  = "temproots" // one file per live process, flock-held by it
+	dirLocks      = "locks"     // per-path build locks and gc.lock
+	dirTmp        = "tmp"       // staging directories, flock-held while in use
+	dirTrash      = "trash"     // paths being deleted, moved here atomically first
+	dirLogs       = "logs"      // <hash part>.log: the build log of a derived path
+	fileConfig    = "config.toml"
+	fileGCLock    = "gc.lock"
 )
 
-var layoutDirs = []string{dirStore, dirMeta, dirRoots, dirTempRoots, dirLocks, dirTmp, dirTrash, dirLogs}
+var layoutDirs = []string{dirStore, dirDB, dirRoots, dirTempRoots, dirLocks, dirTmp, dirTrash, dirLogs}
 
 // Config is the store's config.toml.
 type Config struct {
@@ -109,6 +112,8 @@ type Store struct {
 	tempMu    sync.Mutex
 	tempRoots *os.File // this process's temproots file, created on first use
 
+	dbMu sync.RWMutex // this process's side of db/lock: goroutines queue here, not in flock's backoff
+
 	attestor func(info *PathInfo, facts any) ([]byte, error)
 }
 
@@ -147,6 +152,9 @@ func Init(root string) (*Store, error) {
 	if err := syncDir(root); err != nil {
 		return nil, err
 	}
+	if err := createDB(root); err != nil {
+		return nil, err
+	}
 	return Open(root)
 }
 
@@ -169,6 +177,9 @@ func Open(root string) (*Store, error) {
 	}
 	if s.config.StoreDir == "" {
 		s.config.StoreDir = DefaultStoreDir
+	}
+	if err := s.migrateLegacyMeta(); err != nil {
+		return nil, err
 	}
 	for _, d := range append([]string{"."}, layoutDirs...) {
 		if err := checkPrivateDir(filepath.Join(abs, d)); err != nil {
@@ -220,16 +231,12 @@ func (s *Store) LogFile(p Path) string {
 // what is built there can be renamed into place.
 func (s *Store) TmpDir() string { return filepath.Join(s.root, dirTmp) }
 
-func (s *Store) metaFile(p Path) string {
-	return filepath.Join(s.root, dirMeta, p.HashPart()+".json")
-}
-
 func (s *Store) provenanceFile(p Path) string {
-	return filepath.Join(s.root, dirMeta, p.HashPart()+".provenance")
+	return filepath.Join(s.shardDir(p), p.HashPart()+".provenance")
 }
 
 func (s *Store) manifestFile(p Path) string {
-	return filepath.Join(s.root, dirMeta, p.HashPart()+".manifest")
+	return filepath.Join(s.shardDir(p), p.HashPart()+".manifest")
 }
 
 // Close releases this process's temporary roots.

@@ -161,7 +161,7 @@ func TestInitIsPrivateAndIdempotent(t *testing.T) {
 		}
 		s.Close()
 	}
-	for _, d := range []string{".", "store", "meta", "roots", "temproots", "locks", "tmp", "trash", "logs"} {
+	for _, d := range []string{".", "store", "db", "roots", "temproots", "locks", "tmp", "trash", "logs"} {
 		fi, err := os.Stat(filepath.Join(root, d))
 		if err != nil {
 			t.Fatal(err)
@@ -461,11 +461,24 @@ func TestCrashAtEveryStep(t *testing.T) {
 			if ents, _ := os.ReadDir(filepath.Join(s.Root(), "store")); len(ents) != 0 {
 				t.Errorf("after gc, store/ still holds %d entries (gc result %+v)", len(ents), res)
 			}
-			if ents, _ := os.ReadDir(filepath.Join(s.Root(), "meta")); len(ents) != 0 {
-				t.Errorf("after gc, meta/ still holds %d entries (%v)", len(ents), ents)
+			if files := recordFiles(t, s); len(files) != 0 {
+				t.Errorf("after gc, db/ still holds %v", files)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(s.Root(), "locks")); len(ents) != 1 {
+				t.Errorf("after gc, locks/ holds %d entries, want gc.lock alone", len(ents))
 			}
 		})
 	}
+}
+
+// recordFiles lists the files of db/'s shards: the manifests and provenance of paths.
+func recordFiles(t *testing.T, s *store.Store) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(s.Root(), "db", "*", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
 
 func TestCrashDuringGC(t *testing.T) {
@@ -487,6 +500,9 @@ func TestCrashDuringGC(t *testing.T) {
 			assertVerifies(t, s)
 			if ents, _ := os.ReadDir(filepath.Join(s.Root(), "store")); len(ents) != 0 {
 				t.Errorf("store/ holds %d entries after a full gc", len(ents))
+			}
+			if files := recordFiles(t, s); len(files) != 0 {
+				t.Errorf("db/ holds %v after a full gc", files)
 			}
 		})
 	}

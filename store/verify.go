@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -82,7 +81,7 @@ func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (*VerifyResult, 
 	} else {
 		todo = SortedPaths(infos)
 		for name, err := range bad {
-			report(Problem{What: fmt.Sprintf("unreadable record meta/%s: %v", name, err)})
+			report(Problem{What: fmt.Sprintf("unreadable record %s: %v", name, err)})
 		}
 		res.Debris = s.findDebris(infos, report)
 	}
@@ -205,7 +204,7 @@ func (s *Store) findDebris(infos map[Path]*PathInfo, report func(Problem)) []str
 		if err == nil {
 			l.unlock()
 		}
-		if _, err := os.Lstat(s.metaFile(p)); errors.Is(err, fs.ErrNotExist) {
+		if _, err := s.readInfo(context.Background(), p); errors.Is(err, ErrNotExist) {
 			debris = append(debris, p.String())
 		}
 	}

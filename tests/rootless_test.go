@@ -340,10 +340,11 @@ func baseNames(paths []string) []string {
 }
 
 // manifestDiff is, for a failure's message, how two stores' manifests of one path differ: the lines
-// only in a, then those only in b (the stores' own records, meta/HASH.manifest).
+// only in a, then those only in b (the stores' own records, db/HA/HASH.manifest).
 func manifestDiff(a, b, base string) string {
 	read := func(root string) []string {
-		data, err := os.ReadFile(filepath.Join(root, "meta", strings.SplitN(base, "-", 2)[0]+".manifest"))
+		hash := strings.SplitN(base, "-", 2)[0]
+		data, err := os.ReadFile(filepath.Join(root, "db", hash[:2], hash+".manifest"))
 		if err != nil {
 			return []string{"(" + err.Error() + ")"}
 		}
