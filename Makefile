@@ -14,7 +14,7 @@ PREFIX    ?= /usr/local
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS = ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./api:FuzzDecode
 
-.PHONY: help build install uninstall example test test-daemon bench lint fuzz docs generate clean
+.PHONY: help build install uninstall example test test-daemon bench bench-scale lint fuzz docs generate clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,13 +52,17 @@ test-daemon: ## run the end-to-end tests (tests/) through the supervisor, as a l
 	@# pass would repeat the first.
 	SHED_TEST_VIA=daemon $(GO) test -count=1 -parallel 4 -timeout 40m -skip '^(TestMCP|TestE2B|TestReadmeBlocks|TestRootless|TestRootlessNoSubIDs)$$' ./tests
 
-bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build (docs/benchmarks.md)
+bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build, verify vs b3sum (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 	scripts/bench-realize.sh
 	scripts/bench-launch.sh
 	scripts/bench-cache.sh
 	scripts/bench-closure.sh
 	scripts/bench-rootless.sh
+	scripts/bench-verify.sh
+
+bench-scale: build ## run the benchmarks at scale: verify --check-contents of 100,000 paths vs b3sum (docs/benchmarks.md)
+	scripts/bench-verify.sh 100000
 
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
