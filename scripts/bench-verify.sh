@@ -13,6 +13,8 @@
 # both cores busy on small files too. verify does more than they do (lstat, xattrs, readdir, the
 # manifest and its record, the provenance signature of every path): its ratio counts all of it.
 #
+# BEFORE=path/to/shed adds that binary's verify (say, main's) to the same interleaved runs.
+#
 # Needs: root or not; installs b3sum (Debian) if missing; builds bin/shed with `make -s build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +36,7 @@ for shape in big "$SMALL"; do
 	root=$work/$shape
 	start=$(date +%s)
 	SHED_BENCH_STORE=$root SHED_BENCH_SHAPE=$shape go test -count=1 -run '^TestWriteBenchStore$' ./store >/dev/null
+	sync # the writeback of a store just written stalls lookups in it (the kernel waits on inode buffers)
 	paths=$(find "$root/store" -mindepth 1 -maxdepth 1 | wc -l)
 	files=$(find "$root/store" -type f | wc -l)
 	bytes=$(find "$root/store" -type f -printf "%s\n" | awk "{s += \$1} END {print s}")
@@ -46,6 +49,10 @@ for shape in big "$SMALL"; do
 		"find $root/store -type f -print0 | xargs -0 b3sum --num-threads 1"
 		"find $root/store -type f -print0 | xargs -0 -P 2 -n $(((files + 1) / 2)) b3sum --num-threads 1"
 	)
+	if [ -n "${BEFORE:-}" ]; then
+		names+=("before")
+		cmds+=("$BEFORE --root $root store verify --check-contents")
+	fi
 	# Warm the page cache and check that the store verifies.
 	out=$($shed --root "$root" store verify --check-contents | tail -n 1)
 	case $out in *": 0 problems") ;; *) echo "verify: $out" >&2; exit 1 ;; esac

@@ -649,22 +649,25 @@ var errHashFailed = errors.New("a file failed to hash")
 func ScanTree(ctx context.Context, root string) (*Manifest, error) {
 	pool := newHashPool(ctx, runtime.GOMAXPROCS(0))
 	defer pool.close()
-	return scanTree(ctx, root, pool, nil)
+	return scanTree(ctx, root, nil, pool, nil)
 }
 
-// scanTree is ScanTree with the hash workers given: pool, which may be
-// shared with other scans, and, if fh is not nil, the walker's own
-// fileHasher, with which it hashes files of up to inlineMax bytes itself.
-func scanTree(ctx context.Context, root string, pool *hashPool, fh *fileHasher) (*Manifest, error) {
-	var st unix.Stat_t
-	if err := unix.Lstat(root, &st); err != nil {
-		return nil, fmt.Errorf("scan %s: %w", root, err)
+// scanTree is ScanTree with root's lstat (st, or nil to lstat it here) and
+// the hash workers given: pool, which may be shared with other scans, and,
+// if fh is not nil, the walker's own fileHasher, with which it hashes files
+// of up to inlineMax bytes itself.
+func scanTree(ctx context.Context, root string, st *unix.Stat_t, pool *hashPool, fh *fileHasher) (*Manifest, error) {
+	if st == nil {
+		st = new(unix.Stat_t)
+		if err := unix.Lstat(root, st); err != nil {
+			return nil, fmt.Errorf("scan %s: %w", root, err)
+		}
 	}
 	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
 		return nil, fmt.Errorf("scan %s: not a directory or regular file", root)
 	}
 	s := &scanner{pool: pool, fh: fh}
-	walkErr := s.walk(ctx, ".", root, &st)
+	walkErr := s.walk(ctx, ".", root, st)
 	s.pending.Wait()
 	// A worker's failure stops the walk; report the cause, not the stop,
 	// and a real error before a cancellation.

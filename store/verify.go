@@ -150,7 +150,8 @@ func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (*VerifyResult, 
 // with pool's workers and fh, the walker's own.
 func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *PathInfo, pool *hashPool, fh *fileHasher, report func(Problem)) int64 {
 	p := info.Path
-	if _, err := os.Lstat(s.Location(p)); err != nil {
+	var st unix.Stat_t // the scan's lstat of the root too
+	if err := unix.Lstat(s.Location(p), &st); err != nil {
 		report(Problem{Path: p, What: "registered but missing on disk", Damaged: true})
 		return 0
 	}
@@ -170,7 +171,7 @@ func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *P
 	if pool == nil {
 		return 0
 	}
-	got, err := scanTree(ctx, s.Location(p), pool, fh)
+	got, err := scanTree(ctx, s.Location(p), &st, pool, fh)
 	if err != nil {
 		if ctx.Err() == nil {
 			report(Problem{Path: p, What: fmt.Sprintf("cannot scan: %v", err), Damaged: true})

@@ -61,7 +61,7 @@ func TestScanTreeFileChangedWhileHashed(t *testing.T) {
 			defer func() { testHookHashFile = nil }()
 			var err error
 			if c.shared {
-				_, err = scanTree(ctx, dir, pool, fh)
+				_, err = scanTree(ctx, dir, nil, pool, fh)
 			} else {
 				_, err = ScanTree(ctx, dir)
 			}
@@ -72,7 +72,7 @@ func TestScanTreeFileChangedWhileHashed(t *testing.T) {
 			if err := os.Truncate(target, map[string]int64{"a/small": 10, "a/big": inlineMax + 1}[c.file]); err != nil {
 				t.Fatal(err)
 			}
-			got, err := scanTree(ctx, dir, pool, fh)
+			got, err := scanTree(ctx, dir, nil, pool, fh)
 			if err != nil || got.Hash() != want.Hash() {
 				t.Errorf("scan after the failure: %v, hash %v, want %v", err, got, want.Hash())
 			}
