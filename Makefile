@@ -52,18 +52,21 @@ test-daemon: ## run the end-to-end tests (tests/) through the supervisor, as a l
 	@# pass would repeat the first.
 	SHED_TEST_VIA=daemon $(GO) test -count=1 -parallel 4 -timeout 40m -skip '^(TestMCP|TestE2B|TestReadmeBlocks|TestRootless|TestRootlessNoSubIDs)$$' ./tests
 
-bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build (docs/benchmarks.md)
+bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build, verify vs b3sum (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 	scripts/bench-realize.sh
 	scripts/bench-launch.sh
 	scripts/bench-cache.sh
 	scripts/bench-closure.sh
 	scripts/bench-rootless.sh
+	scripts/bench-verify.sh
 
-# gc at scale: stores of 100,000 and 1,000,000 synthetic paths, made straight on disk (a few minutes and about
-# 8 GB for the largest, in $TMPDIR), one run each; `make bench` runs the 10,000-path ones.
-bench-scale: ## run the gc benchmarks at 100,000 and 1,000,000 paths (minutes; ~8 GB in TMPDIR; docs/benchmarks.md)
+# At scale: gc of stores of 100,000 and 1,000,000 synthetic paths, made straight on disk (minutes, and about
+# 8 GB for the largest, in $$TMPDIR), one run each, and verify --check-contents of 100,000 paths against b3sum;
+# `make bench` runs the 10,000-path ones.
+bench-scale: build ## run the benchmarks at scale: gc of 100,000 and 1,000,000 paths, verify of 100,000 vs b3sum (docs/benchmarks.md)
 	SHED_BENCH_SCALE=1 $(GO) test -run '^$$' -bench '^BenchmarkGC(Files)?(10000|100000|1000000)$$' -benchmem -benchtime 1x -timeout 2h ./store
+	scripts/bench-verify.sh 100000
 
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

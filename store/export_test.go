@@ -10,3 +10,14 @@ func SetRootless(t testing.TB, on bool) {
 	rootless = func() bool { return on }
 	t.Cleanup(func() { rootless = old })
 }
+
+// WriteBenchStore writes a store of paths for verify's benchmarks into s:
+// "big" (4 paths, 1 GiB) or n small paths of the files of BenchmarkVerifyShapes,
+// each signed by sign.
+func WriteBenchStore(tb testing.TB, s *Store, big bool, n int, sign func(*PathInfo) ([]byte, error)) {
+	shape := verifyShape{paths: n, sizes: shapeSmall.sizes}
+	if big {
+		shape = shapeBig
+	}
+	writeVerifyStore(tb, s, shape, sign)
+}

@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/zeebo/blake3"
@@ -558,9 +558,11 @@ var errTreeChanged = errors.New("changed during the walk")
 
 type inodeKey struct{ dev, ino uint64 }
 
-// hashJob is one regular file to hash. The walker keeps a pointer and a
-// worker fills digest and err; entries are only touched after all workers end.
+// hashJob is one regular file that the walker hands to a hash worker. The
+// walker keeps a pointer and the worker fills digest and err; the entry is
+// only touched after the scan's pending jobs are done.
 type hashJob struct {
+	scan   *scanner
 	entry  int
 	path   string
 	key    inodeKey
@@ -569,41 +571,107 @@ type hashJob struct {
 	err    error
 }
 
+// hashBufSize is a hash worker's read size. Reads of 64 KiB to 1 MiB hash at
+// the same rate here, and mmap of large files is slower (its page faults
+// cost more than the copy: docs/benchmarks.md); 256 KiB fits in a core's L2.
+const hashBufSize = 256 << 10
+
+// inlineMax is the size up to which a walker that has its own fileHasher
+// (Store.Verify's, which run one per core) hashes a file itself: one read,
+// no hand-off between goroutines.
+const inlineMax = 64 << 10
+
+// fileHasher is what a goroutine needs to hash files, kept for as long as the
+// goroutine hashes: its read buffer and BLAKE3 state. fileHashers keeps them
+// between scans, so that a scan does not allocate (and zero) its buffers.
+type fileHasher struct {
+	buf []byte
+	h   *blake3.Hasher
+}
+
+var fileHashers = sync.Pool{New: func() any {
+	return &fileHasher{buf: make([]byte, hashBufSize), h: blake3.New()}
+}}
+
+// hashPool is a set of hash workers that any number of scans share: one per
+// core for a whole Store.Verify, instead of workers and buffers per path.
+type hashPool struct {
+	jobs chan *hashJob
+	wg   sync.WaitGroup
+}
+
+// newHashPool starts n workers, which hash until close; ctx cancels the
+// hash in progress.
+func newHashPool(ctx context.Context, n int) *hashPool {
+	p := &hashPool{jobs: make(chan *hashJob, 256)}
+	for range n {
+		p.wg.Go(func() {
+			fh := fileHashers.Get().(*fileHasher)
+			defer fileHashers.Put(fh)
+			for j := range p.jobs {
+				j.run(ctx, fh)
+			}
+		})
+	}
+	return p
+}
+
+// close stops the workers once every job handed to them is done.
+func (p *hashPool) close() {
+	close(p.jobs)
+	p.wg.Wait()
+}
+
+func (j *hashJob) run(ctx context.Context, fh *fileHasher) {
+	defer j.scan.pending.Done()
+	if j.scan.failed.Load() {
+		return // another file of the scan failed: the scan fails with it
+	}
+	d, err := fh.hashFile(ctx, j.path, j.key, j.size, &j.scan.failed)
+	switch {
+	case err == errHashFailed: // stopped by another file's failure
+	case err != nil:
+		j.err = err
+		j.scan.failed.Store(true)
+	default:
+		j.digest = d
+	}
+}
+
+// errHashFailed stops a walk when a file it handed to a worker failed to
+// hash; the scan returns that file's error.
+var errHashFailed = errors.New("a file failed to hash")
+
 // ScanTree walks root (a directory or a single regular file; a symlink as
 // root is refused) without following symlinks, and returns its manifest.
 // File contents are hashed by runtime.GOMAXPROCS workers while the walk goes
 // on, so that hashing runs at disk speed.
 func ScanTree(ctx context.Context, root string) (*Manifest, error) {
-	var st unix.Stat_t
-	if err := unix.Lstat(root, &st); err != nil {
-		return nil, fmt.Errorf("scan %s: %w", root, err)
+	pool := newHashPool(ctx, runtime.GOMAXPROCS(0))
+	defer pool.close()
+	return scanTree(ctx, root, nil, pool, nil)
+}
+
+// scanTree is ScanTree with root's lstat (st, or nil to lstat it here) and
+// the hash workers given: pool, which may be shared with other scans, and,
+// if fh is not nil, the walker's own fileHasher, with which it hashes files
+// of up to inlineMax bytes itself.
+func scanTree(ctx context.Context, root string, st *unix.Stat_t, pool *hashPool, fh *fileHasher) (*Manifest, error) {
+	if st == nil {
+		st = new(unix.Stat_t)
+		if err := unix.Lstat(root, st); err != nil {
+			return nil, fmt.Errorf("scan %s: %w", root, err)
+		}
 	}
 	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
 		return nil, fmt.Errorf("scan %s: not a directory or regular file", root)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	jobs := make(chan *hashJob, 256)
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			buf := make([]byte, 256<<10)
-			for j := range jobs {
-				if ctx.Err() != nil {
-					continue // drain: the walk is stopping
-				}
-				if j.digest, j.err = hashFile(ctx, j, buf); j.err != nil {
-					cancel()
-				}
-			}
-		})
-	}
-	s := &scanner{jobs: jobs, links: make(map[inodeKey]string)}
-	walkErr := s.walk(ctx, ".", root, &st)
-	close(jobs)
-	wg.Wait()
-	// A worker's failure cancels the walk; report the cause, not the cancel.
-	if walkErr != nil && !errors.Is(walkErr, context.Canceled) {
+	s := &scanner{pool: pool, fh: fh}
+	walkErr := s.walk(ctx, ".", root, st)
+	s.pending.Wait()
+	// A worker's failure stops the walk; report the cause, not the stop,
+	// and a real error before a cancellation.
+	if walkErr != nil && walkErr != errHashFailed && !errors.Is(walkErr, context.Canceled) {
 		return nil, walkErr
 	}
 	for _, j := range s.hashed {
@@ -611,8 +679,13 @@ func ScanTree(ctx context.Context, root string) (*Manifest, error) {
 			return nil, j.err
 		}
 	}
-	if walkErr != nil {
+	if walkErr != nil && walkErr != errHashFailed {
 		return nil, walkErr
+	}
+	for _, j := range s.hashed {
+		if j.err != nil {
+			return nil, j.err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("scan %s: %w", root, err)
@@ -624,15 +697,21 @@ func ScanTree(ctx context.Context, root string) (*Manifest, error) {
 }
 
 type scanner struct {
-	m      Manifest
-	jobs   chan<- *hashJob
-	hashed []*hashJob
-	links  map[inodeKey]string // first path of each multiply linked file
+	m       Manifest
+	pool    *hashPool
+	fh      *fileHasher // nil: every file goes to the pool
+	hashed  []*hashJob
+	pending sync.WaitGroup      // jobs handed to the pool and not done
+	failed  atomic.Bool         // a job failed: stop walking and hashing
+	links   map[inodeKey]string // first path of each multiply linked file
 }
 
 func (s *scanner) walk(ctx context.Context, rel, full string, st *unix.Stat_t) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("scan %s: %w", full, err)
+	}
+	if s.failed.Load() {
+		return errHashFailed
 	}
 	xattrs, err := readManifestXattrs(full)
 	if err != nil {
@@ -647,15 +726,27 @@ func (s *scanner) walk(ctx context.Context, rel, full string, st *unix.Stat_t) e
 			break
 		}
 		if st.Nlink > 1 {
+			if s.links == nil {
+				s.links = make(map[inodeKey]string)
+			}
 			s.links[key] = rel
 		}
 		e.Type, e.Size = EntryFile, st.Size
-		j := &hashJob{entry: len(s.m.Entries), path: full, key: key, size: st.Size}
+		if s.fh != nil && st.Size <= inlineMax {
+			if e.Digest, err = s.fh.hashFile(ctx, full, key, st.Size, nil); err != nil {
+				return err
+			}
+			break
+		}
+		j := &hashJob{scan: s, entry: len(s.m.Entries), path: full, key: key, size: st.Size}
 		s.hashed = append(s.hashed, j)
+		s.pending.Add(1)
 		select {
-		case s.jobs <- j:
+		case s.pool.jobs <- j:
 		case <-ctx.Done():
-			return fmt.Errorf("scan %s: %w", full, ctx.Err())
+			s.pending.Done()
+			j.err = fmt.Errorf("scan %s: %w", full, ctx.Err())
+			return j.err
 		}
 	case unix.S_IFDIR:
 		e.Type = EntryDir
@@ -703,36 +794,83 @@ func (s *scanner) walk(ctx context.Context, rel, full string, st *unix.Stat_t) e
 	return nil
 }
 
-// hashFile hashes the file j names, refusing it if it is no longer the
-// inode the walk saw or its size changed.
-func hashFile(ctx context.Context, j *hashJob, buf []byte) (Hash, error) {
-	f, err := openNoFollow(j.path, j.key)
-	if err != nil {
-		return Hash{}, fmt.Errorf("scan %s: %w", j.path, err)
+// hashFile hashes the file at path, refusing it if it is no longer the
+// inode the walk saw (key) or its size changed. It stops early if ctx is
+// done or stop (if not nil) is set. The file is read with raw system calls
+// into fh's buffer: an os.File would cost an allocation, a finalizer and an
+// epoll registration attempt per file, which a store of small files feels.
+func (fh *fileHasher) hashFile(ctx context.Context, path string, key inodeKey, size int64, stop *atomic.Bool) (Hash, error) {
+	if testHookHashFile != nil {
+		testHookHashFile(path)
 	}
-	defer f.Close()
-	h := blake3.New()
+	fd, err := openNoFollowFD(path, key)
+	if err != nil {
+		return Hash{}, fmt.Errorf("scan %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	h := fh.h
+	h.Reset()
 	var n int64
 	for {
 		if err := ctx.Err(); err != nil {
-			return Hash{}, fmt.Errorf("scan %s: %w", j.path, err)
+			return Hash{}, fmt.Errorf("scan %s: %w", path, err)
 		}
-		k, err := f.Read(buf)
-		h.Write(buf[:k])
-		n += int64(k)
-		if err == io.EOF {
-			break
+		if stop != nil && stop.Load() {
+			return Hash{}, errHashFailed
+		}
+		k, err := unix.Read(fd, fh.buf)
+		if err == unix.EINTR {
+			continue
 		}
 		if err != nil {
-			return Hash{}, fmt.Errorf("scan %s: %w", j.path, err)
+			return Hash{}, fmt.Errorf("scan %s: read: %w", path, err)
 		}
+		if k == 0 {
+			break
+		}
+		h.Write(fh.buf[:k])
+		n += int64(k)
 	}
-	if n != j.size {
-		return Hash{}, fmt.Errorf("scan %s: size %d, then read %d bytes: %w", j.path, j.size, n, errTreeChanged)
+	if n != size {
+		return Hash{}, fmt.Errorf("scan %s: size %d, then read %d bytes: %w", path, size, n, errTreeChanged)
 	}
 	var d Hash
 	h.Sum(d[:0])
 	return d, nil
+}
+
+// testHookHashFile, if set by a test, runs before each file is hashed.
+var testHookHashFile func(path string)
+
+// openNoFollowFD is openNoFollow as a bare descriptor, closed by the caller.
+func openNoFollowFD(path string, key inodeKey) (int, error) {
+	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := openRetry(path, flags|unix.O_NOATIME)
+	if err == unix.EPERM {
+		fd, err = openRetry(path, flags)
+	}
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Dev != key.dev || st.Ino != key.ino {
+		unix.Close(fd)
+		return -1, fmt.Errorf("replaced by another file: %w", errTreeChanged)
+	}
+	return fd, nil
+}
+
+func openRetry(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
 }
 
 // openNoFollow opens path for reading without following a symlink in its
@@ -761,23 +899,37 @@ func openNoFollow(path string, key inodeKey) (*os.File, error) {
 }
 
 // readDirNames returns the names in directory path, sorted by byte order,
-// after checking that path is still the directory st describes.
+// after checking that path is still the directory st describes. It reads with
+// raw system calls: an os.File costs an allocation and three system calls
+// more per directory (poller registration, non-blocking mode).
 func readDirNames(path string, st *unix.Stat_t) ([]string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_DIRECTORY, 0)
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
+	defer unix.Close(fd)
+	var fst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil {
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
 	}
-	if fst, ok := fi.Sys().(*syscall.Stat_t); !ok || fst.Dev != st.Dev || fst.Ino != st.Ino {
+	if fst.Dev != st.Dev || fst.Ino != st.Ino {
 		return nil, fmt.Errorf("replaced by another directory: %w", errTreeChanged)
 	}
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
+	var buf [8192]byte
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "readdirent", Path: path, Err: err}
+		}
+		if n <= 0 {
+			break
+		}
+		// ParseDirent leaves out "." and "..".
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
 	for _, name := range names {
 		// The kernel never returns these; a path built from one could

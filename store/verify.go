@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -86,16 +87,35 @@ func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (*VerifyResult, 
 		res.Debris = s.findDebris(infos, report)
 	}
 
-	// Paths are checked in parallel; each file hash inside ScanTree is
-	// parallel too, so a few paths at a time keep the disk busy.
-	work := make(chan Path)
+	// Paths are checked in parallel, one walker per core. The walkers share
+	// one pool of hash workers, one per core, to which they hand files larger
+	// than inlineMax and hash smaller ones themselves: no goroutines, buffers
+	// or hand-offs per path, and a big file or path still keeps every core busy.
+	var pool *hashPool
+	if opts.CheckContents {
+		pool = newHashPool(ctx, runtime.GOMAXPROCS(0))
+		defer pool.close()
+	}
+	// The walkers take the next path by an atomic counter: no hand-off, so no
+	// wake-up, per path.
+	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range max(2, runtime.GOMAXPROCS(0)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for p := range work {
-				n := s.verifyOne(ctx, infos, infos[p], opts.CheckContents, report)
+			var fh *fileHasher
+			if pool != nil {
+				fh = fileHashers.Get().(*fileHasher)
+				defer fileHashers.Put(fh)
+			}
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= int64(len(todo)) {
+					return
+				}
+				p := todo[i]
+				n := s.verifyOne(ctx, infos, infos[p], pool, fh, report)
 				if opts.CheckProvenance != nil {
 					prov, err := s.Provenance(p)
 					if err != nil && !errors.Is(err, ErrNoProvenance) {
@@ -111,13 +131,6 @@ func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (*VerifyResult, 
 			}
 		}()
 	}
-	for _, p := range todo {
-		if ctx.Err() != nil {
-			break
-		}
-		work <- p
-	}
-	close(work)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -132,9 +145,12 @@ func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (*VerifyResult, 
 	return res, nil
 }
 
-func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *PathInfo, contents bool, report func(Problem)) int64 {
+// verifyOne checks one path; with pool (--check-contents), it scans the path
+// with pool's workers and fh, the walker's own.
+func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *PathInfo, pool *hashPool, fh *fileHasher, report func(Problem)) int64 {
 	p := info.Path
-	if _, err := os.Lstat(s.Location(p)); err != nil {
+	var st unix.Stat_t // the scan's lstat of the root too
+	if err := unix.Lstat(s.Location(p), &st); err != nil {
 		report(Problem{Path: p, What: "registered but missing on disk", Damaged: true})
 		return 0
 	}
@@ -151,10 +167,10 @@ func (s *Store) verifyOne(ctx context.Context, infos map[Path]*PathInfo, info *P
 	if want.Hash() != info.ContentHash {
 		report(Problem{Path: p, What: "recorded manifest does not match the recorded content hash"})
 	}
-	if !contents {
+	if pool == nil {
 		return 0
 	}
-	got, err := ScanTree(ctx, s.Location(p))
+	got, err := scanTree(ctx, s.Location(p), &st, pool, fh)
 	if err != nil {
 		if ctx.Err() == nil {
 			report(Problem{Path: p, What: fmt.Sprintf("cannot scan: %v", err), Damaged: true})

@@ -10,8 +10,10 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/trust"
 )
 
 // BenchmarkVerifyContents re-hashes a store holding one 256 MB path of 512
@@ -75,5 +77,34 @@ func BenchmarkVerifyContents(b *testing.B) {
 				b.Fatal(err, res.Problems)
 			}
 		}
+	})
+}
+
+// TestWriteBenchStore writes a store for scripts/bench-verify.sh, signed with
+// a key of its own as `shed init` would make it, when SHED_BENCH_STORE names
+// a directory that does not exist yet; SHED_BENCH_SHAPE is "big" (4 paths,
+// 1 GiB) or a number of small paths. It is skipped otherwise.
+func TestWriteBenchStore(t *testing.T) {
+	root := os.Getenv("SHED_BENCH_STORE")
+	if root == "" {
+		t.Skip("SHED_BENCH_STORE is not set")
+	}
+	shape := os.Getenv("SHED_BENCH_SHAPE")
+	n, err := strconv.Atoi(shape)
+	if shape != "big" && (err != nil || n <= 0) {
+		t.Fatalf("SHED_BENCH_SHAPE=%q, want big or a number of paths", shape)
+	}
+	s, err := store.Init(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key, _, err := trust.OpenKeys(root).Ensure("bench-verify-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	store.WriteBenchStore(t, s, shape == "big", n, func(info *store.PathInfo) ([]byte, error) {
+		return trust.Sign(key, trust.New(s.StoreDir(), info, nil, "bench", key.Public(), now))
 	})
 }
