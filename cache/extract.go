@@ -30,11 +30,13 @@ import (
 // type, mode, owners, mtime, size, link target, device numbers and the
 // xattrs m lists (the opaque mark travels as a ".wh..wh..opq" marker). A
 // file's bytes are hashed as they are written and must hash to m's digest;
-// at most maxBytes(m) bytes are read from r; every entry of m must be seen
-// once. What is written is m's, not the stream's: each entry is created
-// under its own name, exclusively, in the directory of its parent, and given
-// m's owner, mode, xattrs and mtime, so the tree holds exactly m's entries
-// and nothing else (see extraction for why no path is resolved).
+// at most maxBytes(m) bytes are read from r, which must end at the
+// end-of-archive marker (it is read to its end); every entry of m must be
+// seen once; sparse files are refused. What is written is m's, not the
+// stream's: each entry is created under its own name, exclusively, in the
+// directory of its parent, and given m's owner, mode, xattrs and mtime, so
+// the tree holds exactly m's entries and nothing else (see extraction for
+// why no path is resolved).
 //
 // The entries of a directory must come together, after it, as WriteLayer
 // writes them (a pre-order walk): a directory's owner, mode, xattrs and
@@ -129,6 +131,17 @@ func ReadLayer(ctx context.Context, r io.Reader, dst string, m *store.Manifest) 
 	if lr.read() != end+2*blockSize {
 		return errors.New("stream ends without the end-of-archive marker")
 	}
+	// And the stream ends there: WriteLayer writes nothing after the
+	// marker. Go's reader stops at it, and the caller reads on to the end
+	// of the blob (the gzip trailer, the digest) unbounded, so that a cache
+	// could append anything (a gzip member inflating to terabytes of zeros)
+	// after a valid layer; the end is seen here, within the bound.
+	var b [1]byte
+	if k, err := io.ReadFull(lr, b[:]); k > 0 {
+		return errors.New("data after the end-of-archive marker")
+	} else if err != io.EOF {
+		return fmt.Errorf("read after the end-of-archive marker: %w", err)
+	}
 	for i, seen := range x.seen {
 		if !seen {
 			return fmt.Errorf("entry %q of the manifest is not in the layer", m.Entries[i].Path)
@@ -193,6 +206,16 @@ func (x *extraction) entry(hdr *tar.Header, r io.Reader) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("entry %q: %s", name, fmt.Sprintf(format, args...))
 	}
+	// Go's reader hands a PAX sparse file (GNU.sparse.* records) over as a
+	// regular one of its real size, holes read as zeros: its data in the
+	// stream is not hdr.Size bytes, which the end-of-archive check counts on,
+	// and an entry that must be empty (a whiteout) can carry data unseen.
+	// WriteLayer writes none.
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return bad("a sparse file (%s)", k)
+		}
+	}
 	p, kind, _ := parseName(name, hdr.Typeflag == tar.TypeDir)
 	if kind == kindInvalid {
 		return bad("not a path under %s/", LayerRoot)
@@ -250,7 +273,7 @@ func (x *extraction) entry(hdr *tar.Header, r io.Reader) error {
 	}
 	x.seen[i] = true
 	if err := x.write(i, e, r); err != nil {
-		return bad("%v", err)
+		return fmt.Errorf("entry %q: %w", name, err) // fs.ErrExist for a single file's dst, as for a tree's
 	}
 	return nil
 }

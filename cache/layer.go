@@ -141,7 +141,7 @@ func maxBytes(m *store.Manifest) int64 {
 	return n
 }
 
-// limitReader fails, rather than ending, once more than max bytes are asked for.
+// limitReader fails, rather than ending, once the stream holds more than max bytes.
 type limitReader struct {
 	r      io.Reader
 	n, max int64
@@ -151,6 +151,12 @@ func (l *limitReader) read() int64 { return l.max - l.n }
 
 func (l *limitReader) Read(p []byte) (int, error) {
 	if l.n <= 0 {
+		// At the bound a stream may still end (ReadLayer reads on to see
+		// the end): a byte more is the failure, not the asking for it.
+		var b [1]byte
+		if _, err := io.ReadFull(l.r, b[:]); err != nil {
+			return 0, err
+		}
 		return 0, fmt.Errorf("layer is larger than the %d bytes its manifest allows", l.max)
 	}
 	if int64(len(p)) > l.n {

@@ -267,6 +267,22 @@ func TestHostileArtifacts(t *testing.T) {
 				m.Layers[2] = putBlob(t, st, cache.MediaLayer, buf.Bytes())
 			})
 		}, true, "escape"},
+		{"tree blob with a gzip member appended", func(t *testing.T, dir string) {
+			// The layer as signed, then a second gzip member: 64 MiB of zeros
+			// (a few hundred KiB sent; a larger one inflates to terabytes),
+			// which extractTree would inflate to its end after ReadLayer.
+			mutate(t, dir, dep, func(st *oci.Store, m *ocispec.Manifest) {
+				var buf bytes.Buffer
+				buf.Write(blob(t, st, m.Layers[2]))
+				zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+				zeros := make([]byte, 1<<20)
+				for range 64 {
+					zw.Write(zeros)
+				}
+				zw.Close()
+				m.Layers[2] = putBlob(t, st, cache.MediaLayer, buf.Bytes())
+			})
+		}, true, "after the end-of-archive marker"},
 		{"manifest of other content", func(t *testing.T, dir string) {
 			mutate(t, dir, dep, func(st *oci.Store, m *ocispec.Manifest) {
 				b := blob(t, st, m.Layers[0])
