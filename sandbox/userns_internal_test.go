@@ -83,7 +83,8 @@ func BenchmarkForkCommand(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	cfg := &initConfig{IDBase: idBase}
+	one := []idMapping{{0, idBase, IDsPerSandbox}}
+	cfg := &initConfig{IDBase: idBase, UIDMap: one, GIDMap: one}
 	for _, c := range []struct {
 		name string
 		sys  func() *syscall.SysProcAttr
@@ -110,7 +111,8 @@ func BenchmarkForkFiltered(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	cfg := &initConfig{IDBase: idBase}
+	one := []idMapping{{0, idBase, IDsPerSandbox}}
+	cfg := &initConfig{IDBase: idBase, UIDMap: one, GIDMap: one}
 	done := make(chan error)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, filter and all

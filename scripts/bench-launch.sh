@@ -44,8 +44,8 @@ $shed daemon --socket "$sock" --warm 6 >"$work/daemon.log" 2>&1 & daemon=$!
 trap 'kill $daemon 2>/dev/null' EXIT
 for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo 'no AVX-512'), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
-direct=("$(command -v env)" SHED_SOCKET=none "$shed" bench run --offline -f "$work/w/workshop.toml" -- /bin/true)
-viad=("$(command -v env)" SHED_SOCKET="$sock" "$shed" bench run --offline -f "$work/w/workshop.toml" -- /bin/true)
+direct=(SHED_SOCKET=none "$shed" bench run --offline -f "$work/w/workshop.toml" -- /bin/true)
+viad=(SHED_SOCKET="$sock" "$shed" bench run --offline -f "$work/w/workshop.toml" -- /bin/true)
 floor=("$work/floor" "$work/floorwd" "$top:$seed" /bin/true)
 bwrap=("$(command -v bwrap)" --ro-bind "$seed" / --proc /proc --dev /dev --tmpfs /tmp --unshare-all --die-with-parent /bin/true)
 json=$(python3 -c 'import json, sys; a = sys.argv[1:]; i = [k for k, x in enumerate(a) if x == "|"]
