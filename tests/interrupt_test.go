@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,6 +19,11 @@ import (
 // interrupted one fetched.
 func TestInterrupt(t *testing.T) {
 	requireRoot(t)
+	// Run under nohup, the tests pass SIGHUP ignored to every shed they start, and shed keeps a signal
+	// it was started with ignored (as it must). Caught here, it is the default again in children.
+	if signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
 	root := sharedRoot(t)
 	for i, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		// A layer of its own each time (the packages differ), locked first: the signal comes while it
