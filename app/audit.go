@@ -152,7 +152,7 @@ func (l *limiter) allow(uid uint32) bool {
 const maxNetEvents = 1000
 
 func (s *Service) appendAudit(e audit.Entry) {
-	if err := s.Audit.Append(e); err != nil {
+	if _, err := s.Audit.Append(e); err != nil {
 		s.log().Error("audit log", "err", err, "event", e.Event, "user", e.User)
 	}
 }

@@ -2,15 +2,27 @@
 // append-only file whose entries are chained by hash, so that a changed, removed or reordered entry
 // shows.
 //
-//	<root>/audit/log.jsonl   one entry per line: {"seq":N,...,"prev":HASH,"hash":HASH}
-//	<root>/audit/head        the seq and hash of the last entry made durable, replaced atomically:
-//	                         entries cut from the end show against it (entries noted after it, a
-//	                         running Bench's events written without an fsync, are covered by the next)
+//	<root>/audit/log.jsonl   one entry per line, each line exactly the entry's canonical JSON (as
+//	                         encoding/json writes Entry) and a newline: {"seq":N,...,"prev":HASH,"hash":HASH}
+//	<root>/audit/head        "SEQ HASH END": the seq and hash of the last entry made durable and the
+//	                         byte offset where its line ends, replaced atomically. Entries cut from
+//	                         the end show against it. Entries noted after it (a running Bench's
+//	                         events, written without an fsync, marked "noted") are covered by the
+//	                         next Append; a durable entry after it means the head lags.
 //
 // An entry's hash is BLAKE3 of the previous entry's hash and the entry's canonical JSON without its
 // hash. The log is a record of what happened, not a defence against root: whoever can write the store
 // can rewrite the whole chain and its head. What the chain gives is that a partial edit (one entry
 // changed, dropped, moved, or the tail cut) is found by `shed audit verify`.
+//
+// No caller can blind the log. Every string field is bounded (MaxField bytes of JSON, MaxDetail for
+// the detail, escapes counted), so a line is at most MaxLine bytes: a longer value is cut on a UTF-8
+// boundary and ends with "…[truncated, N bytes, blake3:HEX]", the length and hash of the whole. The
+// appender finds the last entry by structure, not by reading back a window: from the end it
+// remembers of its own last write while the file still ends there, else from the entry the head
+// names (checked), else (a head of the old "SEQ HASH" form, or none) from the start, it reads line by
+// line to the end. A line that is not an entry (a torn write, an edit) is skipped by the appender
+// and reported by Verify, which goes on with the next line.
 package audit
 
 import (
@@ -27,6 +39,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/zeebo/blake3"
 	"golang.org/x/sys/unix"
@@ -43,8 +56,9 @@ type Entry struct {
 	User string `json:"user,omitempty"`
 	Role string `json:"role,omitempty"`
 	Via  string `json:"via,omitempty"` // how, when not the socket: "e2b key ID" (a key's public id)
-	// What: an operation of the API (bench.run, workshop.promote, ...) or a Bench event (bench.start,
-	// bench.end, net.allowed, net.refused).
+	// What: an operation of the API (bench.run, workshop.promote, ...), a Bench event (bench.start,
+	// bench.end, net.allowed, net.refused, net.dropped), or audit.dropped (refusals counted, not
+	// written one by one).
 	Event    string `json:"event"`
 	Bench    string `json:"bench,omitempty"`    // the Bench's name
 	Workshop string `json:"workshop,omitempty"` // its Workshop (a record's name, or a recipe file)
@@ -54,14 +68,94 @@ type Entry struct {
 	Dest       string `json:"dest,omitempty"`  // a network destination (host:port)
 	Error      string `json:"error,omitempty"` // the error code, if it failed
 	Detail     string `json:"detail,omitempty"`
-	Prev       string `json:"prev"` // the previous entry's hash ("" for the first)
-	Hash       string `json:"hash"` // this entry's
+	Count      int64  `json:"count,omitempty"` // how many, in an entry that counts (audit.dropped)
+	// Intent: written before an operation that must not act unrecorded acts; its outcome is a later
+	// entry whose Of is this one's seq. An intent with no outcome: the operation never ended.
+	Intent bool  `json:"intent,omitempty"`
+	Of     int64 `json:"of,omitempty"`
+	// Noted: written by Note, without an fsync. Noted entries may follow the head; durable ones
+	// may not.
+	Noted bool   `json:"noted,omitempty"`
+	Prev  string `json:"prev"` // the previous entry's hash ("" for the first)
+	Hash  string `json:"hash"` // this entry's
+}
+
+// The bounds of an entry, in bytes of JSON (a value's escapes count: "<" is 6 bytes, \u003c).
+const (
+	MaxField  = 256  // each string field but the detail, its truncation marker included
+	MaxDetail = 1024 // the detail
+	// MaxLine bounds an entry's whole line, newline included: the fields at their bounds (9 of
+	// MaxField, one of MaxDetail) plus the keys, numbers, time and hashes (under 500 bytes).
+	MaxLine = 4096
+)
+
+// bound cuts every string field of e to its bound.
+func (e *Entry) bound() {
+	for _, f := range []*string{&e.User, &e.Role, &e.Via, &e.Event, &e.Bench, &e.Workshop, &e.DiffSHA256, &e.Dest, &e.Error} {
+		*f = bound(*f, MaxField)
+	}
+	e.Detail = bound(e.Detail, MaxDetail)
+}
+
+// bound returns s if its JSON string is at most max bytes, else the longest prefix of whole runes that
+// fits with the marker "…[truncated, N bytes, blake3:HEX]" (the whole value's length and hash).
+func bound(s string, max int) string {
+	if jsonLen(s) <= max {
+		return s
+	}
+	sum := blake3.Sum256([]byte(s))
+	marker := fmt.Sprintf("…[truncated, %d bytes, blake3:%x]", len(s), sum) // its JSON is itself
+	room, i := max-len(marker), 0
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if room -= runeLen(r, size); room < 0 {
+			break
+		}
+		i += size
+	}
+	return s[:i] + marker
+}
+
+// jsonLen is the length of s's JSON encoding, quotes aside.
+func jsonLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		n += runeLen(r, size)
+		i += size
+	}
+	return n
+}
+
+// runeLen is the length of r's JSON encoding (size bytes of UTF-8, as utf8.DecodeRuneInString read
+// it) as encoding/json writes it.
+func runeLen(r rune, size int) int {
+	switch {
+	case r == '"', r == '\\', r == '\b', r == '\f', r == '\n', r == '\r', r == '\t':
+		return 2
+	case r == utf8.RuneError && size == 1, r < 0x20, r == '<', r == '>', r == '&', r == '\u2028', r == '\u2029':
+		return 6 // \ufffd for a byte that is not UTF-8, \u00XX, \u003c, \u2028
+	}
+	return size
 }
 
 // Log is a store's audit log.
 type Log struct {
 	dir string
 	mu  sync.Mutex // appends within this process; a flock serializes processes
+	// last is where this process's last write left the log, while nobody else wrote after it.
+	last *tail
+}
+
+// tail is where a log ends: its last entry, and whether a torn line follows it.
+type tail struct {
+	seq  int64
+	hash string
+	// the file (device, inode) and its size when the tail was found or written: valid while they hold
+	dev, ino uint64
+	size     int64
+	// open: the file ends inside a line (a write cut short): the next write ends that line first
+	open bool
 }
 
 // Open returns the audit log of the store at root.
@@ -78,94 +172,217 @@ func hashOf(e Entry) string {
 	return hex.EncodeToString(h[:])
 }
 
-// Append adds e (its Seq, Time, Prev and Hash are set here), durably: the entry, and the head, are
-// fsynced before Append returns. For what the supervisor did for a caller, before it answers.
-func (l *Log) Append(e Entry) error { return l.append(e, true) }
+// Append adds e (its Seq, Time, Prev and Hash are set here, its fields bounded) durably: the entry,
+// and the head, are fsynced before Append returns. For what the supervisor did for a caller, before
+// it answers. It returns the entry as written.
+func (l *Log) Append(e Entry) (Entry, error) { return l.append(e, true) }
 
-// Note adds e without waiting for the disk: for the events of a running Bench (its start and end,
-// each network destination), which must not slow it down. The next Append makes them durable with
-// its own (one fsync covers the file), and moves the head past them.
-func (l *Log) Note(e Entry) error { return l.append(e, false) }
+// Note adds e without waiting for the disk, marked noted: for the events of a running Bench (its start
+// and end, each network destination), which must not slow it down. The next Append makes them
+// durable with its own (one fsync covers the file), and moves the head past them.
+func (l *Log) Note(e Entry) error {
+	_, err := l.append(e, false)
+	return err
+}
 
-func (l *Log) append(e Entry, durable bool) error {
+func (l *Log) append(e Entry, durable bool) (Entry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := atomicfile.MkdirAll(l.dir, 0o700); err != nil {
-		return fmt.Errorf("audit: %w", err)
+		return e, fmt.Errorf("audit: %w", err)
 	}
 	f, err := os.OpenFile(l.file(), os.O_CREATE|os.O_RDWR|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("audit: %w", err)
+		return e, fmt.Errorf("audit: %w", err)
 	}
 	defer f.Close()
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("audit: %w", err)
+		return e, fmt.Errorf("audit: %w", err)
 	}
-	seq, prev, err := l.tail(f)
+	t, err := l.tail(f)
 	if err != nil {
-		return err
+		return e, err
 	}
-	e.Seq, e.Prev = seq+1, prev
+	e.bound()
+	e.Seq, e.Prev, e.Noted = t.seq+1, t.hash, !durable
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
 	e.Hash = hashOf(e)
 	b, err := json.Marshal(e)
 	if err != nil {
-		return fmt.Errorf("audit: %w", err)
+		return e, fmt.Errorf("audit: %w", err)
 	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("audit: append: %w", err)
+	line := make([]byte, 0, len(b)+2)
+	if t.open {
+		line = append(line, '\n') // the torn line ends here: Verify reports it, appends go on
 	}
+	line = append(append(line, b...), '\n')
+	l.last = nil // until the write is known whole
+	if _, err := f.Write(line); err != nil {
+		return e, fmt.Errorf("audit: append: %w", err)
+	}
+	l.last = &tail{seq: e.Seq, hash: e.Hash, dev: t.dev, ino: t.ino, size: t.size + int64(len(line))}
 	if !durable {
-		return nil
+		return e, nil
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("audit: fsync: %w", err)
+		return e, fmt.Errorf("audit: fsync: %w", err)
 	}
-	return atomicfile.WriteFile(l.head(), []byte(strconv.FormatInt(e.Seq, 10)+" "+e.Hash+"\n"), 0o600)
+	h := fmt.Sprintf("%d %s %d\n", e.Seq, e.Hash, l.last.size)
+	if err := atomicfile.WriteFile(l.head(), []byte(h), 0o600); err != nil {
+		return e, fmt.Errorf("audit: %w", err)
+	}
+	return e, nil
 }
 
-// tail is the log's last entry's seq and hash, read from its end (the head may be behind it by the
-// entries noted since the last Append).
-func (l *Log) tail(f *os.File) (int64, string, error) {
-	fi, err := f.Stat()
+// tail finds the log's last entry, by structure: it reads whole lines forward from a known entry's
+// end (its own last write's while the file ends there, else the head's), to the end of the file.
+// Lines that are not entries are skipped (Verify reports them). A last line without its newline is a
+// write a crash cut short: it is kept, as evidence and as Verify's to report, and the next write
+// ends it; the log stays appendable, chained on from the last whole entry (or from the torn line,
+// if it is a whole entry that lacks only its newline).
+func (l *Log) tail(f *os.File) (tail, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return tail{}, fmt.Errorf("audit: %w", err)
+	}
+	t := tail{dev: st.Dev, ino: st.Ino, size: st.Size}
+	if k := l.last; k != nil && k.dev == t.dev && k.ino == t.ino && k.size == t.size {
+		return *k, nil
+	}
+	start := int64(0)
+	// A head that does not read, or whose entry is not where it says, is not followed: the log is
+	// read from its start (and Verify reports the head).
+	if h, err := l.readHead(); err == nil && h.end > 0 && h.end <= t.size && entryEndsAt(f, h) {
+		start, t.seq, t.hash = h.end, h.seq, h.hash
+	}
+	err := lines(io.NewSectionReader(f, start, t.size-start), start, func(_ int, _ int64, line []byte, _ int64, ended bool) {
+		if e, err := parse(line); err == nil {
+			t.seq, t.hash = e.Seq, e.Hash
+		}
+		t.open = !ended
+	})
 	if err != nil {
-		return 0, "", fmt.Errorf("audit: %w", err)
+		return tail{}, fmt.Errorf("audit: read the log: %w", err)
 	}
-	if fi.Size() == 0 {
-		return 0, "", nil
-	}
-	// An entry is one line of at most a few KiB: read back far enough for the last whole one.
-	const back = 64 << 10
-	off := max(0, fi.Size()-back)
-	buf := make([]byte, fi.Size()-off)
-	if _, err := f.ReadAt(buf, off); err != nil && err != io.EOF {
-		return 0, "", fmt.Errorf("audit: %w", err)
-	}
-	buf = bytes.TrimRight(buf, "\n")
-	line := buf[bytes.LastIndexByte(buf, '\n')+1:]
-	var e Entry
-	if err := json.Unmarshal(line, &e); err != nil {
-		return 0, "", fmt.Errorf("audit: the last entry does not parse (run `shed audit verify`): %v", err)
-	}
-	return e.Seq, e.Hash, nil
+	return t, nil
 }
 
-// last is the head: the last entry's seq and hash (0 and "" for an empty log).
-func (l *Log) last() (int64, string, error) {
+// entryEndsAt says whether h's entry is the line that ends at h.end.
+func entryEndsAt(f *os.File, h head) bool {
+	lo := max(0, h.end-MaxLine-1)
+	buf := make([]byte, h.end-lo)
+	if _, err := f.ReadAt(buf, lo); err != nil || buf[len(buf)-1] != '\n' {
+		return false
+	}
+	buf = buf[:len(buf)-1]
+	i := bytes.LastIndexByte(buf, '\n')
+	if i < 0 && lo > 0 {
+		return false
+	}
+	e, err := parse(buf[i+1:])
+	return err == nil && e.Seq == h.seq && e.Hash == h.hash
+}
+
+// maxRead bounds the lines read whole: entries written before fields were bounded could be up to a
+// request's size (1 MiB) escaped. A longer line is no entry.
+const maxRead = 16 << 20
+
+// lines calls fn with each line of r, which starts at offset off of the log: its number (from 1), its
+// offset, its bytes without the newline (nil if it is longer than maxRead; fn must not keep them),
+// its length with the newline, and whether a newline ends it (only the last line may not).
+func lines(r io.Reader, off int64, fn func(n int, off int64, line []byte, size int64, ended bool)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var buf []byte
+	var size int64
+	long := false
+	for n := 1; ; {
+		chunk, err := br.ReadSlice('\n')
+		size += int64(len(chunk))
+		if !long && size > maxRead {
+			long, buf = true, nil
+		} else if !long {
+			buf = append(buf, chunk...)
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err == nil:
+			if !long {
+				buf = buf[:len(buf)-1]
+			}
+			fn(n, off, buf, size, true)
+		case errors.Is(err, io.EOF):
+			if size > 0 {
+				fn(n, off, buf, size, false)
+			}
+			return nil
+		default:
+			return err
+		}
+		n, off, buf, size, long = n+1, off+size, buf[:0], 0, false
+	}
+}
+
+// errText is a line with more than an entry on it.
+var errText = errors.New("text after the entry")
+
+// parse reads a line (without its newline) as an entry: it must be exactly the entry's canonical
+// JSON, as Append writes it. Anything else on the line, or another encoding of the same entry, is not
+// an entry.
+func parse(line []byte) (Entry, error) {
+	var e Entry
+	if line == nil {
+		return e, fmt.Errorf("longer than %d bytes", maxRead)
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return e, fmt.Errorf("it does not parse: %v", err)
+	}
+	if len(bytes.TrimSpace(line[dec.InputOffset():])) > 0 {
+		return e, errText
+	}
+	if b, err := json.Marshal(e); err != nil || !bytes.Equal(b, line) {
+		return e, errors.New("not in its canonical encoding (spaces, order or escapes changed)")
+	}
+	if e.Seq < 1 {
+		return e, errors.New("no seq")
+	}
+	return e, nil
+}
+
+// head is what the head file says: the last durable entry's seq and hash, and where its line ends (0:
+// not said, a head written before it was).
+type head struct {
+	seq  int64
+	hash string
+	end  int64
+}
+
+// readHead reads the head (zero for none).
+func (l *Log) readHead() (head, error) {
 	b, err := os.ReadFile(l.head())
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, "", nil
+		return head{}, nil
 	} else if err != nil {
-		return 0, "", fmt.Errorf("audit: %w", err)
+		return head{}, fmt.Errorf("audit: %w", err)
 	}
-	seqs, hash, ok := strings.Cut(strings.TrimSpace(string(b)), " ")
-	seq, err := strconv.ParseInt(seqs, 10, 64)
-	if !ok || err != nil {
-		return 0, "", fmt.Errorf("audit: %s: not SEQ HASH", l.head())
+	f := strings.Fields(string(b))
+	var h head
+	var errs [2]error
+	if len(f) == 2 || len(f) == 3 {
+		h.seq, errs[0] = strconv.ParseInt(f[0], 10, 64)
+		h.hash = f[1]
+		if len(f) == 3 {
+			h.end, errs[1] = strconv.ParseInt(f[2], 10, 64)
+		}
 	}
-	return seq, hash, nil
+	if (len(f) != 2 && len(f) != 3) || errs[0] != nil || errs[1] != nil || h.seq < 0 || h.end < 0 {
+		return head{}, fmt.Errorf("audit: %s: not SEQ HASH END", l.head())
+	}
+	return h, nil
 }
 
 // Filter selects entries: by user, by Bench (empty: any).
@@ -173,19 +390,20 @@ type Filter struct {
 	User, Bench string
 }
 
-// Entries returns the log's entries that match f, oldest first.
+// Entries returns the log's entries that match f, oldest first. Lines that are not entries are left
+// out (Verify reports them).
 func (l *Log) Entries(f Filter) ([]Entry, error) {
 	out := []Entry{}
-	err := l.each(func(e Entry, _ []byte) error {
-		if (f.User == "" || e.User == f.User) && (f.Bench == "" || e.Bench == f.Bench) {
+	err := l.each(func(n int, off int64, line []byte, size int64, ended bool) {
+		if e, err := parse(line); err == nil && (f.User == "" || e.User == f.User) && (f.Bench == "" || e.Bench == f.Bench) {
 			out = append(out, e)
 		}
-		return nil
 	})
 	return out, err
 }
 
-func (l *Log) each(fn func(Entry, []byte) error) error {
+// each calls fn with each line of the log (see lines).
+func (l *Log) each(fn func(n int, off int64, line []byte, size int64, ended bool)) error {
 	f, err := os.Open(l.file())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -193,70 +411,74 @@ func (l *Log) each(fn func(Entry, []byte) error) error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 64<<10)
-	for n := 1; ; n++ {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
-			var e Entry
-			dec := json.NewDecoder(bytes.NewReader(line))
-			dec.DisallowUnknownFields()
-			if derr := dec.Decode(&e); derr != nil {
-				return fmt.Errorf("audit: line %d: %v", n, derr)
-			}
-			if ferr := fn(e, line); ferr != nil {
-				return ferr
-			}
-		}
-		if err == io.EOF {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
+	if err := lines(f, 0, fn); err != nil {
+		return fmt.Errorf("audit: read the log: %w", err)
 	}
+	return nil
 }
 
-// Problem is what verification found wrong, at an entry.
+// Problem is what verification found wrong, at a line of the log (0: the head).
 type Problem struct {
 	Line int    `json:"line"`
 	What string `json:"what"`
 }
 
-// Verify checks the chain: each entry's seq follows the one before, its prev is that entry's hash, its
-// hash is its own, and the last is the head. It returns the number of entries and what is wrong.
+// Verify checks the log line by line: each is exactly an entry's canonical JSON; each entry's seq
+// follows the one before, its prev is that entry's hash, its hash is its own; the head's entry is
+// there, where the head says, and no durable entry follows it. It returns the number of entries and
+// what is wrong; a line that is not an entry is a problem, and the check goes on with the next.
 func (l *Log) Verify() (int, []Problem, error) {
 	var problems []Problem
-	var seq int64
-	prev, n := "", 0
-	hseq, hhash, err := l.last()
-	if err != nil {
-		return 0, nil, err
+	add := func(line int, format string, args ...any) {
+		problems = append(problems, Problem{line, fmt.Sprintf(format, args...)})
 	}
-	headSeen := hseq == 0
-	err = l.each(func(e Entry, _ []byte) error {
+	h, err := l.readHead()
+	if err != nil {
+		add(0, "%v: the head was changed or damaged; entries cut from the end cannot be found", err)
+		h = head{}
+	}
+	var seq int64
+	prev, n, last := "", 0, 0
+	headSeen, lags := h.seq == 0, false
+	err = l.each(func(line int, off int64, b []byte, size int64, ended bool) {
+		last = line
+		e, err := parse(b)
+		if !ended {
+			add(line, "the last line has no end: a write was cut short (a crash); the next append ends it")
+		}
+		if err != nil {
+			add(line, "not an entry (%v): a write cut short, or an edit", err)
+			return
+		}
 		n++
-		if e.Seq == hseq {
+		if e.Seq == h.seq {
 			headSeen = true
-			if e.Hash != hhash {
-				problems = append(problems, Problem{n, "the head names another hash for this entry: it changed"})
+			if e.Hash != h.hash {
+				add(line, "the head names another hash for this entry: it changed")
+			} else if h.end > 0 && h.end != off+size {
+				add(line, "the head says this entry ends at byte %d, it ends at %d: the log before it changed", h.end, off+size)
 			}
+		}
+		if e.Seq > h.seq && !e.Noted && !lags {
+			lags = true
+			add(line, "the head lags: this entry was made durable after the head's entry (seq %d), yet the head does not name it: the head was put back, or the writer stopped between the two", h.seq)
 		}
 		switch {
 		case e.Seq != seq+1:
-			problems = append(problems, Problem{n, fmt.Sprintf("seq %d follows %d: an entry before it was removed or moved", e.Seq, seq)})
+			add(line, "seq %d follows %d: an entry before it was removed or moved", e.Seq, seq)
 		case e.Prev != prev:
-			problems = append(problems, Problem{n, "its prev is not the hash of the entry before it: that entry changed, or this one moved"})
+			add(line, "its prev is not the hash of the entry before it: that entry changed, or this one moved")
 		}
 		if hashOf(e) != e.Hash {
-			problems = append(problems, Problem{n, "its hash is not its own: it was changed"})
+			add(line, "its hash is not its own: it was changed")
 		}
 		seq, prev = e.Seq, e.Hash
-		return nil
 	})
 	if err != nil {
 		return n, problems, err
 	}
-	if !headSeen || hseq > seq {
-		problems = append(problems, Problem{n, fmt.Sprintf("the head says the log reaches %d, it ends at %d: entries were cut from the end (or the head changed)", hseq, seq)})
+	if !headSeen || h.seq > seq {
+		add(last, "the head says the log reaches %d, it ends at %d: entries were cut from the end (or the head changed)", h.seq, seq)
 	}
 	return n, problems, nil
 }
