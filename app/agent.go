@@ -214,7 +214,7 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 				s.Detached.track(id, life)
 				started <- rec
 			},
-			Event:   s.benchEvents(c, req.Workshop),
+			Event:   s.benchEvents(c, req.Workshop).hook(), // after the create answered: a note that fails is logged
 			Propose: s.agentProposes,
 		})
 		if err != nil {

@@ -274,7 +274,10 @@ func Operations() []string {
 }
 
 // Do runs op for c: the policy decides first, on the decoded request; a panic in the operation is an
-// internal error, not the end of the process (the daemon serves everyone).
+// internal error, not the end of the process (the daemon serves everyone). What it did, or refused,
+// goes to the audit log, and an append that fails is Do's error: an operation that changes authority
+// (FailsClosed) is not done at all unless its intent was written first; any other has its result
+// replaced by the error after the fact.
 func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any, err error) {
 	o, ok := operations[op]
 	if !ok {
@@ -287,7 +290,14 @@ func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any,
 		return nil, &Error{Code: CodeDenied, Err: fmt.Errorf("%w: no policy", ErrDenied)}
 	}
 	if err := s.Policy(s, c.Caller, op, req); err != nil {
-		s.record(c, op, req, nil, err)
+		if aerr := s.record(c, op, req, nil, err, 0); aerr != nil {
+			return nil, auditFailed(op, err, aerr)
+		}
+		return nil, err
+	}
+	// An operation that changes authority acts only once the log holds that it is about to.
+	intent, err := s.recordIntent(c, op, req)
+	if err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -295,7 +305,9 @@ func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any,
 			s.log().Error("operation panicked", "op", op, "user", c.Caller.User, "panic", p, "stack", string(debug.Stack()))
 			res, err = nil, &Error{Code: CodeInternal, Err: fmt.Errorf("operation %s failed inside shed (a bug: the supervisor logged it)", op)}
 		}
-		s.record(c, op, req, res, err)
+		if aerr := s.record(c, op, req, res, err, intent); aerr != nil {
+			res, err = nil, auditFailed(op, err, aerr)
+		}
 	}()
 	return o.run(ctx, s, c, req)
 }

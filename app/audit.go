@@ -1,8 +1,10 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -24,17 +26,95 @@ var reads = map[string]bool{
 	"bench.list_files": true, "bench.stat_file": true, "audit.ls": true, "audit.verify": true, "agent.key_ls": true, "store.verify": true,
 }
 
-// record appends what an operation did (or was refused) to the audit log.
-func (s *Service) record(c *Call, op string, req, res any, err error) {
-	if s.Audit == nil || reads[op] {
-		return
+// authority are the operations that change what the supervisor trusts or keeps: the store itself,
+// Workshop records and who may use them, proposals and promotion, the signing key and the trusted
+// keys, API keys, locks, the store's paths, roots and signatures (add, sign, import, copy, gc, and
+// store.verify when it repairs). They must not act unrecorded: each is written to the audit log,
+// durably, before it acts (an intent), and refused if that cannot be done; its outcome follows. It
+// is every operation only operators may call that is not a read, and bench.propose (policy's tests
+// check this against its table). docs/supervisor.md lists them.
+var authority = map[string]bool{
+	"init": true, "lock": true, "instantiate": true, "workshop.add": true, "workshop.allow": true, "workshop.promote": true,
+	"bench.propose": true, "key.rotate": true, "key.trust": true, "key.untrust": true, "agent.key_create": true,
+	"agent.key_rm": true, "store.add": true, "store.sign": true, "store.verify": true, "root.add": true, "root.rm": true,
+	"gc": true, "copy": true, "import": true,
+}
+
+// Audited says whether op with req is written to the audit log: everything but reads.
+func Audited(op string, req any) bool {
+	if r, ok := req.(*VerifyRequest); ok && op == "store.verify" {
+		return r.Repair // a repair puts bytes back in the store; a check reads
+	}
+	return !reads[op]
+}
+
+// FailsClosed says whether op with req must not act unrecorded: it is written to the audit log
+// durably before it acts, and refused if it cannot be.
+func FailsClosed(op string, req any) bool { return authority[op] && Audited(op, req) }
+
+// auditHint is what to do about an audit log that cannot be written.
+const auditHint = "the supervisor's audit log (<root>/audit) cannot be written: an operator checks that disk, and `shed audit verify`"
+
+// recordIntent writes, durably, that op is about to act for c: its seq, or an error that refuses op.
+func (s *Service) recordIntent(c *Call, op string, req any) (int64, error) {
+	if s.Audit == nil || !FailsClosed(op, req) {
+		return 0, nil
+	}
+	e := entry(c, op, req, nil, nil)
+	e.Intent = true
+	w, err := s.Audit.Append(e)
+	if err != nil {
+		return 0, &Error{Code: CodeFailed, Err: fmt.Errorf("%s not done: the audit log cannot record it: %w", op, err), Hint: auditHint}
+	}
+	return w.Seq, nil
+}
+
+// auditFailed is an operation's error when its entry could not be written: the operation's own
+// (its code and hint kept) with the audit's added, or, if it succeeded, the audit's.
+func auditFailed(op string, err, aerr error) error {
+	if err == nil {
+		return &Error{Code: CodeFailed, Err: fmt.Errorf("%s was done, but the audit log could not record it: %w", op, aerr), Hint: auditHint}
+	}
+	ce := Classify(err)
+	return &Error{Code: ce.Code, Err: fmt.Errorf("%w (and the audit log could not record it: %v)", err, aerr), Hint: ce.Hint}
+}
+
+// record appends what an operation did (or was refused) to the audit log; intent is the seq of the
+// entry written before it acted (0: none). Its error is the append's: the caller's to see.
+func (s *Service) record(c *Call, op string, req, res any, err error, intent int64) (aerr error) {
+	if s.Audit == nil || !Audited(op, req) {
+		return nil
 	}
 	// Recording runs after the operation's own recovery: a bug here must not take the caller down.
 	defer func() {
 		if p := recover(); p != nil {
 			s.log().Error("audit record panicked", "op", op, "panic", p)
+			aerr = fmt.Errorf("audit: recording %s failed inside shed (a bug: the supervisor logged it)", op)
 		}
 	}()
+	e := entry(c, op, req, res, err)
+	e.Of = intent
+	// A user can make refusals as fast as it can connect: each would cost an fsync and a line. Past
+	// a rate they are counted, and the count written as its own entry (audit.dropped). The outcome
+	// of an operation whose intent was written is always written.
+	if err != nil && c.Caller.Role != Operator && intent == 0 {
+		allowed, flush := s.refusals.take(c.Caller, op, e.Error)
+		if flush != nil {
+			if ferr := s.writeDropped(flush); ferr != nil {
+				return ferr
+			}
+		}
+		if !allowed {
+			s.refusals.arm(s, c.Caller)
+			return nil
+		}
+	}
+	_, aerr = s.Audit.Append(e)
+	return aerr
+}
+
+// entry is the audit entry of op for c, with what its request and result say.
+func entry(c *Call, op string, req, res any, err error) audit.Entry {
 	e := audit.Entry{User: c.Caller.User, Role: string(c.Caller.Role), Via: c.Caller.Via, Event: op}
 	switch r := req.(type) {
 	case *RealizeRequest:
@@ -101,19 +181,38 @@ func (s *Service) record(c *Call, op string, req, res any, err error) {
 	}
 	if err != nil {
 		e.Error = string(Classify(err).Code)
-		// A user can make refusals as fast as it can connect: each costs an fsync and a line. Past a
-		// rate they are counted, not written one by one.
-		if c.Caller.Role != Operator && !s.refusals.allow(c.Caller.UID) {
-			return
-		}
 	}
-	s.appendAudit(e)
+	return e
 }
 
-// limiter allows a few events per uid per second (a token bucket each).
+// The refusals of a caller (not an operator) written one by one: at most refusalRate a second, in
+// bursts of refusalBurst, per caller and operation. Per operation, so that junk refusals of one
+// cannot hide another's (a refused key.trust after a flood of refused realizes is still written
+// whole); a caller's total is then bounded by the number of operations, which is fixed, and a
+// user can write entries at least as fast with operations that succeed (each exec is one).
+const (
+	refusalRate  = 5  // per second
+	refusalBurst = 20 // at once
+	// dropFlush is how long after a caller's last dropped refusal its count is written, when no
+	// refusal of theirs is written first (which writes it before its own).
+	dropFlush = time.Second
+)
+
+// limiter is a token bucket per caller and operation, and the count of what each caller had dropped.
 type limiter struct {
 	mu      sync.Mutex
-	buckets map[uint32]*bucket
+	buckets map[refusalKey]*bucket
+	dropped map[callerKey]*drops
+}
+
+type callerKey struct {
+	uid  uint32
+	user string // the uid's name, an API key's user, or an agent's Bench: never chosen by the caller
+}
+
+type refusalKey struct {
+	callerKey
+	op string
 }
 
 type bucket struct {
@@ -121,56 +220,176 @@ type bucket struct {
 	last   time.Time
 }
 
-const (
-	refusalRate  = 5  // per second
-	refusalBurst = 20 // at once
-)
+// drops is what one caller had dropped since its last count was written.
+type drops struct {
+	callerKey
+	role, via string
+	n         int64
+	what      map[string]int64 // "OPERATION CODE" -> count
+	timer     *time.Timer
+}
 
-func (l *limiter) allow(uid uint32) bool {
+// take spends a token of c's bucket for op: allowed, or counted as dropped (code is the error's).
+// If allowed, it also hands over what c had dropped, to be written first.
+func (l *limiter) take(c *Caller, op, code string) (allowed bool, flush *drops) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.buckets == nil {
-		l.buckets = map[uint32]*bucket{}
+		l.buckets, l.dropped = map[refusalKey]*bucket{}, map[callerKey]*drops{}
 	}
 	now := time.Now()
-	b := l.buckets[uid]
+	if len(l.buckets) > 4096 { // a full bucket is as good as none
+		for k, b := range l.buckets {
+			if now.Sub(b.last).Seconds()*refusalRate >= refusalBurst {
+				delete(l.buckets, k)
+			}
+		}
+	}
+	ck := callerKey{c.UID, c.User}
+	k := refusalKey{ck, op}
+	b := l.buckets[k]
 	if b == nil {
 		b = &bucket{tokens: refusalBurst, last: now}
-		l.buckets[uid] = b
+		l.buckets[k] = b
 	}
 	b.tokens = min(refusalBurst, b.tokens+now.Sub(b.last).Seconds()*refusalRate)
 	b.last = now
-	if b.tokens < 1 {
-		return false
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, l.takeDrops(ck)
 	}
-	b.tokens--
-	return true
+	d := l.dropped[ck]
+	if d == nil {
+		d = &drops{callerKey: ck, what: map[string]int64{}}
+		l.dropped[ck] = d
+	}
+	d.role, d.via = string(c.Role), c.Via
+	d.n++
+	d.what[op+" "+code]++
+	return false, nil
+}
+
+// takeDrops removes and returns what ck had dropped (nil: nothing). Called with l.mu held.
+func (l *limiter) takeDrops(ck callerKey) *drops {
+	d := l.dropped[ck]
+	if d == nil {
+		return nil
+	}
+	delete(l.dropped, ck)
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	return d
+}
+
+// putBack merges d, which could not be written, into what its caller has dropped since.
+func (l *limiter) putBack(d *drops) *drops {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.dropped[d.callerKey]
+	if now == nil {
+		d.timer = nil
+		l.dropped[d.callerKey] = d
+		return d
+	}
+	now.n += d.n
+	for k, v := range d.what {
+		now.what[k] += v
+	}
+	return now
+}
+
+// arm (re)starts the timer that writes c's count dropFlush after its last drop.
+func (l *limiter) arm(s *Service, c *Caller) { l.armKey(s, callerKey{c.UID, c.User}, dropFlush) }
+
+func (l *limiter) armKey(s *Service, ck callerKey, after time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.dropped[ck]
+	if d == nil {
+		return
+	}
+	if d.timer != nil {
+		d.timer.Reset(after)
+		return
+	}
+	d.timer = time.AfterFunc(after, func() {
+		l.mu.Lock()
+		d := l.takeDrops(ck)
+		l.mu.Unlock()
+		if d != nil {
+			s.writeDropped(d)
+		}
+	})
+}
+
+// writeDropped writes d's count as an audit.dropped entry. If it cannot, the count is kept (merged
+// with what the caller drops meanwhile) and tried again later: it is not lost while the process runs.
+func (s *Service) writeDropped(d *drops) error {
+	var what []string
+	for k, n := range d.what {
+		what = append(what, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(what)
+	_, err := s.Audit.Append(audit.Entry{User: d.user, Role: d.role, Via: d.via, Event: "audit.dropped", Count: d.n,
+		Detail: fmt.Sprintf("uid %d: %d refusals past %d a second of one operation, counted, not written one by one: %s",
+			d.uid, d.n, refusalRate, strings.Join(what, ", "))})
+	if err != nil {
+		s.log().Error("audit log: the count of dropped refusals", "err", err, "user", d.user, "count", d.n)
+		s.refusals.putBack(d)
+		s.refusals.armKey(s, d.callerKey, 10*dropFlush)
+	}
+	return err
+}
+
+// FlushAudit writes now the counts of refusals dropped that their timers would write soon: for a
+// supervisor that stops.
+func (s *Service) FlushAudit() {
+	if s.Audit == nil {
+		return
+	}
+	s.refusals.mu.Lock()
+	var all []*drops
+	for ck := range s.refusals.dropped {
+		all = append(all, s.refusals.takeDrops(ck))
+	}
+	s.refusals.mu.Unlock()
+	for _, d := range all {
+		s.writeDropped(d)
+	}
 }
 
 // maxNetEvents bounds the network destinations one Bench writes to the audit log: an agent makes
 // one with every request. Past it, one "net.dropped" entry says so; network.log keeps more.
 const maxNetEvents = 1000
 
-func (s *Service) appendAudit(e audit.Entry) {
-	if _, err := s.Audit.Append(e); err != nil {
-		s.log().Error("audit log", "err", err, "event", e.Event, "user", e.User)
-	}
+// benchAudit is a Bench's audit hook: its start and end, and each network destination its proxy
+// allowed or refused, noted (no fsync: the next operation's entry makes them durable). Their fields
+// are bounded by the log (a CONNECT to a 12,000-character host is a bounded dest).
+type benchAudit struct {
+	s        *Service
+	c        *Call
+	workshop string
+	mu       sync.Mutex
+	nets     int
+	err      error // the first note that failed
 }
 
-// benchEvents is a Bench's audit hook: its start and end, and each network destination its proxy
-// allowed or refused.
-func (s *Service) benchEvents(c *Call, workshop string) func(bench, event, dest, detail string) {
-	if s.Audit == nil {
+func (s *Service) benchEvents(c *Call, workshop string) *benchAudit {
+	return &benchAudit{s: s, c: c, workshop: workshop}
+}
+
+// hook is the bench.Options.Event for the Bench (nil without an audit log).
+func (a *benchAudit) hook() func(bench, event, dest, detail string) {
+	if a.s.Audit == nil {
 		return nil
 	}
-	var mu sync.Mutex
-	nets := 0
 	return func(bench, event, dest, detail string) {
 		if strings.HasPrefix(event, "net.") {
-			mu.Lock()
-			nets++
-			n := nets
-			mu.Unlock()
+			a.mu.Lock()
+			a.nets++
+			n := a.nets
+			a.mu.Unlock()
 			switch {
 			case n == maxNetEvents+1:
 				event, dest, detail = "net.dropped", "", fmt.Sprintf("more than %d destinations: the rest are in the Bench's network log", maxNetEvents)
@@ -178,10 +397,21 @@ func (s *Service) benchEvents(c *Call, workshop string) func(bench, event, dest,
 				return
 			}
 		}
-		if err := s.Audit.Note(audit.Entry{User: c.Caller.User, Role: string(c.Caller.Role), Via: c.Caller.Via, Event: event, Bench: bench, Workshop: workshop, Dest: dest, Detail: detail}); err != nil {
-			s.log().Error("audit log", "err", err, "event", event, "bench", bench)
+		c := a.c.Caller
+		if err := a.s.Audit.Note(audit.Entry{User: c.User, Role: string(c.Role), Via: c.Via, Event: event, Bench: bench, Workshop: a.workshop, Dest: dest, Detail: detail}); err != nil {
+			a.s.log().Error("audit log", "err", err, "event", event, "bench", bench)
+			a.mu.Lock()
+			a.err = cmp.Or(a.err, err)
+			a.mu.Unlock()
 		}
 	}
+}
+
+// failed is the first of the Bench's events that could not be written (nil: none).
+func (a *benchAudit) failed() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
 }
 
 // AuditRequest selects audit entries: by user, by Bench.
@@ -192,7 +422,7 @@ type AuditRequest struct {
 
 // AuditResult is the entries, oldest first.
 type AuditResult struct {
-	Entries []audit.Entry `json:"entries"` // seq, time, user, role, event, bench, workshop, version, diff_sha256, dest, error, detail, prev, hash
+	Entries []audit.Entry `json:"entries"` // seq, time, user, role, via, event, bench, workshop, version, diff_sha256, dest, error, detail, count, intent, of, noted, prev, hash
 }
 
 // AuditList returns the audit log's entries.
@@ -213,7 +443,9 @@ type AuditVerifyResult struct {
 	Problems []audit.Problem `json:"problems"` // what is wrong, by line
 }
 
-// AuditVerify checks that no entry was changed, removed or reordered, and that none was cut from the end.
+// AuditVerify checks that no entry was changed, removed or reordered, that none was cut from the end,
+// that every line is exactly one entry (a line that is not is a problem, and the check goes on), and
+// that the head does not lag.
 func (s *Service) AuditVerify(ctx context.Context, c *Call, req *AuditVerifyRequest) (*AuditVerifyResult, error) {
 	n, problems, err := audit.Open(s.Root).Verify()
 	if err != nil {

@@ -121,10 +121,11 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 		return nil, err
 	}
 	oom := false
+	events := s.benchEvents(c, req.Workshop)
 	code, err := s.withStdio(ctx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
 		return bench.Run(ctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Grants: grants, Net: req.Net, Keep: req.Keep,
-			Argv: req.Argv, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: s.benchEvents(c, req.Workshop),
+			Argv: req.Argv, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: events.hook(),
 			Ended: func(_ int, oomKilled bool) { oom = oomKilled },
 			// The agent's one way to shed: a proposal, which a human then reads and confirms. It
 			// goes through the same policy as every other request, as the agent of this Bench.
@@ -133,6 +134,9 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	})
 	if err != nil {
 		return nil, err
+	}
+	if err := events.failed(); err != nil {
+		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("the Bench ran (exit %d), but the audit log could not record its events: %w", code, err), Hint: auditHint}
 	}
 	res := &ExitResult{Exit: code, OOMKilled: oom}
 	if oom {

@@ -148,6 +148,25 @@ func TestEveryOperationHasRoles(t *testing.T) {
 	}
 }
 
+// TestFailClosed: every operation only operators may call that changes something, and
+// bench.propose, must not act unrecorded (app.FailsClosed): an operator's action changes authority.
+func TestFailClosed(t *testing.T) {
+	for op, roles := range Roles {
+		o, _ := app.Lookup(op)
+		req := o.New()
+		if r, ok := req.(*app.VerifyRequest); ok {
+			r.Repair = true // a repair changes the store; a check is a read
+		}
+		operatorOnly := len(roles) == 1 && roles[0] == app.Operator
+		if want := (operatorOnly || op == "bench.propose") && app.Audited(op, req); app.FailsClosed(op, req) != want {
+			t.Errorf("%s: FailsClosed %v, want %v", op, !want, want)
+		}
+	}
+	if app.FailsClosed("store.verify", &app.VerifyRequest{}) || app.Audited("store.verify", &app.VerifyRequest{}) {
+		t.Errorf("store.verify without a repair is a read")
+	}
+}
+
 // TestRolesAgainstEveryOperation runs every operation as every role: an operator, a user the record
 // allows, another user, an agent. A refusal must be code "denied" and leave every file of the store,
 // the records, the keys and the trust state as they were; what the table allows must not be

@@ -14,11 +14,14 @@ func cmdAudit() *cli.Command {
 	return &cli.Command{
 		Name:  "audit",
 		Usage: "show the audit log: every privileged action and Bench event, hash-chained (operators)",
-		Description: "Every operation that changes something (and every refusal, at a bounded rate per user),\n" +
-			"every Bench's start and end, and every network destination a Bench's proxy allowed or\n" +
-			"refused, with who asked (as the kernel said), the Bench, the Workshop and version, and a\n" +
-			"promotion's diff hash. Entries are chained by hash: `shed audit verify` finds one changed,\n" +
-			"removed or moved, or cut from the end. Secrets are never in it.",
+		Description: "Every operation that changes something (and every refusal: past a bounded rate per user and\n" +
+			"operation, counted in an audit.dropped entry), every Bench's start and end, and every network\n" +
+			"destination a Bench's proxy allowed or refused, with who asked (as the kernel said), the Bench,\n" +
+			"the Workshop and version, and a promotion's diff hash. An operation that changes authority\n" +
+			"(records, proposals, keys, the store) has an INTENT entry before it acts and its outcome after.\n" +
+			"Every field is bounded: a longer value is cut and marked with its length and hash. Entries are\n" +
+			"chained by hash: `shed audit verify` finds one changed, removed or moved, cut from the end, a\n" +
+			"line that is not exactly one entry, and a head that lags. Secrets are never in it.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "user", Usage: "only `USER`'s entries"},
 			&cli.StringFlag{Name: "bench", Usage: "only `BENCH`'s entries"},
@@ -50,13 +53,18 @@ func cmdAudit() *cli.Command {
 				if e.Error != "" {
 					detail = "REFUSED/FAILED " + e.Error + " " + detail
 				}
+				if e.Intent {
+					detail = "INTENT " + detail
+				} else if e.Of > 0 {
+					detail = fmt.Sprintf("(intent %d) %s", e.Of, detail)
+				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.Local().Format(time.DateTime), e.User, e.Event, e.Bench, ws, detail)
 			}
 			return tw.Flush()
 		},
 		Subcommands: []*cli.Command{{
 			Name:  "verify",
-			Usage: "check the audit log's chain: exit 4 if an entry was changed, removed, moved or cut",
+			Usage: "check the audit log's chain: exit 4 if an entry was changed, removed, moved or cut, a line is not exactly one entry, or the head lags",
 			Action: func(c *cli.Context) error {
 				res, err := call[app.AuditVerifyResult](c, "audit.verify", &app.AuditVerifyRequest{})
 				if err != nil {

@@ -56,6 +56,7 @@ func cmdDaemon() *cli.Command {
 				return usageError("--user-memory %q: %v", c.String("user-memory"), err)
 			}
 			svc := service(c)
+			defer svc.FlushAudit() // the counts of refusals dropped, which timers would write soon
 			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: c.Int64("user-pids")}
 			svc.UserKept, svc.UserBenches = c.Int("user-kept"), c.Int("user-benches")
 			// Benches made by bench.create live in this process, until removed, their lifetime ends

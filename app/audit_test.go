@@ -1,0 +1,198 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"toolshed.dev/shed/audit"
+	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/trust"
+)
+
+type noopRequest struct{}
+
+func init() {
+	op("test.noop", func(s *Service, ctx context.Context, c *Call, req *noopRequest) (*Empty, error) { return &Empty{}, nil })
+}
+
+// usersRefused is a policy: operators may do anything, everyone else nothing.
+func usersRefused(_ *Service, c *Caller, op string, _ any) error {
+	if c.Role == Operator {
+		return nil
+	}
+	return &Error{Code: CodeDenied, Err: fmt.Errorf("%w: %s is for operators", ErrDenied, op), Hint: "ask an operator"}
+}
+
+// auditedStore is a Service on a real store with a signing key and an audit log.
+func auditedStore(t *testing.T) *Service {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the store is root-only (CI runs as root)")
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	st, err := store.Init(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if _, _, err := trust.OpenKeys(root).Ensure("test-1"); err != nil {
+		t.Fatal(err)
+	}
+	return &Service{Root: root, Policy: usersRefused, Audit: audit.Open(root)}
+}
+
+var (
+	root   = &Call{Caller: &Caller{UID: 0, User: "root", Role: Operator}}
+	nobody = &Call{Caller: &Caller{UID: 65534, User: "nobody", Role: User}}
+)
+
+func publicKey(t *testing.T, name string) string {
+	t.Helper()
+	k, err := trust.GenerateKey(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Public().String()
+}
+
+// breakAudit makes the audit log unwritable: its file is a directory.
+func breakAudit(t *testing.T, s *Service) {
+	t.Helper()
+	dir := filepath.Join(s.Root, "audit")
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(filepath.Join(dir, "log.jsonl"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s.Audit = audit.Open(s.Root)
+}
+
+// TestAuditFailsClosed: an operation that changes authority is not done when its intent cannot be
+// written; when it can, the log holds the intent and then the outcome, which names it.
+func TestAuditFailsClosed(t *testing.T) {
+	s := auditedStore(t)
+	ctx := context.Background()
+	key := publicKey(t, "other-1")
+	if _, err := s.Do(ctx, root, "key.trust", &KeyRequest{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := s.Audit.Entries(audit.Filter{})
+	if len(es) != 2 || !es[0].Intent || es[0].Event != "key.trust" || es[0].Detail != key || es[1].Intent || es[1].Of != es[0].Seq || es[1].Error != "" {
+		t.Errorf("entries of a key.trust: %+v", es)
+	}
+
+	breakAudit(t, s)
+	other := publicKey(t, "other-2")
+	_, err := s.Do(ctx, root, "key.trust", &KeyRequest{Key: other})
+	if Classify(err).Code != CodeFailed || !strings.Contains(err.Error(), "not done: the audit log cannot record it") {
+		t.Errorf("key.trust with the audit log broken: %v, want it not done", err)
+	}
+	cfg, _ := os.ReadFile(filepath.Join(s.Root, "config.toml"))
+	if strings.Contains(string(cfg), other) || !strings.Contains(string(cfg), key) {
+		t.Errorf("config after a key.trust the log could not record:\n%s", cfg)
+	}
+}
+
+// TestAuditAfterTheFact: any other operation runs, and an append that fails after it is its error:
+// its own code kept if it failed, "failed" if it succeeded; a refusal stays a refusal.
+func TestAuditAfterTheFact(t *testing.T) {
+	s := auditedStore(t)
+	ctx := context.Background()
+	breakAudit(t, s)
+	if _, err := s.Do(ctx, root, "test.noop", &noopRequest{}); Classify(err).Code != CodeFailed || !strings.Contains(err.Error(), "was done, but the audit log could not record it") {
+		t.Errorf("a successful operation, unrecorded: %v", err)
+	}
+	_, err := s.Do(ctx, root, "bench.rm", &BenchRemoveRequest{Benches: []string{"nosuch"}})
+	if Classify(err).Code != CodeNotFound || !strings.Contains(err.Error(), "the audit log could not record it") {
+		t.Errorf("a failed operation, unrecorded: %v", err)
+	}
+	_, err = s.Do(ctx, nobody, "gc", &GCRequest{})
+	if Classify(err).Code != CodeDenied || !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "the audit log could not record it") {
+		t.Errorf("a refusal, unrecorded: %v", err)
+	}
+}
+
+// TestDroppedRefusals: past the rate, a caller's refusals are counted per operation; a refusal of
+// another operation is still written whole; the count is written as its own entry when the caller's
+// next refusal is, or soon after the drops stop. Nothing is lost.
+func TestDroppedRefusals(t *testing.T) {
+	s := auditedStore(t)
+	ctx := context.Background()
+	const junk = 59
+	for range junk {
+		s.Do(ctx, nobody, "gc", &GCRequest{})
+	}
+	if _, err := s.Do(ctx, nobody, "key.trust", &KeyRequest{Key: "x:AAAA"}); Classify(err).Code != CodeDenied {
+		t.Fatalf("key.trust as nobody: %v", err)
+	}
+	count := func() (gc, trusts, dropped int64, drops []audit.Entry) {
+		es, err := s.Audit.Entries(audit.Filter{User: "nobody"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			switch e.Event {
+			case "gc":
+				gc++
+			case "key.trust":
+				trusts++
+			case "audit.dropped":
+				dropped += e.Count
+				drops = append(drops, e)
+			}
+		}
+		return
+	}
+	gc, trusts, dropped, _ := count()
+	if trusts != 1 || gc < refusalBurst || gc+dropped > junk {
+		t.Errorf("after the flood: %d gc, %d key.trust, %d counted; want key.trust written", gc, trusts, dropped)
+	}
+	// Soon after the drops stop, their count is written.
+	deadline := time.Now().Add(5 * time.Second)
+	for dropped == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		gc, _, dropped, _ = count()
+	}
+	gc, trusts, dropped, drops := count()
+	if gc+dropped != junk || len(drops) != 1 || !strings.Contains(drops[0].Detail, fmt.Sprintf("gc denied %d", dropped)) ||
+		!strings.Contains(drops[0].Detail, "uid 65534") || drops[0].Role != "user" {
+		t.Errorf("%d gc written and %d counted, want %d; the count: %+v", gc, dropped, junk, drops)
+	}
+	// A count pending when the caller's next refusal is written goes first.
+	for range refusalBurst + 5 {
+		s.Do(ctx, nobody, "root.rm", &RootRequest{Name: "x"})
+	}
+	time.Sleep(300 * time.Millisecond) // a token comes back
+	s.Do(ctx, nobody, "root.rm", &RootRequest{Name: "x"})
+	es, _ := s.Audit.Entries(audit.Filter{})
+	last := es[len(es)-2:]
+	if last[0].Event != "audit.dropped" || last[0].Count < 5 || last[1].Event != "root.rm" {
+		t.Errorf("the last entries: %+v", last)
+	}
+	if n, problems, err := s.Audit.Verify(); err != nil || len(problems) != 0 {
+		t.Errorf("verify: %d %v %v", n, problems, err)
+	}
+}
+
+// TestBenchEventsBounded: a Bench's event with a huge destination (a CONNECT to a 12,000-character
+// host) is noted bounded, and the log goes on.
+func TestBenchEventsBounded(t *testing.T) {
+	s := auditedStore(t)
+	hook := s.benchEvents(nobody, "tools").hook()
+	hook("b1", "net.refused", strings.Repeat("h", 12_000)+":443", "not in the profile")
+	if _, err := s.Do(context.Background(), root, "test.noop", &noopRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := s.Audit.Entries(audit.Filter{})
+	if len(es) != 2 || !es[0].Noted || !strings.Contains(es[0].Dest, "truncated, 12004 bytes") || len(es[0].Dest) > audit.MaxField {
+		t.Errorf("entries: %+v", es)
+	}
+	if n, problems, err := s.Audit.Verify(); err != nil || len(problems) != 0 || n != 2 {
+		t.Errorf("verify: %d %v %v", n, problems, err)
+	}
+}
