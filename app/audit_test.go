@@ -196,3 +196,35 @@ func TestBenchEventsBounded(t *testing.T) {
 		t.Errorf("verify: %d %v %v", n, problems, err)
 	}
 }
+
+// TestHugeRequestFields: whatever a request carries into its entry (a Workshop name, an E2B file
+// path, a move's two paths, an API key's user) is written bounded, by every face of the log, and the
+// log verifies after.
+func TestHugeRequestFields(t *testing.T) {
+	s := auditedStore(t)
+	ctx := context.Background()
+	long := strings.Repeat("p", 12_000)
+	viaKey := &Call{Caller: &Caller{UID: 65534, User: long, Role: User, Via: "e2b key " + long}}
+	for _, c := range []struct {
+		op  string
+		req any
+	}{
+		{"realize", &RealizeRequest{Workshop: strings.Repeat("w", 100_000)}},
+		{"bench.write_file", &WriteFileRequest{Bench: long, Path: "/" + long}},
+		{"bench.move_file", &MoveFileRequest{Bench: "b", From: long, To: long}},
+		{"workshop.allow", &WorkshopAllowRequest{Name: long}},
+	} {
+		if _, err := s.Do(ctx, viaKey, c.op, c.req); Classify(err).Code != CodeDenied {
+			t.Errorf("%s: %v", c.op, err)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(s.Root, "audit", "log.jsonl"))
+	for i, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if len(line)+1 > audit.MaxLine || !strings.Contains(line, "truncated, 12") {
+			t.Errorf("line %d: %d bytes: %.200s", i+1, len(line), line)
+		}
+	}
+	if n, problems, err := s.Audit.Verify(); err != nil || len(problems) != 0 || n != 4 {
+		t.Errorf("verify: %d %v %v", n, problems, err)
+	}
+}
