@@ -149,6 +149,9 @@ type BenchCreateRequest struct {
 	Net         string `json:"net,omitempty"`          // "recipe" (default) or "none"
 	MemoryBytes int64  `json:"memory_bytes,omitempty"` // memory limit in bytes (0: none, or the users' bound)
 	Pids        int64  `json:"pids,omitempty"`         // limit on the number of processes (0: none, or the users' bound)
+
+	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
+	slot *Slot
 }
 
 // BenchCreateResult names the Bench made.
@@ -167,6 +170,15 @@ const (
 // BenchCreate realizes a Workshop and starts a Bench of it that lives until it is removed or its
 // lifetime ends: what an agent harness asks for, then runs commands in.
 func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequest) (*BenchCreateResult, error) {
+	// The slot the policy reserved is held until the Bench's record exists or the launch failed: by
+	// this call until the Bench's goroutine starts, then by that goroutine.
+	sl := heldSlot(req)
+	handed := false
+	defer func() {
+		if !handed {
+			sl.release()
+		}
+	}()
 	if s.Detached == nil {
 		return nil, usage("start the supervisor (`shed daemon`, docs/supervisor.md) and call it", "bench.create needs the supervisor: a Bench it makes outlives the command that asked")
 	}
@@ -191,8 +203,10 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	expires := time.Now().Add(life).UTC().Truncate(time.Second)
 	s.Detached.wg.Add(1)
 	bctx, cancel := context.WithCancel(s.Detached.Ctx)
+	handed = true
 	go func() {
 		defer s.Detached.wg.Done()
+		defer sl.release()
 		defer w.st.Close() // its temporary roots hold the layers while the Bench runs
 		defer cancel()
 		life := &lifetime{timer: time.AfterFunc(time.Until(expires), cancel), expires: expires}
@@ -209,7 +223,9 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		}
 		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, Limits: limits, Init: warm,
+			Reserved: sl.bound,
 			Started: func(rec *bench.Record) {
+				sl.release() // its record counts from now
 				id = rec.ID
 				s.Detached.track(id, life)
 				started <- rec
