@@ -1,6 +1,7 @@
 package app
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -25,6 +26,7 @@ func init() {
 	op("workshop.launchable", (*Service).Launchable)
 	op("bench.create", (*Service).BenchCreate)
 	op("bench.write_file", (*Service).WriteFile)
+	op("bench.write_files", (*Service).WriteFiles)
 	op("bench.read_file", (*Service).ReadFile)
 	op("bench.list_files", (*Service).ListFiles)
 	op("bench.stat_file", (*Service).StatFile)
@@ -386,6 +388,112 @@ func (s *Service) WriteFile(ctx context.Context, c *Call, req *WriteFileRequest)
 		return nil, fail(CodeFailed, fmt.Errorf("write %s in bench %s: %s", p, rec.Name, firstLine(errb.buf.String(), code)), "")
 	}
 	return &Empty{}, nil
+}
+
+// WriteFilesRequest asks to write many files in a Bench at once (an upload of several): one
+// operation, one command in the Bench and one audit entry, however many files.
+type WriteFilesRequest struct {
+	Bench string `json:"bench"` // the Bench, by name or id
+	// Files are the files, each {path, content, mode} as bench.write_file's, written in order (a
+	// path named twice ends as the last names it): at most 4096 (MaxWriteFiles), their contents at
+	// most 8 MiB together (MaxWriteBytes).
+	Files []FileWrite `json:"files"`
+}
+
+// FileWrite is one file of a bench.write_files.
+type FileWrite struct {
+	Path    string `json:"path"`           // absolute, as the Bench sees it; missing directories are made
+	Content string `json:"content"`        // the file's bytes
+	Mode    string `json:"mode,omitempty"` // octal, e.g. "0755" (default 0644)
+}
+
+// WriteFilesResult names the files written.
+type WriteFilesResult struct {
+	Paths []string `json:"paths"` // each file's path, clean, in the request's order
+}
+
+// The bounds of one bench.write_files: a request over them is refused before anything is written.
+const (
+	MaxWriteFiles = 4096    // files
+	MaxWriteBytes = MaxText // their contents, together
+	maxPathLen    = 4096    // one path's bytes (PATH_MAX)
+)
+
+// WriteFiles writes files in a running Bench, as its root, from inside, with one command: tar
+// (Debian's, or busybox's) reads them from its stdin, in the Bench's own mount namespace, so every
+// path resolves there, never on the host. A file that exists is replaced (a symlink at the path
+// too, not followed); on a failure the files before the one that failed may be written.
+func (s *Service) WriteFiles(ctx context.Context, c *Call, req *WriteFilesRequest) (*WriteFilesResult, error) {
+	if len(req.Files) == 0 {
+		return nil, usage("name at least one file", "no files to write")
+	}
+	if len(req.Files) > MaxWriteFiles {
+		return nil, usage(fmt.Sprintf("at most %d files a request: send the others in more requests", MaxWriteFiles), "%d files in one request", len(req.Files))
+	}
+	headers := make([]*tar.Header, len(req.Files))
+	paths := make([]string, len(req.Files))
+	total := 0
+	now := time.Now().Truncate(time.Second)
+	for i, f := range req.Files {
+		p, err := benchFile(f.Path)
+		if err != nil {
+			return nil, err
+		}
+		if p == "/" || len(p) > maxPathLen {
+			return nil, usage(fmt.Sprintf("a file's absolute path, at most %d bytes", maxPathLen), "path %.64q", p)
+		}
+		mode := uint64(0o644)
+		if f.Mode != "" {
+			if mode, err = strconv.ParseUint(f.Mode, 8, 32); err != nil || mode > 0o7777 {
+				return nil, usage("octal, e.g. 0755", "%s: mode %q", p, f.Mode)
+			}
+		}
+		if total += len(f.Content); total > MaxWriteBytes {
+			return nil, usage(fmt.Sprintf("at most %d bytes of contents a request: send the others in more requests", MaxWriteBytes), "more than %d bytes of contents in one request", MaxWriteBytes)
+		}
+		paths[i] = p
+		// A name relative to the Bench's root (tar -C /); the GNU format holds a long one.
+		headers[i] = &tar.Header{Typeflag: tar.TypeReg, Name: p[1:], Mode: int64(mode), Size: int64(len(f.Content)), ModTime: now, Format: tar.FormatGNU}
+	}
+	st, rec, err := s.runningBench(c, req.Bench)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	pr, pw := io.Pipe()
+	defer pr.Close() // and with it a write tar did not read
+	go func() {
+		tw := tar.NewWriter(pw)
+		for i, h := range headers {
+			if err := tw.WriteHeader(h); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if _, err := io.WriteString(tw, req.Files[i].Content); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		pw.CloseWithError(tw.Close())
+	}()
+	er := sandbox.ExecRequest{Argv: []string{"tar", "-x", "-f", "-", "-C", "/"}, Dir: "/", Env: agentEnv}
+	code, _, errb, err := s.execIn(ctx, st, rec, er, pr, 0)
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fail(CodeFailed, fmt.Errorf("write %s in bench %s: %s", Plural(len(paths), "file"), rec.Name, firstLine(errb.buf.String(), code)),
+			"bench.write_files runs tar in the Bench: its Workshop needs one (Debian's, or busybox's)")
+	}
+	return &WriteFilesResult{Paths: paths}, nil
+}
+
+// summary is what the audit log says of a bench.write_files: how many files, and the first.
+func (r *WriteFilesRequest) summary() string {
+	if len(r.Files) == 0 {
+		return "no files"
+	}
+	return fmt.Sprintf("%s, first %.256s", Plural(len(r.Files), "file"), r.Files[0].Path) // bounded: a refused request is recorded too
 }
 
 // agentEnv is what the commands shed runs in a Bench for files add to its environment.

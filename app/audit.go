@@ -49,6 +49,8 @@ func (s *Service) record(c *Call, op string, req, res any, err error) {
 		e.Bench = r.Bench
 	case *WriteFileRequest:
 		e.Bench, e.Detail = r.Bench, r.Path
+	case *WriteFilesRequest:
+		e.Bench, e.Detail = r.Bench, r.summary()
 	case *BenchPathRequest:
 		e.Bench, e.Detail = r.Bench, r.Path
 	case *MoveFileRequest:

@@ -33,6 +33,7 @@ var Roles = map[string][]app.Role{
 	"bench.propose":       {app.Operator, app.User, app.Agent},
 	"bench.create":        {app.Operator, app.User},
 	"bench.write_file":    {app.Operator, app.User},
+	"bench.write_files":   {app.Operator, app.User},
 	"bench.read_file":     {app.Operator, app.User},
 	"bench.list_files":    {app.Operator, app.User},
 	"bench.stat_file":     {app.Operator, app.User},
@@ -136,6 +137,8 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		}
 		return reserve(s, caller, r, false)
 	case *app.WriteFileRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.WriteFilesRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.ReadFileRequest:
 		return ownBench(s, caller, r.Bench)

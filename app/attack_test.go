@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/opencontainers/umoci/oci/casext"
 
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/policy"
 	"toolshed.dev/shed/sandbox"
@@ -279,5 +281,110 @@ func TestLaunchLimitsUnderRace(t *testing.T) {
 		if _, err := s.Do(ctx, alice, "bench.run", &app.BenchRunRequest{Workshop: "bb", Argv: []string{"/no/such/command"}}); app.Classify(err).Code == app.CodeDenied {
 			t.Errorf("a launch after failed ones was refused: %v", err)
 		}
+	}
+}
+
+// TestWriteFilesOneCommand: an upload of 2,000 one-byte files is one bench.write_files: one command
+// in the Bench and one audit entry (not 2,000 of each), and every file is there with its bytes, a long
+// path and a mode too. A request over the bounds (files, bytes) is refused and writes nothing; a
+// path cannot leave the Bench through a symlink in it; another user's Bench is refused.
+func TestWriteFilesOneCommand(t *testing.T) {
+	s := benchService(t)
+	s.Audit = audit.Open(s.Root)
+	ctx := context.Background()
+	alice := &app.Call{Caller: &app.Caller{UID: 1001, User: "alice", Role: app.User, Dir: "/"}}
+	res, err := s.Do(ctx, alice, "bench.create", &app.BenchCreateRequest{Workshop: "bb", Name: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := res.(*app.BenchCreateResult).Bench
+	sh := func(script string) string {
+		t.Helper()
+		res, err := s.Do(ctx, alice, "bench.exec", &app.BenchExecRequest{Bench: name, Shell: script, Capture: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.(*app.ExecResult).Stdout
+	}
+	entries := func(event string) int {
+		t.Helper()
+		res, err := s.Do(ctx, &app.Call{Caller: &app.Caller{User: "root", Role: app.Operator}}, "audit.ls", &app.AuditRequest{Bench: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range res.(*app.AuditResult).Entries {
+			if e.Event == event {
+				n++
+			}
+		}
+		return n
+	}
+
+	var files []app.FileWrite
+	want := map[string]string{}
+	for i := range 2000 {
+		f := app.FileWrite{Path: fmt.Sprintf("/root/up/d%02d/f%04d", i%20, i), Content: string(rune('a' + i%26))}
+		files = append(files, f)
+		want[f.Path] = f.Content
+	}
+	long := "/root/up/" + strings.Repeat("long-name-", 20) + "/x.sh"
+	files = append(files, app.FileWrite{Path: long, Content: "#!/bin/sh\necho ran\n", Mode: "0755"})
+	res, err = s.Do(ctx, alice, "bench.write_files", &app.WriteFilesRequest{Bench: name, Files: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.(*app.WriteFilesResult).Paths; len(got) != len(files) || got[0] != files[0].Path || got[len(got)-1] != long {
+		t.Errorf("paths written: %d, first %q", len(got), got[:min(1, len(got))])
+	}
+	if n, m := entries("bench.write_files"), entries("bench.write_file"); n != 1 || m != 0 {
+		t.Errorf("2,001 files written: %d bench.write_files and %d bench.write_file audit entries, want one and none", n, m)
+	}
+	var paths []string
+	for p := range want {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var all strings.Builder
+	for _, p := range paths {
+		all.WriteString(want[p])
+	}
+	out := sh(`find /root/up -type f -name 'f*' | sort > /tmp/l; wc -l < /tmp/l; xargs cat < /tmp/l; echo; ` + long)
+	if wantOut := "2000\n" + all.String() + "\nran\n"; strings.TrimLeft(out, " ") != wantOut {
+		t.Errorf("the files in the Bench:\n%.200q\nwant\n%.200q", out, wantOut)
+	}
+
+	// Over the bounds: refused whole, nothing written.
+	many := make([]app.FileWrite, app.MaxWriteFiles+1)
+	for i := range many {
+		many[i] = app.FileWrite{Path: fmt.Sprintf("/root/over/f%d", i), Content: "x"}
+	}
+	big := []app.FileWrite{{Path: "/root/over/a", Content: strings.Repeat("x", app.MaxWriteBytes/2)}, {Path: "/root/over/b", Content: strings.Repeat("x", app.MaxWriteBytes/2+1)}}
+	for what, fs := range map[string][]app.FileWrite{"too many files": many, "too many bytes": big} {
+		_, err := s.Do(ctx, alice, "bench.write_files", &app.WriteFilesRequest{Bench: name, Files: fs})
+		if e := app.Classify(err); e.Code != app.CodeUsage || e.Hint == "" {
+			t.Errorf("%s: %v, want a usage error with a hint", what, err)
+		}
+	}
+	if got := sh("[ -e /root/over ] && echo written || echo nothing"); got != "nothing\n" {
+		t.Errorf("requests over the bounds: %s", got)
+	}
+
+	// A symlink in the Bench to a host directory resolves in the Bench: the host's stays empty.
+	host := t.TempDir()
+	sh("ln -s " + host + " /root/esc")
+	s.Do(ctx, alice, "bench.write_files", &app.WriteFilesRequest{Bench: name, Files: []app.FileWrite{{Path: "/root/esc/pwned", Content: "x"}, {Path: "/root/../../.." + host + "/pwned2", Content: "x"}}})
+	if ents, _ := os.ReadDir(host); len(ents) != 0 {
+		t.Errorf("a write in the Bench reached the host: %v", ents)
+	}
+
+	// Another user's Bench is refused, and nothing is written.
+	bob := &app.Call{Caller: &app.Caller{UID: 1002, User: "bob", Role: app.User, Dir: "/"}}
+	_, err = s.Do(ctx, bob, "bench.write_files", &app.WriteFilesRequest{Bench: name, Files: []app.FileWrite{{Path: "/root/bob", Content: "x"}}})
+	if app.Classify(err).Code != app.CodeDenied {
+		t.Errorf("bob's write in alice's Bench: %v", err)
+	}
+	if got := sh("[ -e /root/bob ] && echo written || echo nothing"); got != "nothing\n" {
+		t.Errorf("bob's refused write: %s", got)
 	}
 }
