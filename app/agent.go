@@ -1,6 +1,7 @@
 package app
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -25,6 +26,7 @@ func init() {
 	op("workshop.launchable", (*Service).Launchable)
 	op("bench.create", (*Service).BenchCreate)
 	op("bench.write_file", (*Service).WriteFile)
+	op("bench.write_files", (*Service).WriteFiles)
 	op("bench.read_file", (*Service).ReadFile)
 	op("bench.list_files", (*Service).ListFiles)
 	op("bench.stat_file", (*Service).StatFile)
@@ -149,6 +151,9 @@ type BenchCreateRequest struct {
 	Net         string `json:"net,omitempty"`          // "recipe" (default) or "none"
 	MemoryBytes int64  `json:"memory_bytes,omitempty"` // memory limit in bytes (0: none, or the users' bound)
 	Pids        int64  `json:"pids,omitempty"`         // limit on the number of processes (0: none, or the users' bound)
+
+	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
+	slot *Slot
 }
 
 // BenchCreateResult names the Bench made.
@@ -167,6 +172,15 @@ const (
 // BenchCreate realizes a Workshop and starts a Bench of it that lives until it is removed or its
 // lifetime ends: what an agent harness asks for, then runs commands in.
 func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequest) (*BenchCreateResult, error) {
+	// The slot the policy reserved is held until the Bench's record exists or the launch failed: by
+	// this call until the Bench's goroutine starts, then by that goroutine.
+	sl := heldSlot(req)
+	handed := false
+	defer func() {
+		if !handed {
+			sl.release()
+		}
+	}()
 	if s.Detached == nil {
 		return nil, usage("start the supervisor (`shed daemon`, docs/supervisor.md) and call it", "bench.create needs the supervisor: a Bench it makes outlives the command that asked")
 	}
@@ -191,8 +205,10 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	expires := time.Now().Add(life).UTC().Truncate(time.Second)
 	s.Detached.wg.Add(1)
 	bctx, cancel := context.WithCancel(s.Detached.Ctx)
+	handed = true
 	go func() {
 		defer s.Detached.wg.Done()
+		defer sl.release()
 		defer w.st.Close() // its temporary roots hold the layers while the Bench runs
 		defer cancel()
 		life := &lifetime{timer: time.AfterFunc(time.Until(expires), cancel), expires: expires}
@@ -209,7 +225,9 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		}
 		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, Limits: limits, Init: warm,
+			Reserved: sl.bound,
 			Started: func(rec *bench.Record) {
+				sl.release() // its record counts from now
 				id = rec.ID
 				s.Detached.track(id, life)
 				started <- rec
@@ -370,6 +388,112 @@ func (s *Service) WriteFile(ctx context.Context, c *Call, req *WriteFileRequest)
 		return nil, fail(CodeFailed, fmt.Errorf("write %s in bench %s: %s", p, rec.Name, firstLine(errb.buf.String(), code)), "")
 	}
 	return &Empty{}, nil
+}
+
+// WriteFilesRequest asks to write many files in a Bench at once (an upload of several): one
+// operation, one command in the Bench and one audit entry, however many files.
+type WriteFilesRequest struct {
+	Bench string `json:"bench"` // the Bench, by name or id
+	// Files are the files, each {path, content, mode} as bench.write_file's, written in order (a
+	// path named twice ends as the last names it): at most 4096 (MaxWriteFiles), their contents at
+	// most 8 MiB together (MaxWriteBytes).
+	Files []FileWrite `json:"files"`
+}
+
+// FileWrite is one file of a bench.write_files.
+type FileWrite struct {
+	Path    string `json:"path"`           // absolute, as the Bench sees it; missing directories are made
+	Content string `json:"content"`        // the file's bytes
+	Mode    string `json:"mode,omitempty"` // octal, e.g. "0755" (default 0644)
+}
+
+// WriteFilesResult names the files written.
+type WriteFilesResult struct {
+	Paths []string `json:"paths"` // each file's path, clean, in the request's order
+}
+
+// The bounds of one bench.write_files: a request over them is refused before anything is written.
+const (
+	MaxWriteFiles = 4096    // files
+	MaxWriteBytes = MaxText // their contents, together
+	maxPathLen    = 4096    // one path's bytes (PATH_MAX)
+)
+
+// WriteFiles writes files in a running Bench, as its root, from inside, with one command: tar
+// (Debian's, or busybox's) reads them from its stdin, in the Bench's own mount namespace, so every
+// path resolves there, never on the host. A file that exists is replaced (a symlink at the path
+// too, not followed); on a failure the files before the one that failed may be written.
+func (s *Service) WriteFiles(ctx context.Context, c *Call, req *WriteFilesRequest) (*WriteFilesResult, error) {
+	if len(req.Files) == 0 {
+		return nil, usage("name at least one file", "no files to write")
+	}
+	if len(req.Files) > MaxWriteFiles {
+		return nil, usage(fmt.Sprintf("at most %d files a request: send the others in more requests", MaxWriteFiles), "%d files in one request", len(req.Files))
+	}
+	headers := make([]*tar.Header, len(req.Files))
+	paths := make([]string, len(req.Files))
+	total := 0
+	now := time.Now().Truncate(time.Second)
+	for i, f := range req.Files {
+		p, err := benchFile(f.Path)
+		if err != nil {
+			return nil, err
+		}
+		if p == "/" || len(p) > maxPathLen {
+			return nil, usage(fmt.Sprintf("a file's absolute path, at most %d bytes", maxPathLen), "path %.64q", p)
+		}
+		mode := uint64(0o644)
+		if f.Mode != "" {
+			if mode, err = strconv.ParseUint(f.Mode, 8, 32); err != nil || mode > 0o7777 {
+				return nil, usage("octal, e.g. 0755", "%s: mode %q", p, f.Mode)
+			}
+		}
+		if total += len(f.Content); total > MaxWriteBytes {
+			return nil, usage(fmt.Sprintf("at most %d bytes of contents a request: send the others in more requests", MaxWriteBytes), "more than %d bytes of contents in one request", MaxWriteBytes)
+		}
+		paths[i] = p
+		// A name relative to the Bench's root (tar -C /); the GNU format holds a long one.
+		headers[i] = &tar.Header{Typeflag: tar.TypeReg, Name: p[1:], Mode: int64(mode), Size: int64(len(f.Content)), ModTime: now, Format: tar.FormatGNU}
+	}
+	st, rec, err := s.runningBench(c, req.Bench)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	pr, pw := io.Pipe()
+	defer pr.Close() // and with it a write tar did not read
+	go func() {
+		tw := tar.NewWriter(pw)
+		for i, h := range headers {
+			if err := tw.WriteHeader(h); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if _, err := io.WriteString(tw, req.Files[i].Content); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		pw.CloseWithError(tw.Close())
+	}()
+	er := sandbox.ExecRequest{Argv: []string{"tar", "-x", "-f", "-", "-C", "/"}, Dir: "/", Env: agentEnv}
+	code, _, errb, err := s.execIn(ctx, st, rec, er, pr, 0)
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fail(CodeFailed, fmt.Errorf("write %s in bench %s: %s", Plural(len(paths), "file"), rec.Name, firstLine(errb.buf.String(), code)),
+			"bench.write_files runs tar in the Bench: its Workshop needs one (Debian's, or busybox's)")
+	}
+	return &WriteFilesResult{Paths: paths}, nil
+}
+
+// summary is what the audit log says of a bench.write_files: how many files, and the first.
+func (r *WriteFilesRequest) summary() string {
+	if len(r.Files) == 0 {
+		return "no files"
+	}
+	return fmt.Sprintf("%s, first %.256s", Plural(len(r.Files), "file"), r.Files[0].Path) // bounded: a refused request is recorded too
 }
 
 // agentEnv is what the commands shed runs in a Bench for files add to its environment.

@@ -174,6 +174,7 @@ type Service struct {
 	// UserKept bounds the kept Benches (their uppers are on the store's filesystem) each user may
 	// have at once. Zero: no bound.
 	UserKept int
+	slots    slots // the launches holding a slot of their owner's (ReserveBench)
 }
 
 // Records returns the service's Workshop records.

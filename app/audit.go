@@ -129,6 +129,8 @@ func entry(c *Call, op string, req, res any, err error) audit.Entry {
 		e.Bench = r.Bench
 	case *WriteFileRequest:
 		e.Bench, e.Detail = r.Bench, r.Path
+	case *WriteFilesRequest:
+		e.Bench, e.Detail = r.Bench, r.summary()
 	case *BenchPathRequest:
 		e.Bench, e.Detail = r.Bench, r.Path
 	case *MoveFileRequest:

@@ -58,6 +58,9 @@ type BenchRunRequest struct {
 	// Verify re-hashes the Workshop's layers before launch and refuses a damaged one (the store's
 	// verify_before_launch setting does it for every launch).
 	Verify bool `json:"verify,omitempty"`
+
+	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
+	slot *Slot
 }
 
 // ExitResult is a command's exit code in a Bench.
@@ -71,6 +74,8 @@ type ExitResult struct {
 
 // BenchRun realizes a Workshop (a cache hit when warm), launches a Bench and runs the command.
 func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (*ExitResult, error) {
+	sl := heldSlot(req)
+	defer sl.release()
 	if len(req.Argv) == 0 {
 		return nil, usage("shed bench run [-f FILE] -- CMD [ARG...]", "a Bench needs a command")
 	}
@@ -126,7 +131,9 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 		return bench.Run(ctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Grants: grants, Net: req.Net, Keep: req.Keep,
 			Argv: req.Argv, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: events.hook(),
-			Ended: func(_ int, oomKilled bool) { oom = oomKilled },
+			Reserved: sl.bound,
+			Started:  func(*bench.Record) { sl.release() }, // its record counts from now
+			Ended:    func(_ int, oomKilled bool) { oom = oomKilled },
 			// The agent's one way to shed: a proposal, which a human then reads and confirms. It
 			// goes through the same policy as every other request, as the agent of this Bench.
 			Propose: s.agentProposes,

@@ -48,6 +48,9 @@ type Options struct {
 	// the exit code), and each network destination its proxy allowed ("net.allowed") or refused
 	// ("net.refused", detail: why).
 	Event func(bench, event, dest, detail string)
+	// Reserved, if set, is told the Bench's id once its name is reserved, before it has a record (a
+	// count of Benches that holds a launch's place until then tells the two apart by it).
+	Reserved func(id string)
 	// Started, if set, is called once the Bench runs and its record is written (a Bench created for an
 	// API caller is returned then, while Run goes on until it ends).
 	Started func(*Record)
@@ -136,6 +139,9 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		return 0, err
 	}
 	defer lk.Close()
+	if opts.Reserved != nil {
+		opts.Reserved(id)
+	}
 	keep := opts.Keep
 	defer func() {
 		if !keep {

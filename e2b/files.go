@@ -112,6 +112,9 @@ type writeInfo struct {
 
 // writeFile writes the files of a POST /files: one body (application/octet-stream, at the path the
 // query names) or a multipart form (each part "file", at the query's path or the part's file name).
+// However many files, it is one bench.write_files: one command in the Bench and one audit entry. A
+// form of more than app.MaxWriteFiles parts, or more than app.MaxWriteBytes of contents, is refused
+// whole, before anything is written.
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	sb, c := s.dataCaller(w, r)
 	if sb == nil {
@@ -122,24 +125,47 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	body := http.MaxBytesReader(w, r.Body, app.MaxText+1<<20)
+	body := http.MaxBytesReader(w, r.Body, app.MaxWriteBytes+1<<20)
 	queryPath := r.URL.Query().Get("path")
-	type file struct {
-		path string
-		data []byte
+	var files []app.FileWrite
+	total := 0
+	// add reads one file's data, within what is left of the request's bounds.
+	add := func(p string, data io.Reader) bool {
+		if p == "" {
+			writeError(w, http.StatusBadRequest, "name the file's path (the path query or the part's file name)")
+			return false
+		}
+		b, err := io.ReadAll(io.LimitReader(data, int64(app.MaxWriteBytes-total)+1))
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "a body of more than %d bytes: write the files in more requests", tooBig.Limit)
+			return false
+		} else if err != nil {
+			writeError(w, http.StatusBadRequest, "body: %v", err)
+			return false
+		}
+		if total += len(b); total > app.MaxWriteBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, "%s: more than %d bytes in one request; write them in parts (and join them with a command)", p, app.MaxWriteBytes)
+			return false
+		}
+		files = append(files, app.FileWrite{Path: inBench(p), Content: string(b)})
+		return true
 	}
-	var files []file
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
 	case mt == "multipart/form-data":
 		mr := multipart.NewReader(body, params["boundary"])
-		for {
+		for parts := 0; ; parts++ {
 			part, err := mr.NextPart()
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
 				writeError(w, http.StatusBadRequest, "multipart body: %v", err)
+				return
+			}
+			// Parts that are not files count too: each costs the parse.
+			if parts == app.MaxWriteFiles {
+				writeError(w, http.StatusRequestEntityTooLarge, "more than %d parts in one request: write the files in more requests", app.MaxWriteFiles)
 				return
 			}
 			if part.FormName() != "file" {
@@ -152,12 +178,9 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 				_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 				p = dp["filename"]
 			}
-			data, err := io.ReadAll(io.LimitReader(part, app.MaxText+1))
-			if err != nil {
-				writeError(w, http.StatusBadRequest, "multipart body: %v", err)
+			if !add(p, part) {
 				return
 			}
-			files = append(files, file{p, data})
 		}
 	default:
 		var in io.Reader = body
@@ -169,29 +192,20 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 			}
 			in = zr
 		}
-		data, err := io.ReadAll(io.LimitReader(in, app.MaxText+1))
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "body: %v", err)
+		if !add(queryPath, in) {
 			return
 		}
-		files = append(files, file{queryPath, data})
 	}
 	out := []writeInfo{}
-	for _, f := range files {
-		if f.path == "" {
-			writeError(w, http.StatusBadRequest, "name the file's path (the path query or the part's file name)")
-			return
-		}
-		if len(f.data) > app.MaxText {
-			writeError(w, http.StatusRequestEntityTooLarge, "%s: larger than %d bytes; write it in parts and join them with a command", f.path, app.MaxText)
-			return
-		}
-		p := inBench(f.path)
-		if _, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.write_file", &app.WriteFileRequest{Bench: sb.bench, Path: p, Content: string(f.data)}); err != nil {
+	if len(files) > 0 {
+		res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.write_files", &app.WriteFilesRequest{Bench: sb.bench, Files: files})
+		if err != nil {
 			writeAppError(w, err)
 			return
 		}
-		out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: path.Clean(p)})
+		for _, p := range res.(*app.WriteFilesResult).Paths {
+			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -254,6 +254,15 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 		stdinRead, p.stdin, io.Stdin = r, w, r
 	}
 	sb.mu.Lock()
+	if len(sb.procs) >= maxProcs { // counted again where the place is taken: starts at once race past the check above
+		sb.mu.Unlock()
+		cancel()
+		if stdinRead != nil {
+			stdinRead.Close()
+			p.stdin.Close()
+		}
+		return nil, nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d commands run in this sandbox already: wait for one, or kill one", maxProcs))
+	}
 	sb.nextPid++
 	p.pid = 1000 + sb.nextPid
 	sb.procs[p.pid] = p

@@ -7,7 +7,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sync"
@@ -34,6 +33,7 @@ var Roles = map[string][]app.Role{
 	"bench.propose":       {app.Operator, app.User, app.Agent},
 	"bench.create":        {app.Operator, app.User},
 	"bench.write_file":    {app.Operator, app.User},
+	"bench.write_files":   {app.Operator, app.User},
 	"bench.read_file":     {app.Operator, app.User},
 	"bench.list_files":    {app.Operator, app.User},
 	"bench.stat_file":     {app.Operator, app.User},
@@ -129,16 +129,16 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 			if len(r.Substituters) > 0 {
 				return denied("leave --substituter out: the store's own substituters apply (an operator sets them in config.toml)", "substituters are for operators: the store's own substituters apply")
 			}
-			if r.Keep && s.UserKept > 0 {
-				if n := keptBy(s, caller); n >= s.UserKept {
-					return denied("remove one (`shed bench rm NAME`; `shed bench ls` lists them), or an operator raises the supervisor's --user-kept",
-						"you keep %d Benches, the most a user may", n)
-				}
-			}
 		}
+		return reserve(s, caller, r, r.Keep)
 	case *app.BenchCreateRequest:
-		return launch(s, caller, r.Workshop, r.Name, r.Net, r.MemoryBytes, r.Pids)
+		if err := launch(s, caller, r.Workshop, r.Name, r.Net, r.MemoryBytes, r.Pids); err != nil {
+			return err
+		}
+		return reserve(s, caller, r, false)
 	case *app.WriteFileRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.WriteFilesRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.ReadFileRequest:
 		return ownBench(s, caller, r.Bench)
@@ -177,7 +177,7 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 }
 
 // launch is what every launch of a Bench is checked for: well-formed, and for a user, a record
-// they may run, within the users' limits, and no more Benches than a user may have.
+// they may run, within the users' limits (then reserve counts their Benches).
 func launch(s *app.Service, caller *app.Caller, workshop, name, net string, memory, pids int64) error {
 	if name != "" && !benchNameRE().MatchString(name) {
 		return bad("lowercase letters, digits, '.', '_' and '-'", "bench name %q", name)
@@ -198,13 +198,30 @@ func launch(s *app.Service, caller *app.Caller, workshop, name, net string, memo
 	if lim.Pids > 0 && pids > lim.Pids {
 		return denied("ask for less, or an operator raises the supervisor's --user-pids", "pids limit %d is above the users' %d", pids, lim.Pids)
 	}
-	if s.UserBenches > 0 {
-		if n := benchesOf(s, caller, false); n >= s.UserBenches {
-			return denied("remove one (`shed bench rm NAME`; `shed bench ls` lists them), or an operator raises the supervisor's --user-benches",
-				"you have %d Benches, the most a user may", n)
-		}
-	}
 	return mayRun(s, caller, workshop)
+}
+
+// reserve holds one of a user's Bench slots for a launch, within the supervisor's --user-benches
+// and --user-kept, or refuses it. The Benches the user has and the launches of theirs still starting
+// are counted and the slot taken in one step (app.ReserveBench), so that launches at once cannot all
+// see room for one; the launch holds the slot until its Bench's record exists or it failed. It is the
+// last check of a launch: a slot is taken only for a request nothing else refuses. Operators are not
+// bounded.
+func reserve(s *app.Service, caller *app.Caller, req app.Launch, keep bool) error {
+	if caller.Role == app.Operator || (s.UserBenches <= 0 && (s.UserKept <= 0 || !keep)) {
+		return nil
+	}
+	lim := app.BenchLimits{Benches: s.UserBenches, Kept: s.UserKept}
+	have, ok, err := s.ReserveBench(req, caller.User, keep, lim)
+	if err != nil || ok {
+		return err
+	}
+	if keep && lim.Kept > 0 && have.Kept >= lim.Kept {
+		return denied("remove one (`shed bench rm NAME`; `shed bench ls` lists them), or an operator raises the supervisor's --user-kept",
+			"you keep %d Benches, the most a user may", have.Kept)
+	}
+	return denied("remove one (`shed bench rm NAME`; `shed bench ls` lists them), or an operator raises the supervisor's --user-benches",
+		"you have %d Benches, the most a user may", have.Benches)
 }
 
 // mayRun: a user runs the Workshop records an operator allowed them, and nothing else.
@@ -222,21 +239,6 @@ func mayRun(s *app.Service, caller *app.Caller, name string) error {
 		return denied("an operator allows you: shed workshop allow "+name+" "+caller.User, "%s may not use Workshop %s", caller.User, name)
 	}
 	return nil
-}
-
-// keptBy counts the kept Benches caller launched.
-func keptBy(s *app.Service, caller *app.Caller) int { return benchesOf(s, caller, true) }
-
-// benchesOf counts the Benches (running or kept; only kept ones with kept) caller launched.
-func benchesOf(s *app.Service, caller *app.Caller, kept bool) int {
-	recs, _ := bench.ListIn(filepath.Join(s.Root, "benches"))
-	n := 0
-	for _, r := range recs {
-		if r.Owner == caller.User && (r.Keep || !kept) {
-			n++
-		}
-	}
-	return n
 }
 
 // ownBench: operators act on every Bench, users on the ones they launched, an agent on its own.

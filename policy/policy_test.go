@@ -89,6 +89,7 @@ func requests() map[string]any {
 		"bench.propose":       &app.BenchRequest{Bench: "someones"},
 		"bench.create":        &app.BenchCreateRequest{Workshop: "tools"},
 		"bench.write_file":    &app.WriteFileRequest{Bench: "someones", Path: "/root/x", Content: "x"},
+		"bench.write_files":   &app.WriteFilesRequest{Bench: "someones", Files: []app.FileWrite{{Path: "/root/x", Content: "x"}}},
 		"bench.read_file":     &app.ReadFileRequest{Bench: "someones", Path: "/etc/shadow"},
 		"bench.list_files":    &app.ListFilesRequest{Bench: "someones", Path: "/root"},
 		"agent.key_create":    &app.KeyCreateRequest{User: "root"},

@@ -170,7 +170,7 @@ func TestE2B(t *testing.T) {
 			events[e.Event]++
 		}
 	}
-	for _, ev := range []string{"bench.create", "bench.start", "bench.exec", "bench.write_file", "bench.make_dir", "bench.remove_file", "bench.set_lifetime", "bench.rm", "bench.end"} {
+	for _, ev := range []string{"bench.create", "bench.start", "bench.exec", "bench.write_files", "bench.make_dir", "bench.remove_file", "bench.set_lifetime", "bench.rm", "bench.end"} {
 		if events[ev] == 0 {
 			t.Errorf("the audit log has no %s through key %s: %v", ev, key.ID, events)
 		}

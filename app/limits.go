@@ -1,0 +1,126 @@
+package app
+
+import (
+	"path/filepath"
+	"sync"
+
+	"toolshed.dev/shed/bench"
+)
+
+// A user's limits on Benches (the supervisor's --user-benches and --user-kept) count the Benches the
+// user has, by their records. A launch has no record until its Workshop is realized and its sandbox
+// started, long after the policy looked: counted then and let go, launches at once all see room for
+// one more (20 creates at once with a limit of 8 made 20 Benches). So the policy does not count and
+// let go: it reserves. ReserveBench counts the owner's records and the launches that hold a slot, and
+// takes a slot, under one lock; the launch holds its slot until its Bench's record exists or it
+// failed. A slot learns its Bench's id before the record is written (bench.Options.Reserved), so a
+// Bench is counted once, by its slot or its record, never twice and never not at all.
+//
+// The count lives here, in the one long-lived Service the supervisor has, because every face (the
+// socket, the E2B API, MCP) reaches Benches through it; the decision (who is bounded, by which
+// limits, and what a refusal says) stays the policy's. Operators are not bounded, and the CLI on a
+// store directly is an operator's: users launch only through the supervisor, through this count.
+
+// BenchLimits are the most Benches one owner may have at once: running or kept, and kept (their
+// uppers are on the store's filesystem). Zero: no bound.
+type BenchLimits struct{ Benches, Kept int }
+
+// BenchCount is what an owner has: Benches with a record, and launches holding a slot.
+type BenchCount struct{ Benches, Kept int }
+
+// Launch is a request that launches a Bench (bench.run's, bench.create's): the slot the policy
+// reserved for it goes with it to the operation.
+type Launch interface{ slotOf() **Slot }
+
+func (r *BenchRunRequest) slotOf() **Slot    { return &r.slot }
+func (r *BenchCreateRequest) slotOf() **Slot { return &r.slot }
+
+// Slot is one launch's hold on one of its owner's Bench slots.
+type Slot struct {
+	s     *Service
+	owner string
+	keep  bool
+	id    string // its Bench's, once reserved (under s.slots.mu)
+}
+
+// slots are the launches that hold a slot, by owner.
+type slots struct {
+	mu   sync.Mutex
+	held map[string]map[*Slot]bool
+}
+
+// bound tells the slot its Bench's id: from now its record, once written, is this slot's Bench.
+func (sl *Slot) bound(id string) {
+	if sl == nil {
+		return
+	}
+	sl.s.slots.mu.Lock()
+	defer sl.s.slots.mu.Unlock()
+	sl.id = id
+}
+
+// release gives the slot back (again: nothing; nil holds nothing).
+func (sl *Slot) release() {
+	if sl == nil {
+		return
+	}
+	t := &sl.s.slots
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.held[sl.owner], sl)
+	if len(t.held[sl.owner]) == 0 {
+		delete(t.held, sl.owner)
+	}
+}
+
+// ReserveBench takes, for the launch req of owner (keep: a kept Bench), one of owner's slots within
+// lim, or says that a limit is reached (ok false, with what owner has; nothing is held then). The
+// operation that runs req gives the slot back once its Bench's record exists or it failed, so the
+// policy reserves last, when nothing else may refuse the request.
+func (s *Service) ReserveBench(req Launch, owner string, keep bool, lim BenchLimits) (have BenchCount, ok bool, err error) {
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	recs, err := bench.ListIn(filepath.Join(s.Root, "benches"))
+	if err != nil {
+		return have, false, err
+	}
+	counted := map[string]bool{}
+	for _, r := range recs {
+		if r.Owner == owner {
+			counted[r.ID] = true
+			have.Benches++
+			if r.Keep {
+				have.Kept++
+			}
+		}
+	}
+	for sl := range s.slots.held[owner] {
+		if sl.id == "" || !counted[sl.id] {
+			have.Benches++
+			if sl.keep {
+				have.Kept++
+			}
+		}
+	}
+	if (lim.Benches > 0 && have.Benches >= lim.Benches) || (keep && lim.Kept > 0 && have.Kept >= lim.Kept) {
+		return have, false, nil
+	}
+	sl := &Slot{s: s, owner: owner, keep: keep}
+	if s.slots.held == nil {
+		s.slots.held = map[string]map[*Slot]bool{}
+	}
+	if s.slots.held[owner] == nil {
+		s.slots.held[owner] = map[*Slot]bool{}
+	}
+	// A request is checked once and run once; one checked again (a caller reusing it) gives back
+	// what its first check held, rather than hold it forever.
+	if old := *req.slotOf(); old != nil {
+		delete(s.slots.held[old.owner], old)
+	}
+	s.slots.held[owner][sl] = true
+	*req.slotOf() = sl
+	return have, true, nil
+}
+
+// heldSlot is the slot the policy reserved for req, if any: the operation binds and releases it.
+func heldSlot(req Launch) *Slot { return *req.slotOf() }
