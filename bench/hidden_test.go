@@ -20,16 +20,16 @@ import (
 	"toolshed.dev/shed/store"
 )
 
-// scanAsNobody is what another user reads of every process: its mount table, argv and environment
-// (readable only for its own processes), and the host's unix sockets.
-const scanAsNobody = `for f in /proc/[0-9]*/mountinfo /proc/[0-9]*/mounts /proc/[0-9]*/cmdline /proc/[0-9]*/environ /proc/net/unix; do
+// scanAsNobody is what another user reads of every process: its mount table, argv, name, cgroups and
+// environment (readable only for its own processes), and the host's unix sockets.
+const scanAsNobody = `for f in /proc/[0-9]*/mountinfo /proc/[0-9]*/mounts /proc/[0-9]*/cmdline /proc/[0-9]*/comm /proc/[0-9]*/cgroup /proc/[0-9]*/environ /proc/net/unix; do
 	echo "== $f"; tr '\0' ' ' < "$f"; echo
 done 2>/dev/null`
 
-// TestBenchIDsHidden: while Benches run (one with a tmpfs upper, one kept, both with a proxy and a
-// propose socket), another user (nobody) who reads every /proc/PID/mountinfo, mounts, cmdline and
-// environ and /proc/net/unix finds no Bench's id or name; reading them, it does see the Benches'
-// mount tables. The propose socket still serves the Bench, through its bind.
+// TestBenchIDsHidden: while Benches run (one with a tmpfs upper, one kept, both with a proxy, a
+// propose socket and cgroups), another user (nobody) who reads every /proc/PID/mountinfo, mounts,
+// cmdline, comm, cgroup and environ and /proc/net/unix finds no Bench's id or name; reading them, it
+// does see the Benches' mount tables. The propose socket still serves the Bench, through its bind.
 func TestBenchIDsHidden(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: sandboxes (CI runs as root)")
@@ -64,6 +64,7 @@ func TestBenchIDsHidden(t *testing.T) {
 		go func() {
 			_, err := bench.Run(ctx, s, r, []store.Path{layer}, bench.Options{
 				Name: fmt.Sprintf("quiet-bench-%d", i), Keep: keep,
+				Limits:  sandbox.Limits{Pids: 64}, // cgroups of its own
 				Argv:    []string{"/bin/sh", "-c", "stat -c '%a %u' /run/shed/propose.sock; exec sleep 1000"},
 				Stdio:   sandbox.Stdio{Stdout: f},
 				Propose: func(context.Context, string) (string, error) { return "proposed\n", nil },
