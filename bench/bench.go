@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -220,13 +221,27 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if opts.Propose != nil {
-		ln, err := listenPropose(filepath.Join(dir, "propose.sock"))
+		// The socket is in a tmpfs of its own, attached nowhere, and bound through /proc/self/fd: no
+		// path names it, so neither /proc/net/unix nor the Bench's mountinfo, which any user reads,
+		// shows the Bench's id (its state directory) or the store's place (docs/bench.md).
+		pd, err := sandbox.PrivateDir()
 		if err != nil {
 			return 0, err
 		}
+		defer pd.Close()
+		ln, err := listenPropose(fmt.Sprintf("/proc/self/fd/%d/propose.sock", pd.Fd()))
+		if err != nil {
+			return 0, err
+		}
+		ln.SetUnlinkOnClose(false) // the tmpfs goes with its last reference
 		defer ln.Close()
+		sock, err := openPath(pd, "propose.sock")
+		if err != nil {
+			return 0, err
+		}
+		defer sock.Close()
 		// The socket is root's (0600): its owner's ids make it the Bench root's to connect to.
-		spec.Binds = append(spec.Binds, sandbox.Bind{Source: ln.Addr().String(), Target: ProposeSocket, IDs: sandbox.IDsOwner})
+		spec.Binds = append(spec.Binds, sandbox.Bind{SourceFD: sock, Target: ProposeSocket, IDs: sandbox.IDsOwner})
 		go serveProposals(ctx, ln, func(ctx context.Context) (string, error) { return opts.Propose(ctx, id) })
 	}
 	var p *sandbox.Process
@@ -530,16 +545,33 @@ func Exec(ctx context.Context, s *store.Store, nameOrID string, req sandbox.Exec
 	return sandbox.Exec(ctx, controlAddr(s, rec.ID), req, stdio)
 }
 
+// openPath opens name in dir as an O_PATH descriptor, refusing a symlink.
+func openPath(dir *os.File, name string) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
 // controlAddr is where a Bench's control socket is: in its state directory, root's; without root an
 // abstract socket of shed's network namespace, since the user's uid, which owns the store, is every
 // Bench's root too: a Bench granted a directory that holds a store (another of the user's) could
 // reach that store's sockets by path, but no Bench reaches an abstract socket of the host's network.
+// Any user reads abstract names (/proc/net/unix): the name is a hash of the id, not the id.
 func controlAddr(s *store.Store, id string) string {
 	if userns.Active() {
 		uid, _ := userns.Owner()
-		return fmt.Sprintf("@toolshed-%d-%s", uid, id)
+		return "@" + AbstractControl(uid, id)
 	}
 	return filepath.Join(Dir(s), id, "control.sock")
+}
+
+// AbstractControl is the abstract socket name (without its "@") of the control socket of the Bench id
+// of a store of uid's, without root.
+func AbstractControl(uid uint32, id string) string {
+	sum := sha256.Sum256([]byte("toolshed bench control\x00" + id))
+	return fmt.Sprintf("toolshed-%d-%x", uid, sum[:12])
 }
 
 // mergeEnv is base with extra's variables, each replacing one of the same name.

@@ -31,7 +31,8 @@ import (
 // xattrs m lists (the opaque mark travels as a ".wh..wh..opq" marker). A
 // file's bytes are hashed as they are written and must hash to m's digest;
 // at most maxBytes(m) bytes are read from r, which must end at the
-// end-of-archive marker (it is read to its end); every entry of m must be
+// end-of-archive marker, or after zeros that pad it to a 10,240-byte record
+// (maxPadding; it is read to its end); every entry of m must be
 // seen once; sparse files are refused. What is written is m's, not the
 // stream's: each entry is created under its own name, exclusively, in the
 // directory of its parent, and given m's owner, mode, xattrs and mtime, so
@@ -131,16 +132,14 @@ func ReadLayer(ctx context.Context, r io.Reader, dst string, m *store.Manifest) 
 	if lr.read() != end+2*blockSize {
 		return errors.New("stream ends without the end-of-archive marker")
 	}
-	// And the stream ends there: WriteLayer writes nothing after the
-	// marker. Go's reader stops at it, and the caller reads on to the end
-	// of the blob (the gzip trailer, the digest) unbounded, so that a cache
-	// could append anything (a gzip member inflating to terabytes of zeros)
-	// after a valid layer; the end is seen here, within the bound.
-	var b [1]byte
-	if k, err := io.ReadFull(lr, b[:]); k > 0 {
-		return errors.New("data after the end-of-archive marker")
-	} else if err != io.EOF {
-		return fmt.Errorf("read after the end-of-archive marker: %w", err)
+	// And the stream ends there, but for zeros that pad it to a record
+	// (maxPadding). Go's reader stops at the marker, and the caller reads on
+	// to the end of the blob (the gzip trailer, the digest) unbounded, so
+	// that a cache could append anything (a gzip member inflating to
+	// terabytes of zeros) after a valid layer; the end is seen here, within
+	// the bound.
+	if err := checkPadding(lr); err != nil {
+		return err
 	}
 	for i, seen := range x.seen {
 		if !seen {
@@ -152,6 +151,32 @@ func ReadLayer(ctx context.Context, r io.Reader, dst string, m *store.Manifest) 
 		if err := x.pop(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// maxPadding is how many zero bytes may follow the end-of-archive marker. A
+// writer pads its archive to a whole record: 10,240 bytes (a blocking factor
+// of 20) for GNU tar, bsdtar and Python's tarfile by default, which leaves at
+// most 19 zero blocks after the marker's two (when the marker's second block
+// starts a record). Any smaller blocking factor pads less; WriteLayer and
+// Go's writer pad nothing. A larger one (tar -b 40 and up, for tapes) is
+// refused: its record is the writer's choice, and no bound on it would stop a
+// zero tail early.
+const maxPadding = 10240 - blockSize
+
+// checkPadding reads what follows the end-of-archive marker to the stream's
+// end: at most maxPadding zero bytes. It reads at most maxPadding+1 bytes.
+func checkPadding(r io.Reader) error {
+	tail, err := io.ReadAll(io.LimitReader(r, maxPadding+1))
+	if err != nil {
+		return fmt.Errorf("read after the end-of-archive marker: %w", err)
+	}
+	if i := slices.IndexFunc(tail, func(b byte) bool { return b != 0 }); i >= 0 {
+		return fmt.Errorf("data after the end-of-archive marker (a non-zero byte %d bytes after it)", i)
+	}
+	if len(tail) > maxPadding {
+		return fmt.Errorf("more than %d zero bytes after the end-of-archive marker (a 10,240-byte record's padding)", maxPadding)
 	}
 	return nil
 }

@@ -122,12 +122,12 @@ func (c ctxWriter) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
-// maxBytes bounds the tar stream of m: its files' sizes, two end blocks, and
+// maxBytes bounds the tar stream of m: its files' sizes, two end blocks and their padding, and
 // per entry a fixed allowance plus its names and xattrs twice over (long
 // names and xattrs go in PAX records; an opaque directory's marker repeats
 // its name).
 func maxBytes(m *store.Manifest) int64 {
-	n := int64(2 * blockSize)
+	n := int64(2*blockSize + maxPadding + 1) // the marker, its padding, and a byte to see that nothing more follows
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		n += entryAllowed + 2*int64(len(LayerRoot)+len(e.Path)+len(e.Target))

@@ -1,7 +1,6 @@
 package proposal
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,12 +10,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"toolshed.dev/shed/debian"
 
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/debian"
+	"toolshed.dev/shed/internal/lines"
 	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/store"
@@ -42,6 +42,12 @@ type PipDist struct{ Name, Version string }
 
 // maxRead bounds what is read from a Bench: its files are the agent's to make hostile.
 const maxRead = 64 << 20
+
+// maxLogLine bounds a network log line that is read. The proxy writes one line a request, whose head
+// the agent writes and net/http bounds (64 KiB and 4 KiB more): its method once and its host twice (in
+// the reason), JSON-escaped at up to 6 bytes a byte, make under 0.9 MiB. A longer line is no decision
+// the proxy wrote.
+const maxLogLine = 1 << 20
 
 // view reads files as a Bench sees them, never following a symlink out of it.
 type view struct {
@@ -227,12 +233,15 @@ func Observe(s *store.Store, rec *bench.Record) (*Observed, error) {
 	}
 	slices.SortFunc(obs.Pip, func(a, b PipDist) int { return strings.Compare(a.Name, b.Name) })
 
-	if f, err := os.Open(filepath.Join(bench.Dir(s), rec.ID, "network.log")); err == nil {
-		sc := bufio.NewScanner(io.LimitReader(f, maxRead))
-		for sc.Scan() {
+	if f, err := os.Open(filepath.Join(bench.Dir(s), rec.ID, "network.log")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("the Bench's network log: %w", err)
+	} else if err == nil {
+		// The agent writes what the proxy logs (the method and host it asks for), so lines can be
+		// long: one over the bound is skipped and the lines after it are read.
+		err := lines.Each(io.LimitReader(f, maxRead), maxLogLine, func(line []byte, cut bool) error {
 			var d proxy.Decision
-			if json.Unmarshal(sc.Bytes(), &d) != nil || d.Host == "" {
-				continue
+			if cut || json.Unmarshal(line, &d) != nil || d.Host == "" {
+				return nil
 			}
 			dest := d.Host
 			if d.Port != 0 && d.Port != 80 && d.Port != 443 {
@@ -245,8 +254,12 @@ func Observe(s *store.Store, rec *bench.Record) (*Observed, error) {
 			if !slices.Contains(*list, dest) {
 				*list = append(*list, dest)
 			}
-		}
+			return nil
+		})
 		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("the Bench's network log: %w", err)
+		}
 		slices.Sort(obs.Allowed)
 		slices.Sort(obs.Refused)
 	}

@@ -77,6 +77,12 @@ func Exec(ctx context.Context, control string, req ExecRequest, stdio Stdio) (in
 	}
 	conn := nc.(*net.UnixConn)
 	defer conn.Close()
+	// The other end must be a sandbox's init, which runs with its creator's uid, as init admits only
+	// that uid: not whoever bound the name since (an abstract name is anyone's once its sandbox has
+	// ended), who would get the request and the descriptors of stdio.
+	if err := checkServer(conn); err != nil {
+		return -1, fmt.Errorf("exec in sandbox %s: %w", control, err)
+	}
 
 	sent := stdio
 	if stdio.Terminal != nil {
@@ -472,6 +478,26 @@ func checkPeer(c *net.UnixConn, uid uint32) *SetupError {
 	}
 	if cred.Pid != 0 {
 		return &SetupError{Op: "exec", Detail: "refused: the peer is inside the sandbox", Err: unix.EPERM}
+	}
+	return nil
+}
+
+// checkServer refuses a control socket whose listener's uid (SO_PEERCRED, as of its listen) is not
+// this process's effective uid.
+func checkServer(c *net.UnixConn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	cerr := raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err = errors.Join(cerr, err); err != nil {
+		return fmt.Errorf("peer credentials: %w", err)
+	}
+	if uid := uint32(os.Geteuid()); cred.Uid != uid {
+		return &SetupError{Op: "exec", Detail: fmt.Sprintf("refused: the control socket is uid %d's, not %d's: not a sandbox of this user", cred.Uid, uid), Err: unix.EPERM}
 	}
 	return nil
 }

@@ -377,3 +377,34 @@ func TestExecNoSandbox(t *testing.T) {
 		t.Errorf("got %v, want ErrNotRunning", err)
 	}
 }
+
+// TestExecServerUID: Exec talks only to a control socket of its own uid. Another user who binds the
+// name (an abstract one, anyone's once its sandbox has ended) gets neither the request nor stdio.
+func TestExecServerUID(t *testing.T) {
+	requireRoot(t)
+	addr := fmt.Sprintf("@toolshed-test-squat-%d", os.Getpid())
+	cmd := exec.Command(probeBind(t).Source, "squat", addr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || sc.Text() != "listening" {
+		t.Fatalf("squatter: %q", sc.Text())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a squatter never answers
+	defer cancel()
+	_, err = sandbox.Exec(ctx, addr, sandbox.ExecRequest{Argv: []string{"true"}}, sandbox.Stdio{Stdin: os.Stdin})
+	if !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), "not a sandbox of this user") {
+		t.Errorf("got %v, want EPERM: not a sandbox of this user", err)
+	}
+	if !sc.Scan() || sc.Text() != "squat: got 0 bytes and 0 descriptors" {
+		t.Errorf("squatter: %q", sc.Text())
+	}
+	cmd.Wait()
+}

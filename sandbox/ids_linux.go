@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toolshed.dev/shed/internal/lines"
 	"toolshed.dev/shed/internal/userns"
 )
 
@@ -280,15 +280,13 @@ func eachLine(file string, fn func(string) error) error {
 		return err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
-			if err := fn(line); err != nil {
-				return err
-			}
+	// A line over 64 KiB (a big group's members) is cut, not the end: the ids come first on a line.
+	return lines.Each(f, 64<<10, func(b []byte, _ bool) error {
+		if line := strings.TrimSpace(string(b)); line != "" && !strings.HasPrefix(line, "#") {
+			return fn(line)
 		}
-	}
-	return sc.Err()
+		return nil
+	})
 }
 
 // idMapping is one line of a user namespace's uid_map or gid_map: inside id, outside id, count.

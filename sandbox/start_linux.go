@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -674,7 +675,7 @@ func listenControl(path string) (*controlSocket, error) {
 		f.Close()
 		return fail("fchmod", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+	if err := bindNeutral(fd, path); err != nil {
 		f.Close()
 		return fail("bind", err)
 	}
@@ -690,6 +691,23 @@ func listenControl(path string) (*controlSocket, error) {
 		return fail("listen", err)
 	}
 	return c, nil
+}
+
+// bindNeutral binds the unix socket fd at path through a descriptor of path's directory, at the
+// address "/proc/self/fd/N/NAME" when that fits in one. The kernel keeps the address as given and
+// shows it in /proc/net/unix, which every user reads, and path names the sandbox's state (a Bench's
+// directory is its id).
+func bindNeutral(fd int, path string) error {
+	dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir) // after the bind: until then N names this directory
+	addr := fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path))
+	if len(addr) >= len(unix.RawSockaddrUnix{}.Path) {
+		addr = path
+	}
+	return unix.Bind(fd, &unix.SockaddrUnix{Name: addr})
 }
 
 // remove closes the socket if still open and deletes its file, if the path still names it.

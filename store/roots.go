@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -176,11 +175,12 @@ func readRootLines(name string, into map[Path]bool) error {
 	} else if err != nil {
 		return fmt.Errorf("read temporary roots %s: %w", name, err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
+	// Every line, however long: a line that ended the reading (bufio.Scanner stops at 64 KiB) would
+	// hide the live roots after it from gc.
+	for line := range bytes.Lines(b) {
 		// A line cut short by a crash mid-write does not parse; ignoring it is
 		// safe because its writer is dead.
-		if p, err := ParsePath(sc.Text()); err == nil {
+		if p, err := ParsePath(strings.TrimSuffix(string(line), "\n")); err == nil {
 			into[p] = true
 		}
 	}

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/bench"
 )
 
 // These tests run shed as an ordinary user, with no root and no daemon (issue 14, docs/rootless.md):
@@ -797,7 +799,7 @@ print "$u $k\n";`, keyDesc, keyData)
 		if json.Unmarshal([]byte(u.shed(t, "", "--json", "bench", "ls").stdout), &benches) == nil {
 			for _, b := range benches {
 				if b.Name == "rl-holder" {
-					control = fmt.Sprintf("toolshed-%d-%s", u.uid, b.ID)
+					control = bench.AbstractControl(uint32(u.uid), b.ID)
 				}
 			}
 		}

@@ -3,7 +3,6 @@
 package why
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -208,9 +207,9 @@ func listHas(layer, list string, candidates map[string]bool, lookup func(string)
 	if err != nil {
 		return false
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		l := sc.Text()
+	// Every line, however long (bufio.Scanner would stop at the first over 64 KiB, unseen).
+	for l := range strings.Lines(string(b)) {
+		l = strings.TrimSuffix(l, "\n")
 		if candidates[l] {
 			return true
 		}

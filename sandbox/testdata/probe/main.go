@@ -14,7 +14,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe rawsock | ptrace PID | setuid | tiocsti | connect PATH... | getfd PID | syscall NAME | keysearch DESC")
+		fmt.Fprintln(os.Stderr, "usage: probe rawsock | ptrace PID | setuid | tiocsti | connect PATH... | squat ADDR | getfd PID | syscall NAME | keysearch DESC")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -47,6 +47,35 @@ func main() {
 			fmt.Printf("connect %s: connected, read %q\n", p, b[:n])
 			c.Close()
 		}
+	case "squat":
+		// Listen where a sandbox's control socket would be, and tell what a client sent.
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: os.Args[2], Net: "unix"})
+		if err != nil {
+			report("listen", err)
+			return
+		}
+		fmt.Println("listening")
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			report("accept", err)
+			return
+		}
+		var n, fds int
+		b, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(16*4))
+		for {
+			k, oobn, _, _, err := c.ReadMsgUnix(b, oob)
+			n += k
+			if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+				for _, m := range msgs {
+					got, _ := unix.ParseUnixRights(&m)
+					fds += len(got)
+				}
+			}
+			if err != nil || k == 0 {
+				break
+			}
+		}
+		fmt.Printf("squat: got %d bytes and %d descriptors\n", n, fds)
 	case "getfd":
 		pid, _ := strconv.Atoi(os.Args[2])
 		pfd, err := unix.PidfdOpen(pid, 0)
