@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -44,6 +45,7 @@ type limits struct {
 	pre     int            // of which not yet authenticated
 	parties map[string]int // connections by party: "peer ..." or "user NAME"
 	busy    map[string]int // requests in flight by key's user
+	refused atomic.Int64   // requests refused (logged one in a thousand)
 }
 
 func (s *Server) limits() *limits {
@@ -249,6 +251,9 @@ func (s *Server) guard(h http.Handler) http.Handler {
 		// refuse answers without reading the body, and closes the connection: what is left of the
 		// body is never read either (a deadline in the past ends net/http's drain at once).
 		refuse := func(status int, code connect.Code, err error) {
+			if n := lim.refused.Add(1); n%1000 == 1 {
+				s.log().Warn("e2b requests refused", "last", err.Error(), "path", r.URL.Path, "refused", n)
+			}
 			w.Header().Set("Connection", "close")
 			if r.ContentLength != 0 {
 				_ = rc.SetReadDeadline(time.Now())

@@ -306,7 +306,7 @@ func TestDeadlines(t *testing.T) {
 			}
 		}
 	})
-	addr := serveOn(t, s, s.logged(s.guard(h)))
+	addr := serveOn(t, s, s.guard(s.logged(h)))
 	send := func(method, path, extra string) net.Conn {
 		c := dialAs(t, 0, addr)
 		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: e2b\r\nX-API-Key: %s\r\n%s\r\n", method, path, key, extra)

@@ -112,7 +112,8 @@ func (s *Server) Handler() http.Handler {
 		path, handler := h()
 		mux.Handle(path, handler)
 	}
-	return s.logged(s.guard(mux))
+	// Refusals are not logged one by one (guard counts them): a flood must not flood the log too.
+	return s.guard(s.logged(mux))
 }
 
 // Serve answers on ln until ctx ends; the sandboxes' Benches end with the supervisor's context.
