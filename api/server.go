@@ -22,6 +22,7 @@ import (
 
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/internal/fdbudget"
 	"toolshed.dev/shed/internal/fdio"
 	"toolshed.dev/shed/sandbox"
 )
@@ -42,7 +43,8 @@ type Server struct {
 	// Operators is the group whose members are operators (root always is).
 	Operators string
 	Log       *slog.Logger
-	// MaxConns bounds the requests in flight, MaxPerUser those of one uid; more are refused as busy.
+	// MaxConns bounds the users' requests in flight, MaxPerUser those of one uid; more are refused as
+	// busy at once (0: the process's descriptor budget, package fdbudget).
 	MaxConns, MaxPerUser int
 	// ReadTimeout bounds how long a client may take to send its request.
 	ReadTimeout time.Duration
@@ -55,10 +57,10 @@ type Server struct {
 // Serve answers connections on ln until ctx ends, then waits for the requests in flight.
 func (srv *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 	if srv.MaxConns == 0 {
-		srv.MaxConns = 64
+		srv.MaxConns = fdbudget.Process().SocketRequests
 	}
 	if srv.MaxPerUser == 0 {
-		srv.MaxPerUser = 16
+		srv.MaxPerUser = fdbudget.Process().SocketPerUser
 	}
 	if srv.ReadTimeout == 0 {
 		srv.ReadTimeout = 10 * time.Second
@@ -73,6 +75,12 @@ func (srv *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// A descriptor kept for the day accept fails for want of descriptors: closed then, it lets the
+	// waiting client in to be told so at once, rather than wait in the kernel's queue for as long as
+	// the shortage lasts.
+	reserve, _ := os.Open(os.DevNull)
+	defer func() { reserve.Close() }()
+	short := 0
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -82,9 +90,25 @@ func (srv *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 			if errors.Is(err, net.ErrClosed) {
 				return err
 			}
-			// EMFILE and the like: back off rather than spin.
-			srv.Log.Warn("accept", "err", err)
-			time.Sleep(50 * time.Millisecond)
+			// accept4 fails for want of a descriptor whether a client waits or not: the reserve
+			// answers one that waits; with none waiting, or no reserve, back off rather than spin.
+			if (errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE)) && reserve != nil {
+				reserve.Close()
+				told := tellShort(ln)
+				reserve, _ = os.Open(os.DevNull)
+				if told {
+					if short++; short%100 == 1 {
+						srv.Log.Warn("accept: out of descriptors: clients are told so", "err", err, "told", short)
+					}
+					continue
+				}
+			} else {
+				srv.Log.Warn("accept", "err", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if reserve == nil {
+				reserve, _ = os.Open(os.DevNull)
+			}
 			continue
 		}
 		wg.Add(1)
@@ -117,6 +141,31 @@ func (srv *Server) admit(c *app.Caller) (func(), bool) {
 			delete(srv.byUID, c.UID)
 		}
 	}, true
+}
+
+// shortAnswer is what a client is told when the supervisor is out of descriptors.
+var shortAnswer = func() []byte {
+	b, _ := json.Marshal(Message{Error: &Error{Code: app.CodeBusy, Message: "the supervisor is out of file descriptors", Hint: "try again shortly; an operator finds why in the supervisor's log"}})
+	return append(b, '\n')
+}()
+
+// tellShort takes one waiting client, if there is one, tells it that the supervisor is out of
+// descriptors, and closes it: with the one descriptor free, and no more (no net.Conn, no poller).
+func tellShort(ln *net.UnixListener) (told bool) {
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		return false
+	}
+	// One try, never a wait: the listener is non-blocking (a listener's RawConn has Control only).
+	_ = rc.Control(func(fd uintptr) {
+		nfd, _, err := unix.Accept4(int(fd), unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		if err == nil {
+			_, _ = unix.Write(nfd, shortAnswer) // a new socket's buffer is empty: it does not block
+			unix.Close(nfd)
+			told = true
+		}
+	})
+	return told
 }
 
 // conn is one client's connection: writes of messages are serialized.

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/internal/atomicfile"
+	"toolshed.dev/shed/internal/fdbudget"
 	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/recipe"
@@ -197,7 +198,9 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		if len(rules) > 0 {
 			spec.Network.Listen = []string{proxyAddr}
 			enc := json.NewEncoder(&capped{w: netLog, left: MaxNetworkLog})
-			px, err = proxy.New(proxy.Config{Allow: rules, Log: func(d proxy.Decision) {
+			// The Bench's share of the process's proxy connections (package fdbudget): its
+			// excess waits behind its own connections.
+			px, err = proxy.New(proxy.Config{Allow: rules, MaxConns: fdbudget.Process().ProxyPerBench, Shared: proxyShare(), Log: func(d proxy.Decision) {
 				if opts.Event != nil {
 					ev := "net.refused"
 					if d.Allowed {
@@ -311,6 +314,9 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	}
 	return code, err
 }
+
+// proxyShare is the process's share of client connections to Benches' proxies, over all Benches.
+var proxyShare = sync.OnceValue(func() *proxy.Share { return proxy.NewShare(fdbudget.Process().ProxyConns) })
 
 // Rules is the allowlist of a recipe's network profile: its allow entries,
 // and with profile "debian" the hosts of its mirror and sources.

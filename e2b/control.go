@@ -103,7 +103,7 @@ func httpStatus(c app.Code) int {
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request) *app.Caller {
 	c, _, err := s.callerOfKey(r.Header.Get("X-API-Key"))
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, "no valid API key: an operator makes one with `shed agent key create USER`; set it as E2B_API_KEY")
+		writeError(w, http.StatusUnauthorized, "%v", errNoKey)
 		return nil
 	}
 	return c
@@ -112,7 +112,7 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) *app.Caller 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	c, k, err := s.callerOfKey(r.Header.Get("X-API-Key"))
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, "no valid API key: an operator makes one with `shed agent key create USER`; set it as E2B_API_KEY")
+		writeError(w, http.StatusUnauthorized, "%v", errNoKey)
 		return
 	}
 	var req newSandbox

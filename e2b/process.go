@@ -47,13 +47,12 @@ type sub struct {
 
 // Bounds on what one sandbox's clients hold in the supervisor.
 const (
-	subQueue       = 256 // events queued for a stream (each at most one read of the command's output)
-	maxSubs        = 8   // streams watching one command
-	maxProcs       = 128 // commands running in one sandbox
-	maxKeepaliveS  = 3600
-	maxStdinChunk  = 1 << 20
-	maxRPCMessage  = 4 << 20
-	maxConnections = 256
+	subQueue      = 256 // events queued for a stream (each at most one read of the command's output)
+	maxSubs       = 8   // streams watching one command
+	maxProcs      = 128 // commands running in one sandbox
+	maxKeepaliveS = 3600
+	maxStdinChunk = 1 << 20
+	maxRPCMessage = 4 << 20
 )
 
 var errBehind = connect.NewError(connect.CodeResourceExhausted, errors.New("this stream fell behind the command's output and was dropped; the command goes on (commands.connect to watch it again)"))
@@ -429,6 +428,8 @@ func (ps *processService) StreamInput(ctx context.Context, stream *connect.Clien
 	}
 	var p *proc
 	for stream.Receive() {
+		// A command's stdin may be quiet for long: each message gives the next one streamIdle.
+		extendBody(ctx)
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
 			if p, err = sb.find(ev.Start.GetProcess()); err != nil {

@@ -23,10 +23,10 @@ import (
 	"os/user"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/net/netutil"
 
 	"toolshed.dev/shed/apikey"
 	"toolshed.dev/shed/app"
@@ -50,6 +50,13 @@ type Server struct {
 	Keys      *apikey.Keys
 	// CallerOf identifies a key's user as the socket would (api.CallerOf).
 	CallerOf func(uid, gid uint32, operators string) *app.Caller
+	// Caps (0: the process's descriptor budget, package fdbudget): the port's connections, those not
+	// yet authenticated in all and of one peer, those of one key's user, and one key's user's
+	// requests in flight.
+	MaxConns, MaxPreAuth, MaxPerPeer, MaxPerUser, MaxInFlight int
+
+	limOnce sync.Once
+	lim     *limits
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox // by id (the Bench's name)
@@ -105,17 +112,26 @@ func (s *Server) Handler() http.Handler {
 		path, handler := h()
 		mux.Handle(path, handler)
 	}
-	return s.logged(mux)
+	// Refusals are not logged one by one (guard counts them): a flood must not flood the log too.
+	return s.guard(s.logged(mux))
 }
 
 // Serve answers on ln until ctx ends; the sandboxes' Benches end with the supervisor's context.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.serve(ctx, ln, s.Handler())
+}
+
+func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	hs := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		Handler:           h,
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeader,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(s.log().Handler(), slog.LevelWarn),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		ErrorLog: slog.NewLogLogger(s.log().Handler(), slog.LevelWarn),
 	}
 	go func() {
 		<-ctx.Done()
@@ -123,8 +139,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()
-	// Connections are bounded, keyed or not: each costs the root daemon a goroutine and buffers.
-	err := hs.Serve(netutil.LimitListener(ln, maxConnections))
+	// Connections are bounded by party, keyed or not: each costs the root daemon a descriptor, a
+	// goroutine and buffers (limits.go).
+	var refused atomic.Int64
+	err := hs.Serve(&listener{Listener: ln, lim: s.limits(), log: func(peer string) {
+		// One line per 1000: a flood must not flood the log too.
+		if n := refused.Add(1); n%1000 == 1 {
+			s.log().Warn("e2b connection refused: its peer holds its share", "peer", peer, "refused", n)
+		}
+	}})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -170,6 +193,9 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // errNoSandbox is the data plane's one answer to a sandbox that is not running and to a token that is
 // not its: which of the two would tell a stranger which sandbox names exist.
 var errNoSandbox = errors.New("no running sandbox with this id and access token (killed, past its timeout, its key removed, or not the envdAccessToken its create returned)")
+
+// errNoKey is the control plane's answer to a missing, unknown or removed key.
+var errNoKey = errors.New("no valid API key: an operator makes one with `shed agent key create USER`; set it as E2B_API_KEY")
 
 // errUnauthorized is the answer to a missing, unknown or removed key or token.
 var errUnauthorized = errors.New("unauthorized")
@@ -253,11 +279,8 @@ func (s *Server) drop(id string) {
 // byToken returns the sandbox a data-plane request is for, and the caller it acts as, if its access
 // token is that sandbox's and the key that made it still exists.
 func (s *Server) byToken(h http.Header) (*sandbox, *app.Caller, error) {
-	id, token := h.Get("E2b-Sandbox-Id"), h.Get("X-Access-Token")
-	s.mu.Lock()
-	sb := s.sandboxes[id]
-	s.mu.Unlock()
-	if sb == nil || token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(sb.token)) != 1 || !s.keyLive(sb.keyID) {
+	sb := s.sandboxOf(h)
+	if sb == nil {
 		return nil, nil, errUnauthorized
 	}
 	c, err := s.callerOfUser(sb.user, sb.keyID)
@@ -265,4 +288,17 @@ func (s *Server) byToken(h http.Header) (*sandbox, *app.Caller, error) {
 		return nil, nil, err
 	}
 	return sb, c, nil
+}
+
+// sandboxOf returns the sandbox whose access token the headers carry, if the key that made it still
+// exists; nil otherwise.
+func (s *Server) sandboxOf(h http.Header) *sandbox {
+	id, token := h.Get("E2b-Sandbox-Id"), h.Get("X-Access-Token")
+	s.mu.Lock()
+	sb := s.sandboxes[id]
+	s.mu.Unlock()
+	if sb == nil || token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(sb.token)) != 1 || !s.keyLive(sb.keyID) {
+		return nil
+	}
+	return sb
 }

@@ -28,6 +28,15 @@ import (
 // for nobody. Its callers are identified as the socket would, except that no user is an operator.
 func server(t *testing.T) (*httptest.Server, string, string) {
 	t.Helper()
+	s, key, root := newServer(t)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return hs, key, root
+}
+
+// newServer is server's Server, not yet serving.
+func newServer(t *testing.T) (*Server, string, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the store is root-only (CI runs as root)")
 	}
@@ -50,9 +59,7 @@ func server(t *testing.T) (*httptest.Server, string, string) {
 	s := &Server{Service: svc, Keys: keys, CallerOf: func(uid, gid uint32, _ string) *app.Caller {
 		return &app.Caller{UID: uid, GID: gid, User: "nobody", Role: app.User}
 	}}
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
-	return hs, key, root
+	return s, key, root
 }
 
 func do(t *testing.T, hs *httptest.Server, method, path, key, body string) (int, string) {

@@ -50,6 +50,12 @@ type Config struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Resolver resolves names; nil = net.DefaultResolver.
 	Resolver *net.Resolver
+	// MaxConns bounds the client connections served at once (0: DefaultMaxConns); more wait in the
+	// listener's queue. A Bench's proxy has one client, the Bench: its excess waits behind its own.
+	MaxConns int
+	// Shared, if set, bounds the client connections of all the Proxies that share it: a connection
+	// past it waits for a slot (one per Serve at most, holding its descriptor).
+	Shared *Share
 }
 
 const (
@@ -83,6 +89,9 @@ type Proxy struct {
 	// serverLog receives net/http's own messages (recovered panics among them); nil = discarded.
 	serverLog *log.Logger
 
+	maxConns int
+	shared   *Share
+
 	// Timeouts, fields so that internal tests can shorten them.
 	dialTimeout   time.Duration
 	headerTimeout time.Duration
@@ -101,6 +110,11 @@ func New(cfg Config) (*Proxy, error) {
 		headerTimeout: defaultHeaderTimeout,
 		idleTimeout:   defaultIdleTimeout,
 		tunnelIdle:    defaultTunnelIdle,
+		maxConns:      cfg.MaxConns,
+		shared:        cfg.Shared,
+	}
+	if p.maxConns <= 0 {
+		p.maxConns = DefaultMaxConns
 	}
 	for i, r := range cfg.Allow {
 		host, err := ruleHost(r.Host)
@@ -331,9 +345,9 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener) error {
 	s.transport = &http.Transport{
 		Proxy:               nil, // never the host's http_proxy environment
 		DialContext:         s.dialTransport,
-		DisableCompression:  true, // relay the bytes as they are, Content-Length included
-		MaxIdleConns:        64,
-		MaxIdleConnsPerHost: 16, // apt opens several connections to its mirror
+		DisableCompression:  true,    // relay the bytes as they are, Content-Length included
+		MaxIdleConns:        MaxIdle, // the descriptors a Proxy holds beyond its clients' (fdbudget)
+		MaxIdleConnsPerHost: MaxIdle / 2,
 		IdleConnTimeout:     p.idleTimeout,
 	}
 	errorLog := p.serverLog
@@ -355,7 +369,7 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stop()
 
-	err := srv.Serve(l)
+	err := srv.Serve(&limitListener{Listener: l, own: make(chan struct{}, p.maxConns), shared: p.shared, done: ctx.Done()})
 	cancel()    // ends tunnels, upstream requests and dials still running
 	srv.Close() // if l was closed by the caller, net/http's connections are still open
 	l.Close()
@@ -421,6 +435,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { s.p.record(d) }()
 
 	connect := r.Method == http.MethodConnect
+	if !connect && r.ContentLength != 0 {
+		// A body must not stall, even one refused (net/http reads it to reuse the connection):
+		// forward extends this as the body comes.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.p.idleTimeout))
+	}
 	t, ok := parseTarget(r)
 	d.Host, d.Port = t.host, t.port
 	if !ok {
@@ -493,6 +512,12 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs
 	out.Close = false
 	if r.ContentLength == 0 {
 		out.Body = nil
+	} else {
+		// A body that stalls for the idle timeout ends the request; net/http lifts the deadline at
+		// the body's end.
+		b := &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: s.p.idleTimeout}
+		defer b.stop() // the transport may read on after the exchange: the connection is no longer this request's
+		out.Body = b
 	}
 	removeHopHeaders(out.Header)
 
@@ -513,7 +538,7 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs
 		h[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
-	n, rerr, werr := relay(w, resp.Body)
+	n, rerr, werr := relay(w, resp.Body, s.p.idleTimeout)
 	d.Bytes = n
 	switch {
 	case s.ctx.Err() != nil && (werr != nil || rerr != nil):
@@ -534,13 +559,17 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs
 }
 
 // relay copies body to w, flushing each piece so that slow streams reach the client as they come.
-// Nothing is buffered beyond one piece: 100 MB downloads stream.
-func relay(w http.ResponseWriter, body io.Reader) (n int64, rerr, werr error) {
+// Nothing is buffered beyond one piece: 100 MB downloads stream. Each piece must reach the client
+// within idle: one that stops reading is dropped.
+func relay(w http.ResponseWriter, body io.Reader, idle time.Duration) (n int64, rerr, werr error) {
 	rc := http.NewResponseController(w)
+	// And what net/http writes after, the end of a chunked body.
+	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(idle)) }()
 	buf := make([]byte, relayBufSize)
 	for {
 		nr, err := body.Read(buf)
 		if nr > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(idle))
 			nw, err := w.Write(buf[:nr])
 			n += int64(nw)
 			if err != nil {
@@ -557,4 +586,37 @@ func relay(w http.ResponseWriter, body io.Reader) (n int64, rerr, werr error) {
 			return n, err, nil
 		}
 	}
+}
+
+// idleBody is a client's request body that must not stall: each read pushes the connection's read
+// deadline idle ahead.
+type idleBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+func (b *idleBody) extend() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.stopped {
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
+	}
+}
+
+func (b *idleBody) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopped = true
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == nil {
+		b.extend()
+	}
+	return n, err
 }

@@ -15,6 +15,7 @@ import (
 	"toolshed.dev/shed/apikey"
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/e2b"
+	"toolshed.dev/shed/internal/fdbudget"
 	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
@@ -96,6 +97,11 @@ func cmdDaemon() *cli.Command {
 			}
 			svc.Log = log
 			log.Info("supervisor listening", "socket", c.String("socket"), "root", svc.Root)
+			// What each face may hold (docs/supervisor.md): the faces take at most half the descriptors.
+			b := fdbudget.Process()
+			log.Info("descriptor budget", "limit", b.Limit, "faces", b.Faces(), "socket_requests", b.SocketRequests, "socket_per_user", b.SocketPerUser,
+				"e2b_conns", b.E2BConns, "e2b_per_peer", b.E2BPerPeer, "e2b_per_user", b.E2BPerUser, "e2b_in_flight", b.E2BInFlight,
+				"propose_conns", b.ProposeConns, "propose_per_bench", b.ProposePerBench, "proxy_conns", b.ProxyConns, "proxy_per_bench", b.ProxyPerBench)
 			fmt.Fprintf(c.App.ErrWriter, "shed: supervisor on %s for the store at %s\n", c.String("socket"), svc.Root)
 			if addr := c.String("e2b"); addr != "" {
 				eln, err := net.Listen("tcp", addr)
