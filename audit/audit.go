@@ -98,22 +98,44 @@ func (e *Entry) bound() {
 }
 
 // bound returns s if its JSON string is at most max bytes, else the longest prefix of whole runes that
-// fits with the marker "…[truncated, N bytes, blake3:HEX]" (the whole value's length and hash).
+// fits with the marker "…[truncated, N bytes, blake3:HEX]" (the whole value's length and hash). Each
+// byte of s that is not UTF-8 is first replaced by U+FFFD, as encoding/json would write it: a value
+// with such a byte would not read back as the same string, and its line would be no entry (hidden
+// from Entries, a problem to Verify) while the whole value's length and hash still name what was given.
 func bound(s string, max int) string {
-	if jsonLen(s) <= max {
-		return s
+	v := validUTF8(s)
+	if jsonLen(v) <= max {
+		return v
 	}
 	sum := blake3.Sum256([]byte(s))
 	marker := fmt.Sprintf("…[truncated, %d bytes, blake3:%x]", len(s), sum) // its JSON is itself
 	room, i := max-len(marker), 0
-	for i < len(s) {
-		r, size := utf8.DecodeRuneInString(s[i:])
+	for i < len(v) {
+		r, size := utf8.DecodeRuneInString(v[i:])
 		if room -= runeLen(r, size); room < 0 {
 			break
 		}
 		i += size
 	}
-	return s[:i] + marker
+	return v[:i] + marker
+}
+
+// validUTF8 is s with each byte that is not UTF-8 replaced by U+FFFD.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // jsonLen is the length of s's JSON encoding, quotes aside.

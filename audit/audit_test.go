@@ -177,6 +177,26 @@ func TestHugeFields(t *testing.T) {
 	}
 }
 
+// TestNotUTF8: a field with bytes that are not UTF-8 (an upload's path from an E2B URL, %ff) is
+// written as its JSON shows it, with U+FFFD: its line is an entry, listed and verified, and the log
+// chains on from it, in this process and in another.
+func TestNotUTF8(t *testing.T) {
+	l := Open(t.TempDir())
+	bad := []string{"/tmp/evil\xff\xfe", "\xed\xa0\x80", "\xc0\x80", "a\xe2\x80", strings.Repeat("\xff", 5000), strings.Repeat("é", 120) + "\xff" + strings.Repeat("<", 100)}
+	for _, s := range bad {
+		add(t, l, Entry{User: "nobody", Role: "user", Event: "bench.write_files", Bench: s, Dest: s, Detail: "1 file, first " + s})
+	}
+	add(t, Open(filepath.Dir(l.dir)), Entry{User: "root", Role: "operator", Event: "key.trust"}) // another writer: the tail by structure
+	verifyClean(t, l, len(bad)+1)
+	es, err := l.Entries(Filter{User: "nobody"})
+	if err != nil || len(es) != len(bad) {
+		t.Fatalf("entries of nobody: %d %v, want %d", len(es), err, len(bad))
+	}
+	if es[0].Detail != "1 file, first /tmp/evil\ufffd\ufffd" {
+		t.Errorf("detail %q", es[0].Detail)
+	}
+}
+
 // TestBoundWorstCase: an entry whose every field is at its bound, of the characters that cost the
 // most once escaped, with the largest numbers, still fits in MaxLine.
 func TestBoundWorstCase(t *testing.T) {
@@ -496,10 +516,14 @@ func FuzzBound(f *testing.F) {
 		if len(b)-2 > MaxField {
 			t.Errorf("bound(%q): %d bytes of JSON", s, len(b)-2)
 		}
-		if b, _ := json.Marshal(s); len(b)-2 <= MaxField && got != s {
+		if !utf8.ValidString(got) {
+			t.Errorf("bound(%q) = %q: not UTF-8 (its JSON would not read back as itself)", s, got)
+		}
+		v := validUTF8(s)
+		if b, _ := json.Marshal(s); len(b)-2 <= MaxField && got != v {
 			t.Errorf("bound(%q) = %q: it fit", s, got)
 		}
-		if got != s && !strings.HasPrefix(s, got[:strings.LastIndex(got, "…[truncated")]) {
+		if got != v && !strings.HasPrefix(v, got[:strings.LastIndex(got, "…[truncated")]) {
 			t.Errorf("bound(%q) = %q: not a prefix", s, got)
 		}
 	})
