@@ -162,6 +162,10 @@ type Service struct {
 	// user) and every Bench event.
 	Audit    *audit.Log
 	refusals limiter
+	// authority bounds how often a caller who is not an operator starts an operation that fails
+	// closed (bench.propose): each writes two durable entries, its intent and its outcome, whether it
+	// does anything or fails (an unchanged Bench's), which the refusals' limit does not count.
+	authority rateLimiter
 
 	sweepMu sync.Mutex
 	swept   time.Time
@@ -291,6 +295,13 @@ func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any,
 		return nil, &Error{Code: CodeDenied, Err: fmt.Errorf("%w: no policy", ErrDenied)}
 	}
 	if err := s.Policy(s, c.Caller, op, req); err != nil {
+		if aerr := s.record(c, op, req, nil, err, 0); aerr != nil {
+			return nil, auditFailed(op, err, aerr)
+		}
+		return nil, err
+	}
+	if c.Caller.Role != Operator && FailsClosed(op, req) && !s.authority.take(c.Caller, op) {
+		err := &Error{Code: CodeBusy, Err: fmt.Errorf("%s: more than %d a second (bursts of %d): not done", op, authorityRate, authorityBurst), Hint: "try again in a second"}
 		if aerr := s.record(c, op, req, nil, err, 0); aerr != nil {
 			return nil, auditFailed(op, err, aerr)
 		}

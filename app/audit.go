@@ -222,6 +222,52 @@ type bucket struct {
 	last   time.Time
 }
 
+// The operations that fail closed a caller who is not an operator may start (bench.propose, an
+// agent's only way to write to the log): at most authorityRate a second, in bursts of
+// authorityBurst, per caller and operation. Each writes its intent and its outcome durably, a
+// failure too (a proposal of an unchanged Bench), and past the rate it is refused before its intent,
+// a refusal like any other (counted past the refusals' rate). Unbounded, one agent wrote 160 a second.
+const (
+	authorityRate  = 1
+	authorityBurst = 10
+)
+
+// rateLimiter is a token bucket per caller and operation, of authorityRate and authorityBurst.
+type rateLimiter struct {
+	mu      sync.Mutex
+	buckets map[refusalKey]*bucket
+}
+
+// take spends a token of c's bucket for op, and says whether there was one.
+func (l *rateLimiter) take(c *Caller, op string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if l.buckets == nil {
+		l.buckets = map[refusalKey]*bucket{}
+	}
+	if len(l.buckets) > 4096 { // a full bucket is as good as none
+		for k, b := range l.buckets {
+			if now.Sub(b.last).Seconds()*authorityRate >= authorityBurst {
+				delete(l.buckets, k)
+			}
+		}
+	}
+	k := refusalKey{callerKey{c.UID, c.User}, op}
+	b := l.buckets[k]
+	if b == nil {
+		b = &bucket{tokens: authorityBurst, last: now}
+		l.buckets[k] = b
+	}
+	b.tokens = min(authorityBurst, b.tokens+now.Sub(b.last).Seconds()*authorityRate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
 // drops is what one caller had dropped since its last count was written.
 type drops struct {
 	callerKey

@@ -179,6 +179,47 @@ func TestDroppedRefusals(t *testing.T) {
 	}
 }
 
+// TestProposeFlood: an agent that asks for proposals of its Bench as fast as it can (each one fails:
+// the Bench is unchanged) writes two durable entries for each only up to authorityBurst, then a
+// second; the rest are refused busy before any intent, and counted like refusals. An operator is
+// not held to it.
+func TestProposeFlood(t *testing.T) {
+	s := auditedStore(t)
+	s.Policy = func(*Service, *Caller, string, any) error { return nil }
+	ctx := context.Background()
+	agent := &Call{Caller: &Caller{User: "agent of bench b1", Role: Agent, Bench: "b1", Dir: "/"}}
+	const n = 200
+	busy := 0
+	for range n {
+		_, err := s.Do(ctx, agent, "bench.propose", &BenchProposeRequest{Bench: "b1"})
+		if Classify(err).Code == CodeBusy {
+			busy++
+		}
+	}
+	s.FlushAudit()
+	es, _ := s.Audit.Entries(audit.Filter{})
+	var intents, written, counted int64
+	for _, e := range es {
+		switch {
+		case e.Event == "bench.propose" && e.Intent:
+			intents++
+		case e.Event == "bench.propose" && e.Error == string(CodeBusy):
+			written++
+		case e.Event == "audit.dropped":
+			counted += e.Count
+		}
+	}
+	if intents > authorityBurst+1 || busy < n-authorityBurst-1 || intents+written+counted != n {
+		t.Errorf("%d proposals: %d intents, %d busy (%d written, %d counted); want at most %d intents, and every one accounted for",
+			n, intents, busy, written, counted, authorityBurst+1)
+	}
+	for range authorityBurst + 5 {
+		if _, err := s.Do(ctx, root, "bench.propose", &BenchProposeRequest{Bench: "b1"}); Classify(err).Code == CodeBusy {
+			t.Fatalf("an operator's proposal: %v", err)
+		}
+	}
+}
+
 // TestBenchEventsBounded: a Bench's event with a huge destination (a CONNECT to a 12,000-character
 // host) is noted bounded, and the log goes on.
 func TestBenchEventsBounded(t *testing.T) {
