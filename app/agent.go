@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/proposal"
@@ -499,6 +500,8 @@ func (r *WriteFilesRequest) summary() string {
 // agentEnv is what the commands shed runs in a Bench for files add to its environment.
 var agentEnv = []string{"LC_ALL=C"}
 
+// firstLine is the first line of a command's stderr, for an error, at most maxErrLine bytes: the
+// command is the Bench's (its agent may have replaced tar or sh), and its line is in the answer.
 func firstLine(s string, code int) string {
 	s = strings.TrimSpace(s)
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
@@ -507,8 +510,18 @@ func firstLine(s string, code int) string {
 	if s == "" {
 		return "exit " + strconv.Itoa(code)
 	}
+	if len(s) > maxErrLine {
+		n := maxErrLine
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = fmt.Sprintf("%s…[%d bytes]", s[:n], len(s))
+	}
 	return s
 }
+
+// maxErrLine bounds the line of a command's stderr that an error quotes.
+const maxErrLine = 1024
 
 // ReadFileRequest asks for a file of a Bench.
 type ReadFileRequest struct {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/store"
@@ -217,6 +218,18 @@ func TestProposeFlood(t *testing.T) {
 		if _, err := s.Do(ctx, root, "bench.propose", &BenchProposeRequest{Bench: "b1"}); Classify(err).Code == CodeBusy {
 			t.Fatalf("an operator's proposal: %v", err)
 		}
+	}
+}
+
+// TestFirstLineBounded: a command in a Bench (a tar its agent replaced) that writes a 1 MiB line to
+// stderr is quoted in the error within maxErrLine, cut on a rune.
+func TestFirstLineBounded(t *testing.T) {
+	got := firstLine(strings.Repeat("é", 1<<19)+"\nrest", 1)
+	if len(got) > maxErrLine+32 || !utf8.ValidString(got) || !strings.HasSuffix(got, "…[1048576 bytes]") {
+		t.Errorf("firstLine of a 1 MiB line: %d bytes, ends %q", len(got), got[max(0, len(got)-40):])
+	}
+	if got := firstLine("tar: /x: Cannot open\nmore", 2); got != "tar: /x: Cannot open" {
+		t.Errorf("firstLine = %q", got)
 	}
 }
 
