@@ -157,9 +157,9 @@ func TestDroppedRefusals(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for dropped == 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
-		gc, _, dropped, _ = count()
+		_, _, dropped, _ = count()
 	}
-	gc, trusts, dropped, drops := count()
+	gc, _, dropped, drops := count()
 	if gc+dropped != junk || len(drops) != 1 || !strings.Contains(drops[0].Detail, fmt.Sprintf("gc denied %d", dropped)) ||
 		!strings.Contains(drops[0].Detail, "uid 65534") || drops[0].Role != "user" {
 		t.Errorf("%d gc written and %d counted, want %d; the count: %+v", gc, dropped, junk, drops)
