@@ -85,20 +85,33 @@ docs: build ## regenerate docs/cli.md and the man page from the CLI definition, 
 	mkdir -p docs/man && bin/shed man > docs/man/shed.1
 	SHED_UPDATE_DOCS=1 $(GO) test -count=1 -run TestAPIDoc ./api
 
+# The directories install puts files in. install records in libexec/shed/dirs (as PREFIX-absolute
+# paths, without DESTDIR) those of them, and of their parents, that did not exist before it, so that
+# uninstall removes those, when empty, and never one that was there before (PREFIX/bin itself...).
+INSTALL_DIRS = bin libexec/shed share/man/man1 share/bash-completion/completions share/zsh/site-functions share/fish/vendor_completions.d
+
 install: build ## install shed, its init (libexec/shed/shed-init), its man page and shell completions under DESTDIR/PREFIX (default /usr/local)
-	install -D -m 0755 bin/shed $(DESTDIR)$(PREFIX)/bin/shed
-	install -D -m 0755 bin/shed-init $(DESTDIR)$(PREFIX)/libexec/shed/shed-init
-	install -D -m 0644 docs/man/shed.1 $(DESTDIR)$(PREFIX)/share/man/man1/shed.1
-	mkdir -p $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
-		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	@new=; for d in $(INSTALL_DIRS); do d='$(PREFIX)'/$$d; \
+		while [ -n "$$d" ] && [ "$$d" != / ] && [ "$$d" != . ] && [ ! -d '$(DESTDIR)'"$$d" ]; do new="$$new$$d\n"; d=$$(dirname "$$d"); done; \
+	done; mkdir -p $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALL_DIRS)); \
+	{ cat '$(DESTDIR)$(PREFIX)/libexec/shed/dirs' 2>/dev/null; printf %b "$$new"; } | LC_ALL=C sort -u > '$(DESTDIR)$(PREFIX)/libexec/shed/dirs.new' && \
+	mv '$(DESTDIR)$(PREFIX)/libexec/shed/dirs.new' '$(DESTDIR)$(PREFIX)/libexec/shed/dirs'
+	install -m 0755 bin/shed $(DESTDIR)$(PREFIX)/bin/shed
+	install -m 0755 bin/shed-init $(DESTDIR)$(PREFIX)/libexec/shed/shed-init
+	install -m 0644 docs/man/shed.1 $(DESTDIR)$(PREFIX)/share/man/man1/shed.1
 	bin/shed completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/shed
 	bin/shed completion zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_shed
 	bin/shed completion fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
 
-uninstall: ## remove what install installed
+uninstall: ## remove what install installed, and the directories it made, when empty
 	rm -f $(DESTDIR)$(PREFIX)/bin/shed $(DESTDIR)$(PREFIX)/libexec/shed/shed-init $(DESTDIR)$(PREFIX)/share/man/man1/shed.1 \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/shed $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_shed \
 		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
+	@# Deepest first: a directory sorts after its parent. libexec/shed is shed's own, recorded or not.
+	@dirs=$$(cat '$(DESTDIR)$(PREFIX)/libexec/shed/dirs' 2>/dev/null); rm -f '$(DESTDIR)$(PREFIX)/libexec/shed/dirs'; \
+	for d in $$( { printf '%s\n' $$dirs; echo '$(PREFIX)/libexec/shed'; } | LC_ALL=C sort -ru); do \
+		[ ! -d '$(DESTDIR)'"$$d" ] || rmdir --ignore-fail-on-non-empty '$(DESTDIR)'"$$d"; \
+	done
 
 generate: ## regenerate the E2B API's envd messages and Connect handlers from e2b/envd/*.proto (needs protoc: apt-get install protobuf-compiler)
 	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go connectrpc.com/connect/cmd/protoc-gen-connect-go

@@ -40,3 +40,46 @@ func TestMakeInstall(t *testing.T) {
 		t.Error("the bash completion is not shed's")
 	}
 }
+
+// TestMakeUninstall: `make uninstall` removes what `make install` put, and the directories install
+// made, so that the tree is as it was; directories that were there before stay, even empty ones.
+func TestMakeUninstall(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Fatal("make is not installed (.ci/run installs it)")
+	}
+	dest := t.TempDir()
+	// What was there before: PREFIX/bin with a file of another package's, and an empty man1.
+	for _, d := range []string{"usr/bin", "usr/share/man/man1"} {
+		if err := os.MkdirAll(filepath.Join(dest, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(dest, "usr/bin/other"), "not shed's\n")
+	before := treeOf(t, dest)
+	for _, target := range []string{"install", "install", "uninstall"} { // installing twice forgets nothing
+		if out, err := exec.Command("make", "-C", "..", target, "DESTDIR="+dest, "PREFIX=/usr").CombinedOutput(); err != nil {
+			t.Fatalf("make %s: %v\n%s", target, err, out)
+		}
+	}
+	if after := treeOf(t, dest); after != before {
+		t.Errorf("after make install and make uninstall the tree is\n%s\nwant, as before,\n%s", after, before)
+	}
+}
+
+// treeOf lists every file and directory under dir, one a line.
+func treeOf(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		b.WriteString(rel + "\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
