@@ -439,14 +439,25 @@ type RootRequest struct {
 // Empty is the result of an operation that returns nothing but success.
 type Empty struct{}
 
-// RootRemove removes a named root (the paths stay until gc).
-func (s *Service) RootRemove(ctx context.Context, c *Call, req *RootRequest) (*Empty, error) {
+// RootRemove removes a named root (the paths stay until gc) and returns what it was.
+func (s *Service) RootRemove(ctx context.Context, c *Call, req *RootRequest) (*Root, error) {
 	st, err := s.openStore()
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	return &Empty{}, st.RemoveRoot(req.Name)
+	res := &Root{Name: req.Name}
+	if roots, err := st.Roots(); err == nil { // a damaged root elsewhere does not stop this one's removal
+		for _, r := range roots {
+			if r.Name == req.Name {
+				res.Path, res.Location = r.Path, st.Location(r.Path)
+			}
+		}
+	}
+	if err := st.RemoveRoot(req.Name); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // GCRequest asks to delete the paths no root needs.
@@ -606,8 +617,14 @@ type KeyRequest struct {
 	Key string `json:"key"` // NAME:BASE64 (or, to untrust, NAME)
 }
 
+// KeyResult is what key.trust or key.untrust changed.
+type KeyResult struct {
+	Keys    []string `json:"keys"`    // the key trusted, or the keys no longer trusted (NAME:BASE64)
+	Changed bool     `json:"changed"` // false: the key was trusted already
+}
+
 // KeyTrust trusts a public key for paths from caches and imports.
-func (s *Service) KeyTrust(ctx context.Context, c *Call, req *KeyRequest) (*Empty, error) {
+func (s *Service) KeyTrust(ctx context.Context, c *Call, req *KeyRequest) (*KeyResult, error) {
 	k, err := trust.ParsePublicKey(req.Key)
 	if err != nil {
 		return nil, fail(CodeUsage, err, "`shed key export` on the signing store prints its public key")
@@ -617,35 +634,46 @@ func (s *Service) KeyTrust(ctx context.Context, c *Call, req *KeyRequest) (*Empt
 		return nil, err
 	}
 	defer st.Close()
-	return &Empty{}, st.UpdateConfig(func(cfg *store.Config) error {
+	res := &KeyResult{Keys: []string{k.String()}}
+	err = st.UpdateConfig(func(cfg *store.Config) error {
 		if !slices.Contains(cfg.TrustedPublicKeys, k.String()) {
-			cfg.TrustedPublicKeys = append(cfg.TrustedPublicKeys, k.String())
+			cfg.TrustedPublicKeys, res.Changed = append(cfg.TrustedPublicKeys, k.String()), true
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // KeyUntrust stops trusting a key.
-func (s *Service) KeyUntrust(ctx context.Context, c *Call, req *KeyRequest) (*Empty, error) {
+func (s *Service) KeyUntrust(ctx context.Context, c *Call, req *KeyRequest) (*KeyResult, error) {
 	st, err := s.openStore()
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	found := false
+	res := &KeyResult{Keys: []string{}}
 	err = st.UpdateConfig(func(cfg *store.Config) error {
 		cfg.TrustedPublicKeys = slices.DeleteFunc(cfg.TrustedPublicKeys, func(k string) bool {
 			pk, err := trust.ParsePublicKey(k)
 			match := k == req.Key || (err == nil && pk.Name == req.Key)
-			found = found || match
+			if match {
+				res.Keys = append(res.Keys, k)
+			}
 			return match
 		})
 		return nil
 	})
-	if err == nil && !found {
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Keys) == 0 {
 		return nil, fail(CodeNotFound, fmt.Errorf("no trusted key %q", req.Key), "`shed key show` lists the trusted keys")
 	}
-	return &Empty{}, err
+	res.Changed = true
+	return res, nil
 }
 
 // CopyRequest asks to push store paths (with their closures) to a cache. Items are store paths or

@@ -167,6 +167,9 @@ func cmdBench() *cli.Command {
 					if c.Bool("json") {
 						return printJSON(c, res)
 					}
+					for _, b := range res.Removed {
+						fmt.Fprintf(c.App.Writer, "removed %s\n", b)
+					}
 					return nil
 				},
 			},

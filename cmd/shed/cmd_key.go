@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -79,9 +80,20 @@ func cmdKey() *cli.Command {
 				ArgsUsage: "NAME:BASE64",
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
-						return usageError("key trust wants one public key, NAME:BASE64 (shed key export prints one)")
+						return withHint(exitUsage, errors.New("key trust wants one public key, NAME:BASE64"), "`shed key export` on the signing store prints one")
 					}
-					_, err := call[app.Empty](c, "key.trust", &app.KeyRequest{Key: c.Args().First()})
+					res, err := call[app.KeyResult](c, "key.trust", &app.KeyRequest{Key: c.Args().First()})
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c, res)
+					}
+					if !res.Changed {
+						_, err = fmt.Fprintf(c.App.Writer, "%s was trusted already\n", res.Keys[0])
+						return err
+					}
+					_, err = fmt.Fprintf(c.App.Writer, "trusted %s\n", res.Keys[0])
 					return err
 				},
 			},
@@ -93,8 +105,17 @@ func cmdKey() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("key untrust wants one key name or public key")
 					}
-					_, err := call[app.Empty](c, "key.untrust", &app.KeyRequest{Key: c.Args().First()})
-					return err
+					res, err := call[app.KeyResult](c, "key.untrust", &app.KeyRequest{Key: c.Args().First()})
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c, res)
+					}
+					for _, k := range res.Keys {
+						fmt.Fprintf(c.App.Writer, "no longer trusted: %s\n", k)
+					}
+					return nil
 				},
 			},
 		},

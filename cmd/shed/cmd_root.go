@@ -61,7 +61,19 @@ func cmdRoot() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError("root rm wants NAME")
 					}
-					_, err := call[app.Empty](c, "root.rm", &app.RootRequest{Name: c.Args().First()})
+					r, err := call[app.Root](c, "root.rm", &app.RootRequest{Name: c.Args().First()})
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c, r)
+					}
+					if r.Location == "" {
+						_, err = fmt.Fprintf(c.App.Writer, "removed root %s\n", r.Name)
+						return err
+					}
+					// What it kept stays until gc, unless another root keeps it.
+					_, err = fmt.Fprintf(c.App.Writer, "removed root %s -> %s (kept until gc)\n", r.Name, r.Location)
 					return err
 				},
 			},
