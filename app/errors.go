@@ -12,6 +12,7 @@ import (
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/cache"
+	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/proposal"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/records"
@@ -101,6 +102,9 @@ func isDNSError(err error) bool {
 // hintFor suggests what to do about errors that come from packages, which know what went wrong but
 // not what the caller asked.
 func hintFor(err error) string {
+	if h := hint.Of(err); h != "" { // the package that made the error knew what to do
+		return h
+	}
 	var be *builder.BuildError
 	if errors.As(err, &be) {
 		return "the build log says more: `shed log " + be.Path.String() + "` (" + be.Log + ")"

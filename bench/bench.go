@@ -25,6 +25,7 @@ import (
 
 	"toolshed.dev/shed/internal/atomicfile"
 	"toolshed.dev/shed/internal/fdbudget"
+	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/recipe"
@@ -422,7 +423,7 @@ func reserve(benches, dir, name string) (*os.File, error) {
 		return nil, err
 	}
 	if _, err := FindIn(benches, name); err == nil {
-		return nil, fmt.Errorf("%w: %s (pick another --name; `shed bench ls` lists yours)", ErrNameTaken, name)
+		return nil, hint.Wrap(fmt.Errorf("%w: %s", ErrNameTaken, name), "pick another --name; `shed bench ls` lists yours")
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"toolshed.dev/shed/derivation"
+	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
@@ -280,7 +281,7 @@ func (b *Builder) buildPipLayer(ctx context.Context, d *derivation.Derivation, l
 	for _, a := range d.Args {
 		name, version, ok := strings.Cut(a, "==")
 		if !ok {
-			return fmt.Errorf("%s: argument %q is not name==version (run `shed lock`)", d.Name, a)
+			return hint.Wrap(fmt.Errorf("%s: argument %q is not name==version", d.Name, a), "run `shed lock` to pin every pip package")
 		}
 		w, ok := findWheel(byFile, name, version)
 		if !ok {

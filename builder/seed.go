@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"toolshed.dev/shed/derivation"
+	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/sandbox"
 )
@@ -36,7 +37,7 @@ func (b *Builder) buildDebianSeed(ctx context.Context, d *derivation.Derivation,
 		return fmt.Errorf("seed derivation %s: want variant, hook dir, suite and mirror", d.Name)
 	}
 	if _, err := os.Stat("/usr/bin/mmdebstrap"); err != nil {
-		return fmt.Errorf("mmdebstrap is not installed: %w (apt-get install mmdebstrap)", err)
+		return hint.Wrap(fmt.Errorf("mmdebstrap is not installed: %w", err), "as root: `apt-get install mmdebstrap` (it builds Debian seeds)")
 	}
 	suite, mirror := d.Args[2], d.Args[3]
 	dir := filepath.Join(stage, "seed")
@@ -145,7 +146,7 @@ func mirrorRule(mirror string) (proxy.Rule, bool, error) {
 // buildOCISeed imports an OCI image by the digest its derivation pins.
 func (b *Builder) buildOCISeed(ctx context.Context, d *derivation.Derivation, out string, log io.Writer) error {
 	if len(d.Args) < 3 {
-		return fmt.Errorf("seed derivation %s: not locked: want layout dir, tag and digest (run `shed lock`)", d.Name)
+		return hint.Wrap(fmt.Errorf("seed derivation %s: not locked: want layout dir, tag and digest", d.Name), "run `shed lock`: it pins the image's digest")
 	}
 	img := OCIImage{Dir: d.Args[0], Tag: d.Args[1]}
 	fmt.Fprintf(log, "shed: importing %s:%s at %s\n", img.Dir, img.Tag, d.Args[2])

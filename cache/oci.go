@@ -29,6 +29,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote/errcode"
 	"oras.land/oras-go/v2/registry/remote/retry"
 
+	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/store"
 	"toolshed.dev/shed/trust"
 )
@@ -265,7 +266,7 @@ func pushOne(ctx context.Context, s *store.Store, t *trust.Store, c *Cache, p st
 	}
 	prov, err := s.Provenance(p)
 	if err != nil {
-		return 0, false, fmt.Errorf("%w (`shed store sign` signs it)", err)
+		return 0, false, hint.Wrap(err, "`shed store sign "+s.Location(p)+"` signs it with this store's key, if you vouch for it")
 	}
 	if err := t.Verify(info, prov); err != nil {
 		return 0, false, fmt.Errorf("its provenance does not verify here: %w", err)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/internal/atomicfile"
+	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/recipe"
 )
 
@@ -162,7 +163,7 @@ func ReadFiles(r *recipe.Recipe) (*Files, error) {
 		return nil, err
 	}
 	if f.Lock, err = os.ReadFile(recipe.LockFile(r.File)); err != nil {
-		return nil, fmt.Errorf("%w (run `shed lock %s` first: a record holds a lock)", err, r.File)
+		return nil, hint.Wrap(err, "run `shed lock "+r.File+"` first: a record holds a lock")
 	}
 	for _, s := range r.Apt.Sources {
 		b, err := os.ReadFile(filepath.Join(r.Dir, s.Key))

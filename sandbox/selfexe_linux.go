@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/internal/hint"
 )
 
 // InitName is the small program a sandbox's init runs (cmd/shed-init): it links this package and
@@ -80,7 +82,7 @@ func checkInit(fd int, name string) error {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return fmt.Errorf("%s is not a regular file", name)
 	case st.Uid != 0 && int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("%s belongs to uid %d, not to root or to this user: reinstall it (make install)", name, st.Uid)
+		return hint.Wrap(fmt.Errorf("%s belongs to uid %d, not to root or to this user", name, st.Uid), "reinstall it as root or as this user: `make install`")
 	case st.Mode&0o022 != 0:
 		return fmt.Errorf("%s is writable by others (mode %#o): chmod go-w it", name, st.Mode&0o7777)
 	}

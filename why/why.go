@@ -15,6 +15,7 @@ import (
 	"toolshed.dev/shed/debian"
 
 	"toolshed.dev/shed/derivation"
+	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/store"
 )
@@ -51,7 +52,7 @@ func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines, pipL
 			continue
 		}
 		if !s.IsValid(d.Output) {
-			return nil, fmt.Errorf("%w: %s (run `shed realize` first)", store.ErrNotExist, d.Output)
+			return nil, hint.Wrap(fmt.Errorf("%w: %s: the Workshop is not realized", store.ErrNotExist, d.Output), "run `shed realize "+r.File+"` first")
 		}
 		layers = append(layers, d)
 	}

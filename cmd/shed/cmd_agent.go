@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -63,7 +64,7 @@ func cmdAgent() *cli.Command {
 				ArgsUsage: "ID|user:NAME",
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
-						return usageError("shed agent key rm ID (`shed agent key ls` lists them)")
+						return withHint(exitUsage, errors.New("agent key rm wants one key ID, or user:NAME for every key of a user"), "`shed agent key ls` lists the keys")
 					}
 					res, err := call[app.KeyListResult](c, "agent.key_rm", &app.KeyRemoveRequest{ID: c.Args().First()})
 					if err != nil {

@@ -187,7 +187,7 @@ func cmdWorkshop() *cli.Command {
 					"proposal promoted before are refused. Then realizes the new version (a gc root each).",
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
-						return usageError("workshop promote wants a PROPOSAL id (`shed bench propose` prints it)")
+						return withHint(exitUsage, errors.New("workshop promote wants a PROPOSAL id"), "`shed bench propose BENCH` prints it")
 					}
 					shown, err := call[app.ProposeResult](c, "proposal.show", &app.ProposalRequest{ID: c.Args().First(), ForPromotion: true})
 					if ae := (*app.Error)(nil); errors.As(err, &ae) && ae.Code == app.CodeBadRequest {
