@@ -88,8 +88,9 @@ type realized struct {
 	plan *recipe.Plan
 	b    *builder.Builder
 	res  *builder.Result
-	// lockBuilt are the paths built to lock the recipe first (its seed), before the realize proper.
-	lockBuilt []store.Path
+	// lock is the builder that locked the recipe first, before the realize proper (nil: it was
+	// locked): what it built and fetched (the seed; for pip packages, the apt layer and its .debs).
+	lock *builder.Builder
 }
 
 // realize loads the recipe, opens the store, locks if needed, realizes every path and roots the
@@ -112,11 +113,11 @@ func (s *Service) realize(ctx context.Context, c *Call, workshop string, offline
 }
 
 func (s *Service) realizeIn(ctx context.Context, c *Call, w *realized, offline bool, substituters []string) error {
-	plan, _, lockBuilt, err := s.lockedPlanBuilt(ctx, c, w.st, w.r, offline)
+	plan, _, lb, err := s.lockedPlanBuilt(ctx, c, w.st, w.r, offline)
 	if err != nil {
 		return err
 	}
-	w.lockBuilt = lockBuilt
+	w.lock = lb
 	w.plan, w.b = plan, s.newBuilder(c, w.st, offline)
 	if w.b.Substituter, err = s.substituter(c, w.st, substituters); err != nil {
 		return err
@@ -142,9 +143,10 @@ func (s *Service) lockedPlan(ctx context.Context, c *Call, st *store.Store, r *r
 	return plan, lock, err
 }
 
-// lockedPlanBuilt is lockedPlan, and the paths it built to lock (the seed, when the lock needs it).
-func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store, r *recipe.Recipe, offline bool) (*recipe.Plan, *recipe.Lock, []store.Path, error) {
-	var built []store.Path
+// lockedPlanBuilt is lockedPlan, and the builder that locked (nil if the lock was there): what it
+// built and fetched to lock (the seed; for pip packages, the layers pip runs in).
+func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store, r *recipe.Recipe, offline bool) (*recipe.Plan, *recipe.Lock, *builder.Builder, error) {
+	var lb *builder.Builder
 	lockFile := recipe.LockFile(r.File)
 	lock, err := recipe.LoadLock(lockFile)
 	reason := ""
@@ -174,9 +176,8 @@ func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store,
 		}
 		c.notice("info", "locking: %s; resolving %s...", reason, r.File)
 		t0 := time.Now()
-		lb := s.newBuilder(c, st, false)
+		lb = s.newBuilder(c, st, false)
 		lock, err = lb.Lock(ctx, r, builder.LockOptions{})
-		built = lb.Built()
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -190,7 +191,7 @@ func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return plan, lock, built, nil
+	return plan, lock, lb, nil
 }
 
 // Counts says what a lock holds: "30 packages" or "30 packages, 3 pip packages".
@@ -313,9 +314,14 @@ func (s *Service) Realize(ctx context.Context, c *Call, req *RealizeRequest) (*R
 		return nil, err
 	}
 	defer w.st.Close()
+	built, fetched, fetchedBytes := w.res.Built, w.res.Fetched, w.res.FetchedBytes
+	if w.lock != nil { // what locking did first counts as this realize's too
+		lockFetched, n := w.lock.Fetched()
+		built, fetched, fetchedBytes = append(w.lock.Built(), built...), append(lockFetched, fetched...), fetchedBytes+n
+	}
 	res := &RealizeResult{
-		Workshop: w.r.Name, File: w.r.File, Layers: locations(w.st, w.res.Layers), Built: locations(w.st, append(w.lockBuilt, w.res.Built...)),
-		Fetched: locations(w.st, w.res.Fetched), FetchedBytes: w.res.FetchedBytes, Substituted: locations(w.st, w.res.Substituted),
+		Workshop: w.r.Name, File: w.r.File, Layers: locations(w.st, w.res.Layers), Built: locations(w.st, built),
+		Fetched: locations(w.st, fetched), FetchedBytes: fetchedBytes, Substituted: locations(w.st, w.res.Substituted),
 	}
 	for _, p := range w.res.Substituted {
 		if info, err := w.st.Info(p); err == nil {

@@ -47,8 +47,10 @@ type Builder struct {
 	// its bytes), between those lines.
 	Status Status
 
-	builtMu sync.Mutex
-	built   []store.Path // every path this builder built, in order
+	builtMu      sync.Mutex
+	built        []store.Path // every path this builder built, in order
+	fetched      []store.Path // every path this builder downloaded
+	fetchedBytes int64
 }
 
 // Built lists every path this builder built (by Realize, also for a Lock's seed).
@@ -56,6 +58,14 @@ func (b *Builder) Built() []store.Path {
 	b.builtMu.Lock()
 	defer b.builtMu.Unlock()
 	return slices.Clone(b.built)
+}
+
+// Fetched lists every path this builder downloaded, and their bytes: by Realize, also for a Lock
+// (the seed's and apt layer's .debs that resolving pip packages installs first).
+func (b *Builder) Fetched() ([]store.Path, int64) {
+	b.builtMu.Lock()
+	defer b.builtMu.Unlock()
+	return slices.Clone(b.fetched), b.fetchedBytes
 }
 
 func (b *Builder) step(format string, args ...any) {
@@ -273,6 +283,9 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		fr, err := Fetch(ctx, s, needFetch, FetchOptions{Progress: b.Progress, Offline: b.Offline})
 		if fr != nil {
 			res.Fetched, res.FetchedBytes = fr.Fetched, fr.Bytes
+			b.builtMu.Lock()
+			b.fetched, b.fetchedBytes = append(b.fetched, fr.Fetched...), b.fetchedBytes+fr.Bytes
+			b.builtMu.Unlock()
 		}
 		if err != nil {
 			return res, err

@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -117,6 +119,36 @@ func TestPipWorkshop(t *testing.T) {
 	}
 	if j2.Layers[1] != j.Layers[1] {
 		t.Errorf("the two recipes do not share their apt layer: %s, %s", j2.Layers[1], j.Layers[1])
+	}
+}
+
+// TestPipRealizeCounts: a realize that locks first counts everything it downloaded, locking
+// included: resolving pip packages builds the apt layer pip runs in, whose .debs are downloaded
+// then. Its summary line says as many files as its fetch lines did.
+func TestPipRealizeCounts(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
+	requireRoot(t)
+	root := sharedRoot(t)
+	idx := newPipIndex(t)
+	// python3-six is this test's alone: its .deb is downloaded by the lock, whatever else ran.
+	file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = "pycount"
+seed = "debian/bookworm"
+[apt]
+packages = ["python3-pip", "python3-six"]
+[pip]
+index = %q
+packages = ["shedtest-beta"]
+`, idx.URL()))
+	r := mustShed(t, root, "realize", file)
+	// What the fetch lines say was downloaded: "fetched 30 files, 12.8 MiB in 700ms".
+	printed, lines := 0, 0
+	for _, m := range regexp.MustCompile(`(?m)^fetched (\d+) files?, `).FindAllStringSubmatch(r.stderr, -1) {
+		n, _ := strconv.Atoi(m[1])
+		printed, lines = printed+n, lines+1
+	}
+	summary := regexp.MustCompile(`(?m)^shed: realized pycount in .*, fetched (\d+) files? \(`).FindStringSubmatch(r.stderr)
+	if lines < 1 || summary == nil || summary[1] != strconv.Itoa(printed) {
+		t.Errorf("the summary does not count the %d files the fetch lines say were downloaded:\n%s", printed, r.stderr)
 	}
 }
 
