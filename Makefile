@@ -14,10 +14,13 @@ PREFIX    ?= /usr/local
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS = ./cache:FuzzReadLayer ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./store:FuzzDecodeRecord ./api:FuzzDecode
 
-.PHONY: help build install uninstall example test test-daemon bench bench-scale lint fuzz docs generate clean
+.PHONY: help deps build install uninstall example test test-daemon bench bench-scale lint fuzz docs generate clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+deps: ## install (as root, with apt-get) the Debian packages that example and test use and that are missing: scripts/deps.sh, as CI does
+	scripts/deps.sh
 
 build: ## build bin/shed and bin/shed-init (the Bench's init, a small program of its own)
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/ ./cmd/shed ./cmd/shed-init

@@ -53,7 +53,7 @@ func newAptRepo(t *testing.T, debs ...debSpec) *aptRepo {
 	t.Helper()
 	for _, tool := range []string{"dpkg-deb", "apt-ftparchive", "gpg"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is not installed (apt-get install dpkg-dev apt-utils gpg): .ci/run installs it", tool)
+			t.Fatalf("%s is not installed (apt-get install dpkg-dev apt-utils gpg): `make deps` installs it", tool)
 		}
 	}
 	base := t.TempDir()

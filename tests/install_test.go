@@ -12,7 +12,7 @@ import (
 // shells' completions where each looks, and the installed shed names its version and commit.
 func TestMakeInstall(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
-		t.Fatal("make is not installed (.ci/run installs it)")
+		t.Fatal("make is not installed (`make deps` installs it)")
 	}
 	if _, err := exec.Command("git", "-C", "..", "rev-parse", "HEAD").Output(); err != nil {
 		t.Skip("not a git checkout: the commit is not known (a release tarball sets COMMIT)")
@@ -45,7 +45,7 @@ func TestMakeInstall(t *testing.T) {
 // made, so that the tree is as it was; directories that were there before stay, even empty ones.
 func TestMakeUninstall(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
-		t.Fatal("make is not installed (.ci/run installs it)")
+		t.Fatal("make is not installed (`make deps` installs it)")
 	}
 	dest := t.TempDir()
 	// What was there before: PREFIX/bin with a file of another package's, and an empty man1.
@@ -82,4 +82,31 @@ func treeOf(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestMakeDeps: `make deps` installs what the build and the tests use, from the one list CI uses
+// (scripts/deps.sh, which .ci/run runs), and the README's first screen says to run it before make test.
+func TestMakeDeps(t *testing.T) {
+	requireRoot(t)
+	out, err := exec.Command("make", "-C", "..", "-s", "deps").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make deps: %v\n%s", err, out)
+	}
+	ci, err := os.ReadFile("../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(ci), "\nscripts/deps.sh\n") || strings.Contains(string(ci), "apt-get install") {
+		t.Errorf(".ci/run does not install its packages through scripts/deps.sh alone:\n%s", ci)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(readme), "```console")
+	for _, want := range []string{"make deps", "](#install)"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the README's first screen does not say %q:\n%s", want, first)
+		}
+	}
 }

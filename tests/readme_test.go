@@ -16,7 +16,7 @@ import (
 func TestReadmeExample(t *testing.T) {
 	t.Parallel() // see parallelTests in main_test.go
 	if _, err := exec.LookPath("make"); err != nil {
-		t.Fatal("make is not installed; .ci/run installs it")
+		t.Fatal("make is not installed; `make deps` installs it")
 	}
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
