@@ -18,10 +18,12 @@ var advice = regexp.MustCompile("\\((run|try|use|see|pick|apt-get|make|install|r
 
 // TestNoAdviceInErrorText: no error of shed's carries its advice in its own text, where the
 // `shed: hint:` line and an API error's hint never see it: every fmt.Errorf, errors.New and usage
-// error of every package (the message argument; hints are arguments of their own) is read for it.
+// error of every package (the message argument; hints are arguments of their own) and every
+// recipe error's Msg is read for it.
 func TestNoAdviceInErrorText(t *testing.T) {
 	// The message's position among a call's arguments, by the called function's name.
-	message := map[string]int{"Errorf": 0, "errors.New": 0, "usageError": 0, "usage": 1, "denied": 1}
+	// (fail is app's, whose message is an error of its own, and the recipe checker's, hint last.)
+	message := map[string]int{"Errorf": 0, "errors.New": 0, "usageError": 0, "usage": 1, "denied": 1, "bad": 1, "fail": 1, "specErr": 1}
 	fset := token.NewFileSet()
 	checked := 0
 	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
@@ -40,6 +42,11 @@ func TestNoAdviceInErrorText(t *testing.T) {
 		}
 		checked++
 		ast.Inspect(f, func(n ast.Node) bool {
+			if kv, ok := n.(*ast.KeyValueExpr); ok { // a recipe.Error's Msg, beside its Hint
+				if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Msg" && advice.MatchString(literal(kv.Value)) {
+					t.Errorf("%s: advice in the error's text, not in its hint: %q", fset.Position(kv.Pos()), literal(kv.Value))
+				}
+			}
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
@@ -73,7 +80,8 @@ func TestNoAdviceInErrorText(t *testing.T) {
 	}
 }
 
-// literal is the constant text of a string literal or a concatenation of them ("" for anything else).
+// literal is the constant text of a string literal, a concatenation of them or a Sprintf's format
+// ("" for anything else).
 func literal(e ast.Expr) string {
 	switch e := e.(type) {
 	case *ast.BasicLit:
@@ -87,6 +95,10 @@ func literal(e ast.Expr) string {
 		}
 	case *ast.ParenExpr:
 		return literal(e.X)
+	case *ast.CallExpr: // fmt.Sprintf's format
+		if sel, ok := e.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Sprintf" && len(e.Args) > 0 {
+			return literal(e.Args[0])
+		}
 	}
 	return ""
 }
