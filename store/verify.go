@@ -45,6 +45,7 @@ type VerifyOptions struct {
 // VerifyResult lists what was checked and what is wrong.
 type VerifyResult struct {
 	Checked  int       `json:"checked"`  // paths checked
+	Size     int64     `json:"size"`     // the checked paths' registered size, in bytes
 	Bytes    int64     `json:"bytes"`    // bytes re-hashed
 	Problems []Problem `json:"problems"` // what is wrong: path, file, what
 	// Debris lists unregistered bytes in store/: the remains of an interrupted
@@ -126,6 +127,7 @@ func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (*VerifyResult, 
 				}
 				mu.Lock()
 				res.Checked++
+				res.Size += infos[p].Size
 				res.Bytes += n
 				mu.Unlock()
 			}

@@ -129,9 +129,11 @@ func cmdStore() *cli.Command {
 						for _, d := range res.Debris {
 							fmt.Fprintf(c.App.Writer, "debris: %s (unregistered; `shed gc` removes it)\n", d)
 						}
-						fmt.Fprintf(c.App.Writer, "checked %d paths", res.Checked)
+						// What was checked, in paths and bytes: a success says so too.
 						if c.Bool("check-contents") || c.Bool("repair") {
-							fmt.Fprintf(c.App.Writer, " (%s re-hashed)", formatSize(res.Bytes))
+							fmt.Fprintf(c.App.Writer, "checked %d paths (%s re-hashed)", res.Checked, formatSize(res.Bytes))
+						} else {
+							fmt.Fprintf(c.App.Writer, "checked %d paths (%s)", res.Checked, formatSize(res.Size))
 						}
 						fmt.Fprintf(c.App.Writer, ": %d problems\n", len(res.Problems))
 					}
