@@ -27,7 +27,7 @@ func call[Resp any](c *cli.Context, op string, req any) (*Resp, error) {
 // (nil: this process's stdio).
 func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File, op string, req any) (*Resp, error) {
 	var resp Resp
-	if sock := supervisorSocket(c); sock != "" {
+	if sock := supervisorSocket(c, op); sock != "" {
 		cl := &api.Client{Socket: sock, Progress: progress(c), Verbose: c.Bool("verbose"), Notice: notice(c), Stdio: stdio}
 		err := cl.Call(ctx, op, req, &resp)
 		if err != nil {
@@ -54,17 +54,24 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 	return r, nil
 }
 
-// supervisorSocket returns the supervisor's socket if requests go through it: it exists, and neither
-// a --root on the command line nor SHED_SOCKET=none says to work on a store directly.
-func supervisorSocket(c *cli.Context) string { return socketPath(c.IsSet("root")) }
+// supervisorSocket returns the supervisor's socket if op's request goes through it (see socketPath).
+func supervisorSocket(c *cli.Context, op string) string { return socketPath(c.IsSet("root"), op == "init") }
 
-// socketPath is supervisorSocket for a command line with or without --root.
-func socketPath(rootSet bool) string {
+// socketPath is the supervisor's socket if a command goes through it: the socket exists, and neither
+// a --root on the command line nor SHED_SOCKET=none says to work on a store directly. A user other
+// than root who names no supervisor (SHED_SOCKET unset) and has a store of their own works on it, as
+// a rootless podman does, and `shed init` (init) makes that store: the supervisor's store is root's,
+// where such a user may run records only. SHED_SOCKET=PATH reaches the supervisor at PATH whatever
+// stores the user has.
+func socketPath(rootSet, init bool) string {
 	sock := os.Getenv(api.SocketEnv)
 	if sock == "none" || rootSet {
 		return ""
 	}
 	if sock == "" {
+		if notRoot() && (init || store.Initialized(envRoot())) {
+			return ""
+		}
 		sock = api.DefaultSocket
 	}
 	if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
@@ -73,11 +80,20 @@ func socketPath(rootSet bool) string {
 	return sock
 }
 
+// notRoot: this process is not root of the host (an ordinary user, or root of a user namespace),
+// whose default store is its own (defaultRoot).
+func notRoot() bool { return userns.Active() || os.Geteuid() != 0 }
+
 // storeRoot is the store this process works on directly: --root, else $SHED_ROOT, else the default.
 func storeRoot(c *cli.Context) string {
 	if c.IsSet("root") {
 		return c.String("root")
 	}
+	return envRoot()
+}
+
+// envRoot is the store with no --root: $SHED_ROOT, else the default.
+func envRoot() string {
 	if r := os.Getenv("SHED_ROOT"); r != "" {
 		return r
 	}

@@ -76,7 +76,7 @@ func worksOnStore(args []string) bool {
 					return false
 				}
 			}
-			return socketPath(rootSet) == ""
+			return socketPath(rootSet, a == "init") == ""
 		}
 	}
 	return false // shed alone, or only flags: help or --version
