@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestRootlessBesideDaemon(t *testing.T) {
 
 	// run runs a command line as the user, in its home, with a clean environment (no SHED_*
 	// variable but env), shed first on PATH, and the supervisor at the default socket.
-	run := func(env []string, line string) result {
+	runAs := func(u *hostUser, env []string, line string) result {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()
@@ -52,6 +53,21 @@ func TestRootlessBesideDaemon(t *testing.T) {
 		}, env...)
 		cmd.SysProcAttr = dieWithTests()
 		return runResult(t, cmd)
+	}
+	run := func(env []string, line string) result { t.Helper(); return runAs(u, env, line) }
+	// followHint runs, as u, the command that the hint of r (a failure) names in backquotes, starting
+	// with want; it must work.
+	followHint := func(u *hostUser, what string, r result, want string) {
+		t.Helper()
+		m := regexp.MustCompile("shed: hint: .*`(" + regexp.QuoteMeta(want) + "[^`]*)`").FindStringSubmatch(r.stderr)
+		if r.code == 0 || m == nil {
+			t.Errorf("%s as %s: exit %d\n%s\nwant an error whose hint names `%s...`", what, u.name, r.code, r.stderr, want)
+			return
+		}
+		t.Logf("%s as %s:\n%s", what, u.name, r.stderr)
+		if r := runAs(u, nil, m[1]); r.code != 0 {
+			t.Errorf("%s as %s: its hint's command %s: exit %d\n%s%s", what, u.name, m[1], r.code, r.stdout, r.stderr)
+		}
 	}
 
 	// The control: with no store of its own, the user's shed reaches the supervisor at the default
@@ -108,6 +124,18 @@ func TestRootlessBesideDaemon(t *testing.T) {
 	if r := run([]string{"SHED_SOCKET=" + api.DefaultSocket}, "shed key export"); r.code != 0 || strings.TrimSpace(r.stdout) != supKey {
 		t.Errorf("SHED_SOCKET=%s shed key export as %s: exit %d, %q\n%s\nwant the supervisor's key", api.DefaultSocket, u.name, r.code, r.stdout, r.stderr)
 	}
+	// A record's name is looked for in the user's store: the hint says how to reach the supervisor's.
+	viaSup := "SHED_SOCKET=" + api.DefaultSocket + " shed workshop ls"
+	followHint(u, "shed realize jq-tools (a record's name) with a store of its own", run(nil, "shed realize jq-tools"), viaSup)
+
+	// A user with no subordinate ids gets no store of its own; the hint names both ways.
+	u0 := newHostUser(t, "shed-rd0-", false)
+	r := runAs(u0, nil, "shed init")
+	if !strings.Contains(r.stderr, "usermod --add-subuids") {
+		t.Errorf("shed init as %s (no subordinate ids) beside a supervisor: exit %d\n%s\nwant the usermod hint", u0.name, r.code, r.stderr)
+	}
+	followHint(u0, "shed init with no subordinate ids", r, viaSup)
+
 	// Nothing of the user's went to the supervisor's store.
 	if r := mustShed(t, supRoot, "store", "ls"); strings.TrimSpace(r.stdout) != "" {
 		t.Errorf("the supervisor's store has paths after the user's commands:\n%s", r.stdout)

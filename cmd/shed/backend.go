@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -10,9 +12,11 @@ import (
 	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/audit"
+	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/policy"
+	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/store"
 )
 
@@ -32,8 +36,11 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 		err := cl.Call(ctx, op, req, &resp)
 		if err != nil {
 			if _, ok := err.(*app.Error); !ok && ctx.Err() == nil {
-				return nil, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err),
-					"is `shed daemon` running? (`systemctl status shed`); set SHED_SOCKET=none to work on the store directly as root")
+				direct := "set SHED_SOCKET=none to work on the store directly as root"
+				if notRoot() {
+					direct = "set SHED_SOCKET=none to work on a store of your own (`shed init` makes it, docs/rootless.md)"
+				}
+				return nil, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err), "is `shed daemon` running? (`systemctl status shed`); "+direct)
 			}
 			return nil, err
 		}
@@ -45,7 +52,7 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 		call.IO.Status.End() // whatever the operation left drawn is erased before its result prints
 	}
 	if err != nil {
-		return nil, err
+		return nil, elsewhere(c, err)
 	}
 	r, ok := res.(*Resp)
 	if !ok {
@@ -55,7 +62,9 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 }
 
 // supervisorSocket returns the supervisor's socket if op's request goes through it (see socketPath).
-func supervisorSocket(c *cli.Context, op string) string { return socketPath(c.IsSet("root"), op == "init") }
+func supervisorSocket(c *cli.Context, op string) string {
+	return socketPath(c.IsSet("root"), op == "init")
+}
 
 // socketPath is the supervisor's socket if a command goes through it: the socket exists, and neither
 // a --root on the command line nor SHED_SOCKET=none says to work on a store directly. A user other
@@ -78,6 +87,36 @@ func socketPath(rootSet, init bool) string {
 		return ""
 	}
 	return sock
+}
+
+// bypassed is the supervisor's socket when this process works on the user's own store beside it
+// (socketPath): the default socket exists, and only the user's store made the command skip it.
+func bypassed(c *cli.Context) string {
+	if c.IsSet("root") || os.Getenv(api.SocketEnv) != "" || !notRoot() {
+		return ""
+	}
+	if fi, err := os.Stat(api.DefaultSocket); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return ""
+	}
+	return api.DefaultSocket
+}
+
+// elsewhere adds to a "not found" of a record, a Bench or a recipe file, when the user's own store
+// was used instead of a supervisor, how to reach what the supervisor has: it may be there.
+func elsewhere(c *cli.Context, err error) error {
+	sock := bypassed(c)
+	if sock == "" || !(errors.Is(err, records.ErrNoRecord) || errors.Is(err, bench.ErrNoBench) || errors.Is(err, fs.ErrNotExist)) {
+		return err
+	}
+	ae := app.Classify(err)
+	if ae.Code != app.CodeNotFound {
+		return err
+	}
+	hint := fmt.Sprintf("this is your own store (%s); root's supervisor serves its records and Benches to `SHED_SOCKET=%s shed ...` (`SHED_SOCKET=%s shed workshop ls` lists the records)", storeRoot(c), sock, sock)
+	if ae.Hint != "" {
+		hint = ae.Hint + "; " + hint
+	}
+	return &app.Error{Code: ae.Code, Err: ae.Err, Hint: hint}
 }
 
 // notRoot: this process is not root of the host (an ordinary user, or root of a user namespace),

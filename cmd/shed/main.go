@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/sandbox"
@@ -92,8 +93,13 @@ func enterUserns(args []string) int {
 	switch {
 	case errors.As(err, &se):
 		lo := userns.FreeRange()
-		err = withHint(exitFailure, err, fmt.Sprintf("as root, give %s a range of 65536 ids that no other user has: `usermod --add-subuids %d-%d --add-subgids %d-%d %s` (or add the line %s:%d:65536 to /etc/subuid and /etc/subgid); or ask an operator for the supervisor (`shed daemon`, docs/supervisor.md)",
-			name, lo, lo+65535, lo, lo+65535, name, name, lo))
+		other := "or ask an operator for the supervisor (`shed daemon`, docs/supervisor.md)"
+		if fi, err := os.Stat(api.DefaultSocket); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			// One runs here: the user may run its records without subordinate ids.
+			other = fmt.Sprintf("or use the supervisor's Workshop records (`SHED_SOCKET=%s shed workshop ls` lists them)", api.DefaultSocket)
+		}
+		err = withHint(exitFailure, err, fmt.Sprintf("as root, give %s a range of 65536 ids that no other user has: `usermod --add-subuids %d-%d --add-subgids %d-%d %s` (or add the line %s:%d:65536 to /etc/subuid and /etc/subgid); %s",
+			name, lo, lo+65535, lo, lo+65535, name, name, lo, other))
 	case errors.Is(err, userns.ErrNoHelper):
 		err = withHint(exitFailure, err, "as root: `apt-get install uidmap` (shed without root maps its ids with newuidmap and newgidmap)")
 	default:
