@@ -333,7 +333,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand:      false,
 		Flags: []cli.Flag{
 			// Not an EnvVars flag: only a --root on the command line says to work on a store directly
-			// (see newBackend), SHED_ROOT names the store when there is no supervisor.
+			// (see socketPath), SHED_ROOT names the store when there is no supervisor, or when a user's
+			// other than root holds one.
 			&cli.StringFlag{Name: "root", Value: store.DefaultRoot, Usage: "work on the store at `DIR` directly, not through the supervisor (default: $SHED_ROOT, else /var/lib/toolshed as root, ~/.local/share/toolshed for anyone else)"},
 			&cli.BoolFlag{Name: "json", Usage: "print results as JSON (for scripts and CI)"},
 			&cli.BoolFlag{Name: "verbose", Usage: "log what shed does to stderr"},
