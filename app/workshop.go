@@ -41,8 +41,11 @@ func (s *Service) RecipeFile(c *Call, workshop string) (string, error) {
 	if c.Caller.Role != Operator {
 		v, err := rs.Current(workshop)
 		if err != nil {
-			return "", fail(CodeDenied, fmt.Errorf("%w: %s is not a Workshop record: users run records only", ErrDenied, workshop),
-				"`shed workshop ls` lists the records you may use")
+			hint := "`shed workshop ls` lists the records you may use"
+			if c.Caller.Role == User && c.Caller.Via == "" { // a local user at a terminal: shed without root
+				hint += "; or use the file in a store of your own, without root: `shed init` makes one in your home, and your commands go to it from then on (docs/rootless.md)"
+			}
+			return "", fail(CodeDenied, fmt.Errorf("%w: %s is not a Workshop record: users run records only", ErrDenied, workshop), hint)
 		}
 		return rs.File(v.Name, v.N), nil
 	}

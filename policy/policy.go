@@ -94,7 +94,7 @@ func Check(s *app.Service, caller *app.Caller, op string, req any) error {
 		if slices.Contains(roles, app.User) {
 			what = "local users and operators"
 		}
-		hint := "ask an operator (root, or a member of the supervisor's operators group) to do it"
+		hint := "ask an operator (root, or a member of the supervisor's operators group) to do it" + ownStore(caller)
 		if caller.Role == app.Agent {
 			hint = "an agent in a Bench proposes (POST /propose on " + bench.ProposeSocket + "); a human decides the rest"
 		}
@@ -224,6 +224,16 @@ func reserve(s *app.Service, caller *app.Caller, req app.Launch, keep bool) erro
 		"you have %d Benches, the most a user may", have.Benches)
 }
 
+// ownStore is what a hint adds for a local user whom the supervisor refuses what only its operators
+// may do, or a recipe file: the way to do it in a store of their own (docs/rootless.md), which shed
+// without root makes and then uses instead of the supervisor.
+func ownStore(caller *app.Caller) string {
+	if caller.Role != app.User || caller.Via != "" {
+		return ""
+	}
+	return "; or do it in a store of your own, without root: `shed init` makes one in your home, and your commands go to it from then on (docs/rootless.md)"
+}
+
 // mayRun: a user runs the Workshop records an operator allowed them, and nothing else.
 func mayRun(s *app.Service, caller *app.Caller, name string) error {
 	if name == "" {
@@ -231,7 +241,7 @@ func mayRun(s *app.Service, caller *app.Caller, name string) error {
 	}
 	v, err := s.Records().Current(name)
 	if errors.Is(err, records.ErrNoRecord) {
-		return denied("`shed workshop ls` lists the records", "%s is not a Workshop record: users run records only", name)
+		return denied("`shed workshop ls` lists the records"+ownStore(caller), "%s is not a Workshop record: users run records only", name)
 	} else if err != nil {
 		return err
 	}

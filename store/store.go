@@ -158,6 +158,13 @@ func Init(root string) (*Store, error) {
 	return Open(root)
 }
 
+// Initialized says whether root holds a store `shed init` made (its config.toml exists), without
+// opening it: shed asks it of a user's own store to decide where that user's commands go.
+func Initialized(root string) bool {
+	fi, err := os.Lstat(filepath.Join(root, fileConfig))
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // Open opens an existing store root and checks that it is safe to use.
 func Open(root string) (*Store, error) {
 	abs, err := filepath.Abs(root)

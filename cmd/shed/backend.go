@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -10,9 +12,11 @@ import (
 	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/audit"
+	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/policy"
+	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/store"
 )
 
@@ -27,13 +31,16 @@ func call[Resp any](c *cli.Context, op string, req any) (*Resp, error) {
 // (nil: this process's stdio).
 func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File, op string, req any) (*Resp, error) {
 	var resp Resp
-	if sock := supervisorSocket(c); sock != "" {
+	if sock := supervisorSocket(c, op); sock != "" {
 		cl := &api.Client{Socket: sock, Progress: progress(c), Verbose: c.Bool("verbose"), Notice: notice(c), Stdio: stdio}
 		err := cl.Call(ctx, op, req, &resp)
 		if err != nil {
 			if _, ok := err.(*app.Error); !ok && ctx.Err() == nil {
-				return nil, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err),
-					"is `shed daemon` running? (`systemctl status shed`); set SHED_SOCKET=none to work on the store directly as root")
+				direct := "set SHED_SOCKET=none to work on the store directly as root"
+				if notRoot() {
+					direct = "set SHED_SOCKET=none to work on a store of your own (`shed init` makes it, docs/rootless.md)"
+				}
+				return nil, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err), "is `shed daemon` running? (`systemctl status shed`); "+direct)
 			}
 			return nil, err
 		}
@@ -45,7 +52,7 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 		call.IO.Status.End() // whatever the operation left drawn is erased before its result prints
 	}
 	if err != nil {
-		return nil, err
+		return nil, elsewhere(c, err)
 	}
 	r, ok := res.(*Resp)
 	if !ok {
@@ -54,17 +61,26 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 	return r, nil
 }
 
-// supervisorSocket returns the supervisor's socket if requests go through it: it exists, and neither
-// a --root on the command line nor SHED_SOCKET=none says to work on a store directly.
-func supervisorSocket(c *cli.Context) string { return socketPath(c.IsSet("root")) }
+// supervisorSocket returns the supervisor's socket if op's request goes through it (see socketPath).
+func supervisorSocket(c *cli.Context, op string) string {
+	return socketPath(c.IsSet("root"), op == "init")
+}
 
-// socketPath is supervisorSocket for a command line with or without --root.
-func socketPath(rootSet bool) string {
+// socketPath is the supervisor's socket if a command goes through it: the socket exists, and neither
+// a --root on the command line nor SHED_SOCKET=none says to work on a store directly. A user other
+// than root who names no supervisor (SHED_SOCKET unset) and has a store of their own works on it, as
+// a rootless podman does, and `shed init` (init) makes that store: the supervisor's store is root's,
+// where such a user may run records only. SHED_SOCKET=PATH reaches the supervisor at PATH whatever
+// stores the user has.
+func socketPath(rootSet, init bool) string {
 	sock := os.Getenv(api.SocketEnv)
 	if sock == "none" || rootSet {
 		return ""
 	}
 	if sock == "" {
+		if notRoot() && (init || store.Initialized(envRoot())) {
+			return ""
+		}
 		sock = api.DefaultSocket
 	}
 	if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
@@ -73,11 +89,50 @@ func socketPath(rootSet bool) string {
 	return sock
 }
 
+// bypassed is the supervisor's socket when this process works on the user's own store beside it
+// (socketPath): the default socket exists, and only the user's store made the command skip it.
+func bypassed(c *cli.Context) string {
+	if c.IsSet("root") || os.Getenv(api.SocketEnv) != "" || !notRoot() {
+		return ""
+	}
+	if fi, err := os.Stat(api.DefaultSocket); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return ""
+	}
+	return api.DefaultSocket
+}
+
+// elsewhere adds to a "not found" of a record, a Bench or a recipe file, when the user's own store
+// was used instead of a supervisor, how to reach what the supervisor has: it may be there.
+func elsewhere(c *cli.Context, err error) error {
+	sock := bypassed(c)
+	if sock == "" || !(errors.Is(err, records.ErrNoRecord) || errors.Is(err, bench.ErrNoBench) || errors.Is(err, fs.ErrNotExist)) {
+		return err
+	}
+	ae := app.Classify(err)
+	if ae.Code != app.CodeNotFound {
+		return err
+	}
+	hint := fmt.Sprintf("this is your own store (%s); root's supervisor serves its records and Benches to `SHED_SOCKET=%s shed ...` (`SHED_SOCKET=%s shed workshop ls` lists the records)", storeRoot(c), sock, sock)
+	if ae.Hint != "" {
+		hint = ae.Hint + "; " + hint
+	}
+	return &app.Error{Code: ae.Code, Err: ae.Err, Hint: hint}
+}
+
+// notRoot: this process is not root of the host (an ordinary user, or root of a user namespace),
+// whose default store is its own (defaultRoot).
+func notRoot() bool { return userns.Active() || os.Geteuid() != 0 }
+
 // storeRoot is the store this process works on directly: --root, else $SHED_ROOT, else the default.
 func storeRoot(c *cli.Context) string {
 	if c.IsSet("root") {
 		return c.String("root")
 	}
+	return envRoot()
+}
+
+// envRoot is the store with no --root: $SHED_ROOT, else the default.
+func envRoot() string {
 	if r := os.Getenv("SHED_ROOT"); r != "" {
 		return r
 	}

@@ -30,8 +30,10 @@ func cmdDaemon() *cli.Command {
 		Usage: "run the supervisor: it owns the store, the Workshop records and the key, and answers typed requests from local users by role",
 		Description: "Listens on SOCKET (default /run/toolshed/shed.sock; its directory is root's, mode 0755,\n" +
 			"the socket 0666). Every shed command then goes to it while the socket exists (SHED_SOCKET\n" +
-			"names another; SHED_SOCKET=none, or --root, works on a store directly as root). Requests are\n" +
-			"typed operations (docs/api.md), never command lines; callers are identified by the kernel\n" +
+			"names another; SHED_SOCKET=none, or --root, works on a store directly), except a user's\n" +
+			"other than root with a store of their own (shed init makes it, docs/rootless.md): theirs work\n" +
+			"on it unless SHED_SOCKET names the socket. Requests are typed operations (docs/api.md),\n" +
+			"never command lines; callers are identified by the kernel\n" +
 			"(SO_PEERCRED): root and members of --operators-group may do everything; other users may read\n" +
 			"the records and realize and launch the Workshops a record allows them (`shed workshop allow\n" +
 			"NAME USER`), without grants or substituters and within --user-memory and --user-pids, and\n" +

@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/sandbox"
@@ -76,7 +77,7 @@ func worksOnStore(args []string) bool {
 					return false
 				}
 			}
-			return socketPath(rootSet) == ""
+			return socketPath(rootSet, a == "init") == ""
 		}
 	}
 	return false // shed alone, or only flags: help or --version
@@ -92,8 +93,13 @@ func enterUserns(args []string) int {
 	switch {
 	case errors.As(err, &se):
 		lo := userns.FreeRange()
-		err = withHint(exitFailure, err, fmt.Sprintf("as root, give %s a range of 65536 ids that no other user has: `usermod --add-subuids %d-%d --add-subgids %d-%d %s` (or add the line %s:%d:65536 to /etc/subuid and /etc/subgid); or ask an operator for the supervisor (`shed daemon`, docs/supervisor.md)",
-			name, lo, lo+65535, lo, lo+65535, name, name, lo))
+		other := "or ask an operator for the supervisor (`shed daemon`, docs/supervisor.md)"
+		if fi, err := os.Stat(api.DefaultSocket); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			// One runs here: the user may run its records without subordinate ids.
+			other = fmt.Sprintf("or use the supervisor's Workshop records (`SHED_SOCKET=%s shed workshop ls` lists them)", api.DefaultSocket)
+		}
+		err = withHint(exitFailure, err, fmt.Sprintf("as root, give %s a range of 65536 ids that no other user has: `usermod --add-subuids %d-%d --add-subgids %d-%d %s` (or add the line %s:%d:65536 to /etc/subuid and /etc/subgid); %s",
+			name, lo, lo+65535, lo, lo+65535, name, name, lo, other))
 	case errors.Is(err, userns.ErrNoHelper):
 		err = withHint(exitFailure, err, "as root: `apt-get install uidmap` (shed without root maps its ids with newuidmap and newgidmap)")
 	default:
@@ -327,7 +333,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand:      false,
 		Flags: []cli.Flag{
 			// Not an EnvVars flag: only a --root on the command line says to work on a store directly
-			// (see newBackend), SHED_ROOT names the store when there is no supervisor.
+			// (see socketPath), SHED_ROOT names the store when there is no supervisor, or when a user's
+			// other than root holds one.
 			&cli.StringFlag{Name: "root", Value: store.DefaultRoot, Usage: "work on the store at `DIR` directly, not through the supervisor (default: $SHED_ROOT, else /var/lib/toolshed as root, ~/.local/share/toolshed for anyone else)"},
 			&cli.BoolFlag{Name: "json", Usage: "print results as JSON (for scripts and CI)"},
 			&cli.BoolFlag{Name: "verbose", Usage: "log what shed does to stderr"},
