@@ -60,7 +60,7 @@ type Entry struct {
 	// bench.end, net.allowed, net.refused, net.dropped), or audit.dropped (refusals counted, not
 	// written one by one).
 	Event    string `json:"event"`
-	Bench    string `json:"bench,omitempty"`    // the Bench's name
+	Bench    string `json:"bench,omitempty"`    // the Bench's name (never its id: app resolves one)
 	Workshop string `json:"workshop,omitempty"` // its Workshop (a record's name, or a recipe file)
 	Version  int    `json:"version,omitempty"`  // the record version, when it is one
 	// DiffSHA256 is a promotion's confirmed diff.
