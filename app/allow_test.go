@@ -17,7 +17,7 @@ func TestAllowKnownUsersOnly(t *testing.T) {
 	op := &Call{Caller: &Caller{User: "root", Role: Operator, Dir: "/"}}
 	ctx := context.Background()
 	for users, hint := range map[string]string{
-		"no-such-user-i24":         "useradd --system no-such-user-i24",
+		"no-such-user-i24":          "useradd --system no-such-user-i24",
 		"nobody @no-such-group-i24": "groupadd no-such-group-i24",
 	} {
 		list := strings.Fields(users)
