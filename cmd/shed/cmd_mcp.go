@@ -171,6 +171,10 @@ func (s *mcpServer) server() *mcp.Server {
 			if err != nil {
 				return nil, benchCreateOut{}, err
 			}
+			if !records.IsName(in.Workshop) {
+				// Not echoed: a file's path is the host's, and it was never going to be read.
+				return nil, benchCreateOut{}, errors.New("workshop is not a Workshop record's name (lowercase letters, digits, '.', '_', '-'): a file is never one here (usage)\nhint: workshop_list lists the records you may launch")
+			}
 			if !slices.ContainsFunc(ws.Workshops, func(v *records.Version) bool { return v.Name == in.Workshop }) {
 				return nil, benchCreateOut{}, fmt.Errorf("%q is not a Workshop record you may launch (not_found)\nhint: workshop_list lists them; an operator allows one with `shed workshop allow NAME USER`", in.Workshop)
 			}
