@@ -60,8 +60,9 @@ func cmdWorkshop() *cli.Command {
 				BashComplete: completeRecords,
 				Usage:        "set who (besides operators) may realize a record and launch its Benches (operators)",
 				ArgsUsage:    "NAME [USER|@GROUP...]",
-				Description: "Replaces the list: with no USER, only operators may. Users never get grants, and reach\n" +
-					"the store only through the supervisor.",
+				Description: "Replaces the list: with no USER, only operators may. Each USER and @GROUP must exist on\n" +
+					"this host (make an agent harness's user first: useradd --system NAME). Users never get grants,\n" +
+					"and reach the store only through the supervisor.",
 				Action: func(c *cli.Context) error {
 					if c.NArg() < 1 {
 						return usageError("workshop allow wants a record NAME and the users")
