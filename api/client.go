@@ -29,6 +29,8 @@ type Client struct {
 	// Stdio are the descriptors sent with each request (nil: this process's stdin, stdout, stderr).
 	// An MCP server sends /dev/null for stdin and stdout: those are its protocol's.
 	Stdio *[3]*os.File
+	// Via is passed on with each request (see Request): "mcp" for `shed mcp`.
+	Via string
 }
 
 // ErrNoAnswer is a connection the supervisor closed without a result.
@@ -42,7 +44,7 @@ func (cl *Client) Call(ctx context.Context, op string, req, resp any) error {
 		return err
 	}
 	dir, _ := os.Getwd()
-	frame, err := json.Marshal(Request{Protocol: Protocol, Op: op, Request: body, Dir: dir, Progress: cl.Progress, Verbose: cl.Verbose})
+	frame, err := json.Marshal(Request{Protocol: Protocol, Op: op, Request: body, Dir: dir, Progress: cl.Progress, Verbose: cl.Verbose, Via: cl.Via})
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,10 @@ type Request struct {
 	// Progress asks for build progress on the client's stderr; Verbose for the builds' own output.
 	Progress bool `json:"progress,omitempty"`
 	Verbose  bool `json:"verbose,omitempty"`
+	// Via is the agent's face the client serves, "mcp" (`shed mcp`), or "": the client's word, about
+	// its own requests only. It marks their audit entries, and their errors leave out the host's
+	// paths (the store's, the socket's), which an agent would pass on to a model.
+	Via string `json:"via,omitempty"`
 }
 
 // Message is one line the daemon sends: exactly one field is set.

@@ -241,6 +241,14 @@ func (srv *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		cn.fail(&app.Error{Code: app.CodeBadRequest, Err: fmt.Errorf("dir %q is not absolute", req.Dir), Hint: "docs/api.md describes the protocol"})
 		return
 	}
+	switch req.Via {
+	case "":
+	case "mcp":
+		caller.Via = "mcp"
+	default:
+		cn.fail(&app.Error{Code: app.CodeBadRequest, Err: fmt.Errorf("via %q: want mcp, or none", req.Via), Hint: "docs/api.md describes the protocol"})
+		return
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resize := make(chan struct{}, 1)

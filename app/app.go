@@ -160,7 +160,9 @@ type Service struct {
 	UserLimits sandbox.Limits
 	// Audit, if set, hears every operation that is not a read (refusals too, at a bounded rate per
 	// user) and every Bench event.
-	Audit    *audit.Log
+	Audit *audit.Log
+	// Socket is the supervisor's socket, if this is one: a path an agent's face never shows.
+	Socket   string
 	refusals limiter
 	// authority bounds how often a caller who is not an operator starts an operation that fails
 	// closed (bench.propose): each writes two durable entries, its intent and its outcome, whether it
@@ -283,7 +285,17 @@ func Operations() []string {
 // goes to the audit log, and an append that fails is Do's error: an operation that changes authority
 // (FailsClosed) is not done at all unless its intent was written first; any other has its result
 // replaced by the error after the fact.
-func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any, err error) {
+//
+// A caller through an agent's face (MCP, E2B), or an agent, gets its errors without the host's paths.
+func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (any, error) {
+	res, err := s.do(ctx, c, op, req)
+	if err != nil && agentFace(c) {
+		err = s.hideHostPaths(err)
+	}
+	return res, err
+}
+
+func (s *Service) do(ctx context.Context, c *Call, op string, req any) (res any, err error) {
 	o, ok := operations[op]
 	if !ok {
 		return nil, &Error{Code: CodeUnknownOperation, Err: fmt.Errorf("no operation %q", op)}
@@ -294,21 +306,22 @@ func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any,
 	if s.Policy == nil {
 		return nil, &Error{Code: CodeDenied, Err: fmt.Errorf("%w: no policy", ErrDenied)}
 	}
+	bench := s.benchName(op, req)
 	if err := s.Policy(s, c.Caller, op, req); err != nil {
-		if aerr := s.record(c, op, req, nil, err, 0); aerr != nil {
+		if aerr := s.record(c, op, req, nil, err, 0, bench); aerr != nil {
 			return nil, auditFailed(op, err, aerr)
 		}
 		return nil, err
 	}
 	if c.Caller.Role != Operator && FailsClosed(op, req) && !s.authority.take(c.Caller, op) {
 		err := &Error{Code: CodeBusy, Err: fmt.Errorf("%s: more than %d a second (bursts of %d): not done", op, authorityRate, authorityBurst), Hint: "try again in a second"}
-		if aerr := s.record(c, op, req, nil, err, 0); aerr != nil {
+		if aerr := s.record(c, op, req, nil, err, 0, bench); aerr != nil {
 			return nil, auditFailed(op, err, aerr)
 		}
 		return nil, err
 	}
 	// An operation that changes authority acts only once the log holds that it is about to.
-	intent, err := s.recordIntent(c, op, req)
+	intent, err := s.recordIntent(c, op, req, bench)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +330,7 @@ func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any,
 			s.log().Error("operation panicked", "op", op, "user", c.Caller.User, "panic", p, "stack", string(debug.Stack()))
 			res, err = nil, &Error{Code: CodeInternal, Err: fmt.Errorf("operation %s failed inside shed (a bug: the supervisor logged it)", op)}
 		}
-		if aerr := s.record(c, op, req, res, err, intent); aerr != nil {
+		if aerr := s.record(c, op, req, res, err, intent, bench); aerr != nil {
 			res, err = nil, auditFailed(op, err, aerr)
 		}
 	}()

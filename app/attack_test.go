@@ -69,7 +69,7 @@ func benchService(t *testing.T) *app.Service {
 	s := &app.Service{Root: root, Version: "test", Policy: policy.Check, Detached: d, Pool: app.NewPool(ctx, 2, nil)}
 	t.Cleanup(func() { cancel(); d.Wait() })
 	operator := &app.Call{Caller: &app.Caller{User: "root", Role: app.Operator, Dir: "/"}}
-	if _, err := s.Do(ctx, operator, "workshop.add", &app.WorkshopAddRequest{File: file, Allow: []string{"alice"}}); err != nil {
+	if _, err := s.Do(ctx, operator, "workshop.add", &app.WorkshopAddRequest{File: file, Allow: []string{"nobody"}}); err != nil {
 		t.Fatal(err)
 	}
 	// Realized once here: the launches below race on the limit, not on a first build.
@@ -182,7 +182,7 @@ func TestLaunchLimitsUnderRace(t *testing.T) {
 	s := benchService(t)
 	s.UserBenches, s.UserKept = 8, 2
 	ctx := context.Background()
-	alice := &app.Call{Caller: &app.Caller{UID: 1001, User: "alice", Role: app.User, Dir: "/"}}
+	alice := &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}
 
 	// A watcher counts alice's Benches all along: the most she ever has.
 	var most atomic.Int64
@@ -191,7 +191,7 @@ func TestLaunchLimitsUnderRace(t *testing.T) {
 	go func() {
 		defer close(watched)
 		for {
-			if n, _ := owned(t, s.Root, "alice"); int64(n) > most.Load() {
+			if n, _ := owned(t, s.Root, "nobody"); int64(n) > most.Load() {
 				most.Store(int64(n))
 			}
 			select {
@@ -226,7 +226,7 @@ func TestLaunchLimitsUnderRace(t *testing.T) {
 	}
 
 	created, refused := race(20, "bench.create", func() any { return &app.BenchCreateRequest{Workshop: "bb"} })
-	n, _ := owned(t, s.Root, "alice")
+	n, _ := owned(t, s.Root, "nobody")
 	if created > 8 || n > 8 {
 		t.Errorf("20 creates at once with --user-benches 8: %d created, alice has %d Benches", created, n)
 	}
@@ -257,7 +257,7 @@ func TestLaunchLimitsUnderRace(t *testing.T) {
 	})
 	close(stop)
 	<-watched
-	if _, kept := owned(t, s.Root, "alice"); ran > 2 || kept > 2 {
+	if _, kept := owned(t, s.Root, "nobody"); ran > 2 || kept > 2 {
 		t.Errorf("10 kept runs at once with --user-kept 2: %d ran, alice keeps %d", ran, kept)
 	}
 	for _, err := range refused {
@@ -275,7 +275,7 @@ func TestLaunchLimitsUnderRace(t *testing.T) {
 	}
 	// Every slot came back: with room for one more Bench, launches one after another (failing: an
 	// unknown command) all get it.
-	_, kept := owned(t, s.Root, "alice")
+	_, kept := owned(t, s.Root, "nobody")
 	s.UserBenches = kept + 1
 	for range 3 {
 		if _, err := s.Do(ctx, alice, "bench.run", &app.BenchRunRequest{Workshop: "bb", Argv: []string{"/no/such/command"}}); app.Classify(err).Code == app.CodeDenied {
@@ -292,7 +292,7 @@ func TestWriteFilesOneCommand(t *testing.T) {
 	s := benchService(t)
 	s.Audit = audit.Open(s.Root)
 	ctx := context.Background()
-	alice := &app.Call{Caller: &app.Caller{UID: 1001, User: "alice", Role: app.User, Dir: "/"}}
+	alice := &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}
 	res, err := s.Do(ctx, alice, "bench.create", &app.BenchCreateRequest{Workshop: "bb", Name: "up"})
 	if err != nil {
 		t.Fatal(err)

@@ -56,11 +56,11 @@ func FailsClosed(op string, req any) bool { return authority[op] && Audited(op, 
 const auditHint = "the supervisor's audit log (<root>/audit) cannot be written: an operator checks that disk, and `shed audit verify`"
 
 // recordIntent writes, durably, that op is about to act for c: its seq, or an error that refuses op.
-func (s *Service) recordIntent(c *Call, op string, req any) (int64, error) {
+func (s *Service) recordIntent(c *Call, op string, req any, bench string) (int64, error) {
 	if s.Audit == nil || !FailsClosed(op, req) {
 		return 0, nil
 	}
-	e := entry(c, op, req, nil, nil)
+	e := entry(c, op, req, nil, nil, bench)
 	e.Intent = true
 	w, err := s.Audit.Append(e)
 	if err != nil {
@@ -81,7 +81,7 @@ func auditFailed(op string, err, aerr error) error {
 
 // record appends what an operation did (or was refused) to the audit log; intent is the seq of the
 // entry written before it acted (0: none). Its error is the append's: the caller's to see.
-func (s *Service) record(c *Call, op string, req, res any, err error, intent int64) (aerr error) {
+func (s *Service) record(c *Call, op string, req, res any, err error, intent int64, bench string) (aerr error) {
 	if s.Audit == nil || !Audited(op, req) {
 		return nil
 	}
@@ -92,7 +92,7 @@ func (s *Service) record(c *Call, op string, req, res any, err error, intent int
 			aerr = fmt.Errorf("audit: recording %s failed inside shed (a bug: the supervisor logged it)", op)
 		}
 	}()
-	e := entry(c, op, req, res, err)
+	e := entry(c, op, req, res, err, bench)
 	e.Of = intent
 	// A user can make refusals as fast as it can connect: each would cost an fsync and a line. Past
 	// a rate they are counted, and the count written as its own entry (audit.dropped). The outcome
@@ -113,8 +113,62 @@ func (s *Service) record(c *Call, op string, req, res any, err error, intent int
 	return aerr
 }
 
-// entry is the audit entry of op for c, with what its request and result say.
-func entry(c *Call, op string, req, res any, err error) audit.Entry {
+// benchNamed is the Bench a request names (by name or id, as its caller chose), or "".
+func benchNamed(req any) string {
+	switch r := req.(type) {
+	case *BenchExecRequest:
+		return r.Bench
+	case *BenchRequest:
+		return r.Bench
+	case *WriteFileRequest:
+		return r.Bench
+	case *WriteFilesRequest:
+		return r.Bench
+	case *ReadFileRequest:
+		return r.Bench
+	case *ListFilesRequest:
+		return r.Bench
+	case *BenchPathRequest:
+		return r.Bench
+	case *MoveFileRequest:
+		return r.Bench
+	case *SetLifetimeRequest:
+		return r.Bench
+	case *BenchRemoveRequest:
+		if len(r.Benches) == 1 {
+			return r.Benches[0]
+		}
+	}
+	return ""
+}
+
+// benchName is the name of the Bench req names, whether it names it by name or by id ("" when it
+// names none, or none that exists). Every entry of a Bench carries its name: an E2B sandbox's data
+// plane names its Bench by id, `shed bench exec` by name, and `shed audit --bench` must find both.
+// It is read before the operation runs: after a bench.rm the Bench is gone.
+func (s *Service) benchName(op string, req any) string {
+	named := benchNamed(req)
+	if s.Audit == nil || named == "" || !Audited(op, req) {
+		return ""
+	}
+	rec, err := FindBench(s.Root, named)
+	if err != nil {
+		return ""
+	}
+	return rec.Name
+}
+
+// entry is the audit entry of op for c, with what its request and result say; bench is the name of
+// the Bench the request names (benchName), if it resolved.
+func entry(c *Call, op string, req, res any, err error, bench string) audit.Entry {
+	e := entryOf(c, op, req, res, err)
+	if bench != "" {
+		e.Bench = bench
+	}
+	return e
+}
+
+func entryOf(c *Call, op string, req, res any, err error) audit.Entry {
 	e := audit.Entry{User: c.Caller.User, Role: string(c.Caller.Role), Via: c.Caller.Via, Event: op}
 	switch r := req.(type) {
 	case *RealizeRequest:
@@ -475,7 +529,15 @@ type AuditResult struct {
 
 // AuditList returns the audit log's entries.
 func (s *Service) AuditList(ctx context.Context, c *Call, req *AuditRequest) (*AuditResult, error) {
-	es, err := audit.Open(s.Root).Entries(audit.Filter{User: req.User, Bench: req.Bench})
+	f := audit.Filter{User: req.User, Bench: req.Bench}
+	// A Bench that still exists is asked for by either of its names: its entries carry its name, and
+	// older ones whichever name their request used.
+	if req.Bench != "" {
+		if rec, err := FindBench(s.Root, req.Bench); err == nil {
+			f.Bench, f.BenchAliases = rec.Name, []string{rec.ID}
+		}
+	}
+	es, err := audit.Open(s.Root).Entries(f)
 	if err != nil {
 		return nil, err
 	}

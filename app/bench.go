@@ -245,7 +245,7 @@ type BenchListRequest struct{}
 
 // BenchListResult lists Benches, by start time.
 type BenchListResult struct {
-	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit, expires)
+	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit, expires, record, version)
 }
 
 // MayUse says whether caller may act on the Bench rec: operators on every Bench, users on the ones
@@ -279,6 +279,7 @@ func (s *Service) BenchList(ctx context.Context, c *Call, req *BenchListRequest)
 		if t, ok := s.Detached.Expires(r.ID); ok {
 			r.Expires = &t
 		}
+		r.Record, r.Version, _ = s.Records().VersionOf(r.Workshop)
 	}
 	return &BenchListResult{Benches: recs}, nil
 }

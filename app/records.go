@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -38,10 +39,8 @@ type WorkshopAddRequest struct {
 
 // WorkshopAdd records a recipe as version 1 of a new Workshop record, locking it first if needed.
 func (s *Service) WorkshopAdd(ctx context.Context, c *Call, req *WorkshopAddRequest) (*records.Version, error) {
-	for _, u := range req.Allow {
-		if !userRE().MatchString(u) {
-			return nil, usage("a user name, or @group", "allow %q: not a user or @group name", u)
-		}
+	if err := checkAllowed(req.Allow); err != nil {
+		return nil, err
 	}
 	if req.File == "" {
 		return nil, usage("shed workshop add FILE", "name the recipe file to record")
@@ -80,12 +79,32 @@ type WorkshopAllowRequest struct {
 
 // WorkshopAllow replaces the list of users (and @groups) allowed to use a record.
 func (s *Service) WorkshopAllow(ctx context.Context, c *Call, req *WorkshopAllowRequest) (*records.Version, error) {
-	for _, u := range req.Users {
-		if !userRE().MatchString(u) {
-			return nil, usage("a user name, or @group", "allow %q: not a user or @group name", u)
-		}
+	if err := checkAllowed(req.Users); err != nil {
+		return nil, err
 	}
 	return s.Records().Allow(req.Name, req.Users)
+}
+
+// checkAllowed refuses a name a record may not allow: not a user or @group name, or no local user or
+// group of that name. A record that allows a user who does not exist yet would be used by whoever
+// gets that name later, and its allow would be the only sign of the typo (`shed agent key create`
+// refuses one too).
+func checkAllowed(users []string) error {
+	for _, u := range users {
+		if !userRE().MatchString(u) {
+			return usage("a user name, or @group", "allow %q: not a user or @group name", u)
+		}
+		if g, ok := strings.CutPrefix(u, "@"); ok {
+			if _, err := user.LookupGroup(g); err != nil {
+				return usage(fmt.Sprintf("a local group's name (getent group %s); make it first: groupadd %s", g, g), "allow %s: no local group %q", u, g)
+			}
+			continue
+		}
+		if _, err := user.Lookup(u); err != nil {
+			return usage(fmt.Sprintf("a local user's name (getent passwd %s); make the agent harness's user first: useradd --system %s", u, u), "allow %s: no local user %q", u, u)
+		}
+	}
+	return nil
 }
 
 // WorkshopListRequest asks for the records.

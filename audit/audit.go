@@ -60,7 +60,7 @@ type Entry struct {
 	// bench.end, net.allowed, net.refused, net.dropped), or audit.dropped (refusals counted, not
 	// written one by one).
 	Event    string `json:"event"`
-	Bench    string `json:"bench,omitempty"`    // the Bench's name
+	Bench    string `json:"bench,omitempty"`    // the Bench's name (never its id: app resolves one)
 	Workshop string `json:"workshop,omitempty"` // its Workshop (a record's name, or a recipe file)
 	Version  int    `json:"version,omitempty"`  // the record version, when it is one
 	// DiffSHA256 is a promotion's confirmed diff.
@@ -410,6 +410,22 @@ func (l *Log) readHead() (head, error) {
 // Filter selects entries: by user, by Bench (empty: any).
 type Filter struct {
 	User, Bench string
+	// BenchAliases are the Bench's other names (its id): entries written before every entry carried
+	// the Bench's name named it by whichever the request did.
+	BenchAliases []string
+}
+
+// matchBench says whether an entry of Bench b is one f selects.
+func (f Filter) matchBench(b string) bool {
+	if f.Bench == "" || b == f.Bench {
+		return true
+	}
+	for _, a := range f.BenchAliases {
+		if a != "" && b == a {
+			return true
+		}
+	}
+	return false
 }
 
 // Entries returns the log's entries that match f, oldest first. Lines that are not entries are left
@@ -417,7 +433,7 @@ type Filter struct {
 func (l *Log) Entries(f Filter) ([]Entry, error) {
 	out := []Entry{}
 	err := l.each(func(n int, off int64, line []byte, size int64, ended bool) {
-		if e, err := parse(line); err == nil && (f.User == "" || e.User == f.User) && (f.Bench == "" || e.Bench == f.Bench) {
+		if e, err := parse(line); err == nil && (f.User == "" || e.User == f.User) && f.matchBench(e.Bench) {
 			out = append(out, e)
 		}
 	})

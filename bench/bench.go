@@ -91,6 +91,10 @@ type Record struct {
 	// Expires is when the supervisor removes a Bench that bench.create made: told by the supervisor
 	// that holds its lifetime, never stored.
 	Expires *time.Time `json:"expires,omitempty"`
+	// Record and Version name the Workshop record version it was launched from, when Workshop is one:
+	// what users call it, where Workshop is a file of the store (computed, never stored).
+	Record  string `json:"record,omitempty"`
+	Version int    `json:"version,omitempty"`
 }
 
 // ErrNoBench is returned for a name or id that matches no Bench.

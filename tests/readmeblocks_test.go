@@ -78,6 +78,8 @@ func TestReadmeBlocks(t *testing.T) {
 				"SHED_ROOT=" + root,
 				// On a fresh machine no supervisor listens; one of this machine's must not answer.
 				"SHED_SOCKET=none",
+				// The reader pages a long diff and quits the pager; what the test types is the answer.
+				"SHED_PAGER=cat",
 			})
 			for _, b := range blocks {
 				if b.skip != "" {

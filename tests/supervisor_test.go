@@ -145,7 +145,8 @@ PY
 // typing yes.
 func promote(t *testing.T, sock, id string) (string, error) {
 	t.Helper()
-	cmd := exec.Command("script", "-qec", fmt.Sprintf("SHED_SOCKET=%s %s workshop promote %s", sock, shedBin, id), "/dev/null")
+	// No pager: the person reads the diff as it is printed (TestPromotePager pages it).
+	cmd := exec.Command("script", "-qec", fmt.Sprintf("SHED_PAGER=cat SHED_SOCKET=%s %s workshop promote %s", sock, shedBin, id), "/dev/null")
 	cmd.Stdin = strings.NewReader("yes\n")
 	out, err := cmd.CombinedOutput()
 	return strings.ReplaceAll(string(out), "\r", ""), err

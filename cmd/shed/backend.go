@@ -30,9 +30,14 @@ func call[Resp any](c *cli.Context, op string, req any) (*Resp, error) {
 // callWith is call with a context of its own and, through the supervisor, the descriptors to send
 // (nil: this process's stdio).
 func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File, op string, req any) (*Resp, error) {
+	return callVia[Resp](ctx, c, stdio, "", op, req)
+}
+
+// callVia is callWith for an agent's face: via ("mcp") marks the requests (api.Request's Via).
+func callVia[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File, via, op string, req any) (*Resp, error) {
 	var resp Resp
 	if sock := supervisorSocket(c, op); sock != "" {
-		cl := &api.Client{Socket: sock, Progress: progress(c), Verbose: c.Bool("verbose"), Notice: notice(c), Stdio: stdio}
+		cl := &api.Client{Socket: sock, Progress: progress(c), Verbose: c.Bool("verbose"), Notice: notice(c), Stdio: stdio, Via: via}
 		err := cl.Call(ctx, op, req, &resp)
 		if err != nil {
 			if _, ok := err.(*app.Error); !ok && ctx.Err() == nil {
@@ -47,6 +52,7 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 		return &resp, nil
 	}
 	svc, call := embedded(c)
+	call.Caller.Via = via
 	res, err := svc.Do(ctx, call, op, req)
 	if call.IO.Status != nil {
 		call.IO.Status.End() // whatever the operation left drawn is erased before its result prints

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"toolshed.dev/shed/bench"
 )
 
 // BenchmarkInstantiateWarm is `shed instantiate` of a three-layer recipe whose
@@ -68,7 +70,7 @@ func TestFitColumns(t *testing.T) {
 	if rows[1][0] != "jq-tools-1a2b3c" || !strings.HasSuffix(rows[1][3], "…") {
 		t.Errorf("name cut, or command not: %q", rows[1])
 	}
-	if got := workshopLabel("/var/lib/toolshed/records/jq-tools/3/workshop.toml"); got != "jq-tools v3" {
+	if got := workshopLabel(&bench.Record{Workshop: "/var/lib/toolshed/workshops/jq-tools/3/workshop.toml", Record: "jq-tools", Version: 3}); got != "jq-tools v3" {
 		t.Errorf("workshopLabel of a record: %q", got)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
 )
 
@@ -84,7 +84,7 @@ func cmdBench() *cli.Command {
 						if !r.Running {
 							state = "exited " + fmt.Sprint(deref(r.Exit))
 						}
-						rows = append(rows, []string{r.Name, state, r.Started.Local().Format(time.DateTime), strings.Join(r.Argv, " "), workshopLabel(r.Workshop)})
+						rows = append(rows, []string{r.Name, state, r.Started.Local().Format(time.DateTime), strings.Join(r.Argv, " "), workshopLabel(r)})
 					}
 					fitColumns(rows, terminalWidth(c.App.Writer), 3, 4)
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
@@ -226,15 +226,12 @@ func benchRun(c *cli.Context, argv []string) error {
 	return exitCode(res.Exit)
 }
 
-// recordFile is where a Workshop record's recipe is: the store's records/NAME/N/workshop.toml.
-var recordFile = regexp.MustCompile(`/records/([a-z0-9][a-z0-9._-]*)/([0-9]+)/workshop\.toml$`)
-
 // workshopLabel is how a Bench's Workshop is shown: a record as "NAME vN", a recipe file as given.
-func workshopLabel(file string) string {
-	if m := recordFile.FindStringSubmatch(file); m != nil {
-		return m[1] + " v" + m[2]
+func workshopLabel(r *bench.Record) string {
+	if r.Record != "" {
+		return fmt.Sprintf("%s v%d", r.Record, r.Version)
 	}
-	return file
+	return r.Workshop
 }
 
 // terminalWidth is w's width when it is a terminal, else 0 (no limit: a pipe gets whole lines).

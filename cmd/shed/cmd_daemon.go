@@ -62,6 +62,7 @@ func cmdDaemon() *cli.Command {
 			defer svc.FlushAudit() // the counts of refusals dropped, which timers would write soon
 			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: c.Int64("user-pids")}
 			svc.UserKept, svc.UserBenches = c.Int("user-kept"), c.Int("user-benches")
+			svc.Socket = c.String("socket")
 			// Benches made by bench.create live in this process, until removed, their lifetime ends
 			// or the supervisor stops (they stop with it: their state is swept at the next start).
 			svc.Detached = &app.Detached{Ctx: c.Context}

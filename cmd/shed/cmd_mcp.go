@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
 
+	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/records"
 )
 
 func cmdMCP() *cli.Command {
@@ -45,19 +48,26 @@ type mcpServer struct {
 	stdio *[3]*os.File
 }
 
-// toolError is a failed call as the agent reads it: the error, then what to do.
-func toolError(err error) error {
+// toolError is a failed call as the agent reads it: the error, then what to do, without a path of
+// the host's (the supervisor leaves its own out for a request marked mcp; these are the ones this
+// process knows: the socket it reached, or the store it opened).
+func (s *mcpServer) toolError(err error) error {
 	e := app.Classify(err)
-	if e.Hint != "" {
-		return fmt.Errorf("%s (%s)\nhint: %s", e.Error(), e.Code, e.Hint)
+	h := app.HostPaths{Root: storeRoot(s.c), Socket: os.Getenv(api.SocketEnv)}
+	if h.Socket == "" || h.Socket == "none" {
+		h.Socket = api.DefaultSocket
 	}
-	return fmt.Errorf("%s (%s)", e.Error(), e.Code)
+	msg, hint := h.Hide(e.Error()), h.Hide(e.Hint)
+	if hint != "" {
+		return fmt.Errorf("%s (%s)\nhint: %s", msg, e.Code, hint)
+	}
+	return fmt.Errorf("%s (%s)", msg, e.Code)
 }
 
 func mcpCall[Resp any](s *mcpServer, ctx context.Context, op string, req any) (*Resp, error) {
-	res, err := callWith[Resp](ctx, s.c, s.stdio, op, req)
+	res, err := callVia[Resp](ctx, s.c, s.stdio, "mcp", op, req)
 	if err != nil {
-		return nil, toolError(err)
+		return nil, s.toolError(err)
 	}
 	return res, nil
 }
@@ -117,7 +127,8 @@ type (
 	}
 	mcpBench struct {
 		Name     string `json:"name"`
-		Workshop string `json:"workshop" jsonschema:"its recipe"`
+		Workshop string `json:"workshop" jsonschema:"its Workshop record's name, as workshop_list and bench_create name it (empty: an operator's recipe file, not a record)"`
+		Version  int    `json:"version,omitempty" jsonschema:"the record's version it was made of"`
 		Running  bool   `json:"running"`
 		Started  string `json:"started" jsonschema:"when it started (RFC 3339)"`
 	}
@@ -153,6 +164,20 @@ func (s *mcpServer) server() *mcp.Server {
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "bench_create", Description: "Create a Bench (a sandbox) of a Workshop. It stays up for exec and files until removed or its lifetime ends."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in benchCreateIn) (*mcp.CallToolResult, benchCreateOut, error) {
+			// A Workshop is a record the caller may launch, never a file, as for the E2B API: an
+			// operator's agent must not have root read whatever file it names (a recipe's error
+			// quotes its lines) or learn the host's paths.
+			ws, err := mcpCall[app.LaunchableResult](s, ctx, "workshop.launchable", &app.LaunchableRequest{})
+			if err != nil {
+				return nil, benchCreateOut{}, err
+			}
+			if !records.IsName(in.Workshop) {
+				// Not echoed: a file's path is the host's, and it was never going to be read.
+				return nil, benchCreateOut{}, errors.New("workshop is not a Workshop record's name (lowercase letters, digits, '.', '_', '-'): a file is never one here (usage)\nhint: workshop_list lists the records you may launch")
+			}
+			if !slices.ContainsFunc(ws.Workshops, func(v *records.Version) bool { return v.Name == in.Workshop }) {
+				return nil, benchCreateOut{}, fmt.Errorf("%q is not a Workshop record you may launch (not_found)\nhint: workshop_list lists them; an operator allows one with `shed workshop allow NAME USER`", in.Workshop)
+			}
 			res, err := mcpCall[app.BenchCreateResult](s, ctx, "bench.create", &app.BenchCreateRequest{Workshop: in.Workshop, Name: in.Name, LifetimeS: in.LifetimeS})
 			if err != nil {
 				return nil, benchCreateOut{}, err
@@ -202,7 +227,8 @@ func (s *mcpServer) server() *mcp.Server {
 				return nil, out, err
 			}
 			for _, b := range res.Benches {
-				out.Benches = append(out.Benches, mcpBench{b.Name, b.Workshop, b.Running, b.Started.Format(time.RFC3339)})
+				// The record's name, never its file (a path of the store's): users and agents name records.
+				out.Benches = append(out.Benches, mcpBench{b.Name, b.Record, b.Version, b.Running, b.Started.Format(time.RFC3339)})
 			}
 			return nil, out, nil
 		})

@@ -60,8 +60,9 @@ func cmdWorkshop() *cli.Command {
 				BashComplete: completeRecords,
 				Usage:        "set who (besides operators) may realize a record and launch its Benches (operators)",
 				ArgsUsage:    "NAME [USER|@GROUP...]",
-				Description: "Replaces the list: with no USER, only operators may. Users never get grants, and reach\n" +
-					"the store only through the supervisor.",
+				Description: "Replaces the list: with no USER, only operators may. Each USER and @GROUP must exist on\n" +
+					"this host (make an agent harness's user first: useradd --system NAME). Users never get grants,\n" +
+					"and reach the store only through the supervisor.",
 				Action: func(c *cli.Context) error {
 					if c.NArg() < 1 {
 						return usageError("workshop allow wants a record NAME and the users")
@@ -181,7 +182,10 @@ func cmdWorkshop() *cli.Command {
 					&cli.BoolFlag{Name: "no-realize", Usage: "do not realize the promoted version"},
 				},
 				Description: "Prints the proposal's diff, with every character outside printable ASCII shown as\n" +
-					"«U+XXXX», and a WIDENS ACCESS line when it opens network destinations. Asks on the terminal;\n" +
+					"«U+XXXX», and a WIDENS ACCESS line when it opens network destinations; on a terminal through\n" +
+					"a pager, as git does: $SHED_PAGER, else $PAGER, else less (LESS=FRX unless LESS is set; \"cat\"\n" +
+					"or empty: none). Then a summary (packages added, access widened, lines changed per file) and\n" +
+					"the question. Asks on the terminal;\n" +
 					"the answer confirms exactly the diff shown, for the record version it was made against,\n" +
 					"once: a proposal edited after it was shown, a record that changed in between, or a\n" +
 					"proposal promoted before are refused. Then realizes the new version (a gc root each).",
@@ -199,7 +203,10 @@ func cmdWorkshop() *cli.Command {
 						return err
 					}
 					p := shown.Proposal
-					fmt.Fprint(c.App.Writer, proposal.Visible(shown.Diff))
+					// A long diff is paged on a terminal (SHED_PAGER, PAGER, less), as git's are.
+					if err := page(c.App.Writer, proposal.Visible(shown.Diff)); err != nil {
+						return err
+					}
 					// A person confirms, from the diff on their terminal; a script does not. The
 					// confirmation names the exact diff shown, so nothing else can be promoted by it.
 					in, ok := c.App.Reader.(*os.File)
@@ -207,6 +214,8 @@ func cmdWorkshop() *cli.Command {
 						return withHint(exitUsage, errors.New("promotion needs a human at a terminal: stdin is not one"),
 							"run `shed workshop promote` in a terminal; a proposal is confirmed by a person, not by a script")
 					}
+					// What it changes, next to the question: the diff may have scrolled away.
+					fmt.Fprintf(c.App.ErrWriter, "shed: proposal %s: %s\n", p.ID, promoteSummary(p, shown.Diff))
 					fmt.Fprintf(c.App.ErrWriter, "Promote proposal %s as version %d of %s? Type yes to confirm: ", p.ID, p.Base+1, p.Workshop)
 					answer, _ := bufio.NewReader(in).ReadString('\n')
 					if strings.TrimSpace(answer) != "yes" {
