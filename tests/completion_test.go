@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -149,7 +150,8 @@ func completeLine(t *testing.T, sh, line, dir string, env []string) ([]string, s
 		script := lib + `
 source <(shed completion bash)
 COMP_LINE=$1 COMP_POINT=${#1} COMP_WORDS=(` + strings.Join(q, " ") + `) COMP_CWORD=` + fmt.Sprint(len(words)-1) + `
-_shed shed "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+fn=$(complete -p shed | sed -n 's/.* -F \([^ ]*\) .*/\1/p')
+"$fn" shed "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
 printf '%s\n' "${COMPREPLY[@]}"`
 		cmd = exec.Command("bash", "--norc", "--noprofile", "-c", script, "bash", line)
 	case "zsh":
@@ -250,10 +252,16 @@ func storeState(t *testing.T, root string) string {
 	t.Helper()
 	var b strings.Builder
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed while the walk went on (by a command that ran)
+		}
 		if err != nil {
 			return err
 		}
 		fi, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}

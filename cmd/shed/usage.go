@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// Usage errors name the command as it is typed (`shed bench run --help`, not urfave's `shed run`),
+// Usage errors name the command as it is typed (`shed bench run --help`, where urfave said "shed run"),
 // a flag as it is spelled (--memory: Go's flag package says -memory), and, for a flag or a command
 // that is not there, the one that is close ("did you mean --memory?").
 
@@ -211,24 +211,29 @@ func suggest(typed string, names []string) string {
 	return best
 }
 
+// levenshtein is the edit distance of a and b, where swapping two neighbours (--yse) is one edit.
 func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev = cur
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }
 
 // checkArgs refuses, before a command's Action runs, a required flag left out and a flag after
