@@ -124,7 +124,9 @@ func cmdCompletion() *cli.Command {
 		Name:      "completion",
 		Usage:     "print a shell completion script (bash, zsh or fish)",
 		ArgsUsage: "bash|zsh|fish",
-		Description: "Install with, for example:\n" +
+		Description: "TAB never runs a command: the scripts ask `shed __complete`, which reads the command\n" +
+			"definitions (and, for a BENCH or a record's NAME, lists them) and runs nothing. After \"--\" it\n" +
+			"completes file names. Install with, for example:\n" +
 			"  shed completion bash > /etc/bash_completion.d/shed\n" +
 			"  shed completion zsh > /usr/local/share/zsh/site-functions/_shed   (or: eval \"$(shed completion zsh)\")\n" +
 			"  shed completion fish > ~/.config/fish/completions/shed.fish",
