@@ -25,6 +25,8 @@ func TestCompleteRunsNothing(t *testing.T) {
 		{"shed", "__complete", "--root", root, "bench", "run", "--", "touch", marker, ""},
 		{"shed", "__complete", "--root", root, "init", ""},
 		{"shed", "__complete", "--root", root, "gc", "--"},
+		{"shed", "__complete", "--root", root, "bench", "exec", ""}, // lists the Benches, of no store
+		{"shed", "__complete", "--root", root, "workshop", "show", ""},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != exitOK || errb.Len() != 0 {

@@ -236,13 +236,20 @@ func levenshtein(a, b string) int {
 	return d[len(a)][len(b)]
 }
 
-// checkArgs refuses, before a command's Action runs, a required flag left out and a flag after
-// the arguments: urfave/cli reads flags only before the first argument, so `shed realize FILE
+// checkArgs refuses, before a command's Action runs, arguments to a command that takes none, a
+// required flag left out and a flag after the arguments: urfave/cli reads flags only before the first argument, so `shed realize FILE
 // --offline` would take --offline for a second FILE. A command that runs a command line (CMD) is
 // left alone: what follows its arguments is the Bench's.
 func checkArgs(c *cli.Context, required []cli.Flag) error {
 	path := commandPath(c)
 	args := c.Args().Slice()
+	if strings.TrimSpace(c.Command.ArgsUsage) == "" && len(args) > 0 {
+		// A command that takes no arguments ignored them: `shed bench shell x` launched a shell.
+		if args[0] == "--help" || args[0] == "-h" {
+			return showHelp(c)
+		}
+		return withHint(exitUsage, fmt.Errorf("%s takes no arguments (got %q)", path, args[0]), "see `"+path+" --help`")
+	}
 	if !strings.Contains(c.Command.ArgsUsage, "CMD") {
 		for i, a := range args {
 			if a == "--" {

@@ -46,7 +46,7 @@ func runShed(t *testing.T, args ...string) (int, string, string) {
 }
 
 // TestFlagErrorsNameTheCommand: every command's flag errors (a flag it does not have, a flag's
-// value left out, a value of the wrong type) exit 2 and name the command as it is typed, the flag as
+// value left out, a value of the wrong type) and an argument to one that takes none exit 2 and name the command as it is typed, the flag as
 // it is spelled, and the command's help.
 func TestFlagErrorsNameTheCommand(t *testing.T) {
 	eachLeaf(newApp(io.Discard, io.Discard), func(path []string, c *cli.Command) {
@@ -58,6 +58,9 @@ func TestFlagErrorsNameTheCommand(t *testing.T) {
 		tries := []try{
 			{[]string{"--no-such-flag"}, full + " has no flag --no-such-flag"},
 			{[]string{"-no-such-flag"}, full + " has no flag -no-such-flag"},
+		}
+		if strings.TrimSpace(c.ArgsUsage) == "" {
+			tries = append(tries, try{[]string{"extra"}, full + ` takes no arguments (got "extra")`})
 		}
 		for _, f := range c.Flags {
 			name := f.Names()[0]
