@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -20,6 +21,10 @@ func setupUsage(a *cli.App) {
 	walk = func(cmds []*cli.Command) {
 		for _, c := range cmds {
 			c.OnUsageError = onUsageError
+			if action := c.Action; action != nil {
+				c.Action = func(ctx *cli.Context) error { return namedHint(ctx, action(ctx)) }
+			}
+			// (A group's Before runs before its subcommand's: it would see the subcommand as an argument.)
 			if len(c.Subcommands) == 0 && c.Action != nil {
 				var required []cli.Flag
 				for _, f := range c.Flags {
@@ -45,6 +50,16 @@ func setupUsage(a *cli.App) {
 		}
 	}
 	walk(a.Commands)
+}
+
+// namedHint gives a usage error of c's Action (usageError's "see `shed help`") the command's own
+// help: `shed bench logs` without BENCH points at `shed bench logs --help`.
+func namedHint(c *cli.Context, err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) && ee.code == exitUsage && ee.hint == usageError("").(*exitError).hint {
+		ee.hint = "see `" + commandPath(c) + " --help`"
+	}
+	return err
 }
 
 // commandPath is the command c runs, as typed: "shed bench run" ("shed" for the top level).
