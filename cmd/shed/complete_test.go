@@ -80,3 +80,23 @@ func TestCompleteCandidates(t *testing.T) {
 		t.Error("the bash script does not ask shed __complete")
 	}
 }
+
+// TestCompleteNotInUserns: TAB and help do not enter a user namespace (a user without subordinate
+// ids would see its error on the prompt); a command on the store does.
+func TestCompleteNotInUserns(t *testing.T) {
+	t.Setenv("SHED_SOCKET", "none")
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"shed", "bench", "ls"}, true},
+		{[]string{"shed", "__complete", "bench", "exec", ""}, false},
+		{[]string{"shed", "bench", "run", "--", "touch", "x", "--generate-bash-completion"}, false},
+		{[]string{"shed", "bench", "help", "run"}, false},
+		{[]string{"shed", "help", "bench", "run"}, false},
+	} {
+		if got := worksOnStore(c.args); got != c.want {
+			t.Errorf("worksOnStore(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}

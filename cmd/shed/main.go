@@ -56,7 +56,7 @@ func worksOnStore(args []string) bool {
 	if _, ok := completionArgs(args); ok {
 		return false
 	}
-	args = hoistGlobalFlags(args)
+	args = helpArgs(newApp(io.Discard, io.Discard), hoistGlobalFlags(args)) // `shed bench help run` is help too
 	rootSet := false
 	for i := 1; i < len(args); i++ {
 		switch a := args[i]; {
