@@ -281,7 +281,7 @@ func checkArgs(c *cli.Context, required []cli.Flag) error {
 				return onUsageError(c, fmt.Errorf("flag provided but not defined: -%s", name), true)
 			}
 			return withHint(exitUsage, fmt.Errorf("%s: the flag %s comes after an argument (%s)", path, dashed(name), args[0]),
-				"flags go before the arguments: `"+path+" "+a+" "+args[0]+"`")
+				"flags go before the arguments: `"+path+" "+strings.Join(flagsFirst(visibleFlags(c), args), " ")+"`")
 		}
 	}
 	for _, f := range required {
@@ -291,6 +291,29 @@ func checkArgs(c *cli.Context, required []cli.Flag) error {
 		}
 	}
 	return nil
+}
+
+// flagsFirst is args with the flags (and their values) before the arguments, as urfave/cli reads them.
+func flagsFirst(flags []cli.Flag, args []string) []string {
+	var fl, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i:]...)
+			break
+		}
+		if len(a) < 2 || !strings.HasPrefix(a, "-") {
+			pos = append(pos, a)
+			continue
+		}
+		fl = append(fl, a)
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if f := findFlag(flags, name); f != nil && takesValue(f) && !hasValue && i+1 < len(args) {
+			fl = append(fl, args[i+1])
+			i++
+		}
+	}
+	return append(fl, pos...)
 }
 
 // errHelpShown ends a command whose help was printed instead: exit 0, nothing more to say.

@@ -105,6 +105,8 @@ func TestUsageHints(t *testing.T) {
 		{[]string{"relaize"}, exitUsage, []string{`unknown command "relaize"`, "did you mean `shed realize`?"}},
 		{[]string{"help", "bench", "rn"}, exitUsage, []string{"did you mean `shed bench run`?"}},
 		{[]string{"realize", "x.toml", "--offline"}, exitUsage, []string{"shed realize: the flag --offline comes after an argument (x.toml)", "`shed realize --offline x.toml`"}},
+		{[]string{"store", "verify", "/a", "/b", "--repair"}, exitUsage, []string{"`shed store verify --repair /a /b`"}},
+		{[]string{"realize", "x.toml", "--substituter", "oci-layout:/c", "--offline"}, exitUsage, []string{"`shed realize --substituter oci-layout:/c --offline x.toml`"}},
 		{[]string{"store", "verify", "/x", "--bogus"}, exitUsage, []string{"shed store verify has no flag --bogus"}},
 		{[]string{"bench", "logs"}, exitUsage, []string{"bench logs wants BENCH", "shed: hint: see `shed bench logs --help`"}},
 		{[]string{"workshop", "show"}, exitUsage, []string{"shed: hint: see `shed workshop show --help`"}},
