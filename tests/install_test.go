@@ -36,7 +36,7 @@ func TestMakeInstall(t *testing.T) {
 	if err != nil || !strings.Contains(string(v), "(commit "+strings.TrimSpace(string(head))) {
 		t.Errorf("installed shed --version: %q, %v; want commit %s", v, err, head)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dest, "usr/share/bash-completion/completions/shed")); !strings.Contains(string(b), "--generate-bash-completion") {
+	if b, _ := os.ReadFile(filepath.Join(dest, "usr/share/bash-completion/completions/shed")); !strings.Contains(string(b), "__complete") {
 		t.Error("the bash completion is not shed's")
 	}
 }

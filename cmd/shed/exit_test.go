@@ -159,10 +159,17 @@ func TestCompleteNames(t *testing.T) {
 		root string
 		want string
 	}{{root, "jq-tools\n"}, {filepath.Join(t.TempDir(), "none"), ""}} {
-		var out, errb bytes.Buffer
-		code := run([]string{"shed", "--root", c.root, "workshop", "show", "--generate-bash-completion"}, &out, &errb)
-		if code != exitOK || out.String() != c.want || errb.Len() != 0 {
-			t.Errorf("completion in %s: exit %d, %q, stderr %q; want %q", c.root, code, out.String(), errb.String(), c.want)
+		// As the scripts ask (the word being completed last), and as urfave/cli's older ones did.
+		for _, args := range [][]string{
+			{"shed", "__complete", "--root", c.root, "workshop", "show", ""},
+			{"shed", "__complete", "--root", c.root, "workshop", "show", "jq"},
+			{"shed", "--root", c.root, "workshop", "show", "--generate-bash-completion"},
+		} {
+			var out, errb bytes.Buffer
+			code := run(args, &out, &errb)
+			if code != exitOK || out.String() != c.want || errb.Len() != 0 {
+				t.Errorf("%q: exit %d, %q, stderr %q; want %q", args, code, out.String(), errb.String(), c.want)
+			}
 		}
 	}
 }

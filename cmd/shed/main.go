@@ -54,7 +54,10 @@ func main() {
 // supervisor), which a user other than root does in a user namespace of its own. Help, completion,
 // man pages, recipe checks and the daemon (root's) do not; a call the supervisor takes does not.
 func worksOnStore(args []string) bool {
-	args = hoistGlobalFlags(args)
+	if _, ok := completionArgs(args); ok {
+		return false
+	}
+	args = helpArgs(newApp(io.Discard, io.Discard), hoistGlobalFlags(args)) // `shed bench help run` is help too
 	rootSet := false
 	for i := 1; i < len(args); i++ {
 		switch a := args[i]; {
@@ -112,12 +115,16 @@ func enterUserns(args []string) int {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if words, ok := completionArgs(args); ok { // before anything can run: TAB runs nothing
+		complete(newApp(stdout, io.Discard), words, stdout)
+		return exitOK
+	}
 	ctx, interrupted, stop := interruptible()
 	defer stop()
 	app := newApp(stdout, stderr)
 	app.Reader = os.Stdin
 	unknownCommand = false
-	hoisted := hoistGlobalFlags(args)
+	hoisted := helpArgs(app, hoistGlobalFlags(args))
 	err := app.RunContext(ctx, hoisted)
 	if unknownCommand {
 		return exitUsage
@@ -329,7 +336,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			"concurrent use. The recipe is the only truth; the store is a cache.",
 		Writer:               stdout,
 		ErrWriter:            stderr,
-		EnableBashCompletion: true,
+		EnableBashCompletion: false, // shed __complete (complete.go): urfave's runs the Action after "--"
 		HideHelpCommand:      false,
 		Flags: []cli.Flag{
 			// Not an EnvVars flag: only a --root on the command line says to work on a store directly
@@ -365,11 +372,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdMan(),
 		},
 		// Usage errors (unknown flag, missing argument) exit 2 with a hint.
-		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
-			return withHint(exitUsage, err, "see `shed "+c.Command.FullName()+" --help`")
-		},
+		OnUsageError: onUsageError,
 		CommandNotFound: func(c *cli.Context, name string) {
-			err := withHint(exitUsage, fmt.Errorf("unknown command %q", name), "`shed help` lists the commands")
+			err := unknownCommandError(c, name)
 			if c.Bool("json") {
 				reportJSON(stderr, err)
 			} else {
@@ -380,14 +385,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors
 	}
 	// urfave/cli asks each command, not the app, about its own flags.
-	var setUsage func([]*cli.Command)
-	setUsage = func(cmds []*cli.Command) {
-		for _, c := range cmds {
-			c.OnUsageError = app.OnUsageError
-			setUsage(c.Subcommands)
-		}
-	}
-	setUsage(app.Commands)
+	setupUsage(app)
 	return app
 }
 
