@@ -92,7 +92,7 @@ func (c *checker) recipe() *Recipe {
 	}
 	// Debian's mirror serves Debian's suites, which are known here: a near miss is a typo. Another
 	// mirror may serve other names; realize asks it.
-	if r.Seed.Kind == "debian" && r.Apt.Mirror == DefaultMirror {
+	if r.Seed.Kind == "debian" && strings.TrimSuffix(r.Apt.Mirror, "/") == DefaultMirror {
 		if e := checkDebianSuite(r.Seed); e != nil {
 			c.failErr(seedF, e)
 		}

@@ -92,3 +92,15 @@ func typoDistance(c string) int {
 	}
 	return 2
 }
+
+// DebianSuites lists the suite names of Debian's archive known here: the codenames and aliases,
+// then each of them with the suffixes of the suites beside a release (bookworm-backports).
+func DebianSuites() []string {
+	out := slices.Concat(debianCodenames, debianAliases)
+	for _, s := range slices.Concat(debianCodenames, debianAliases) {
+		for _, x := range debianSuffixes {
+			out = append(out, s+"-"+x)
+		}
+	}
+	return out
+}
