@@ -310,12 +310,17 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 	}
 	b.begin("resolving the apt packages of " + r.Name)
 	defer b.end()
+	// A line a log gets too: apt says nothing (-qq) until it is done, some seconds on.
+	b.step("resolving the apt packages of %s against %s %s (apt-get update, install --print-uris)...", r.Name, mirror, suite)
 	var log strings.Builder
 	code, err := runWithProxy(ctx, spec(append(append([]string{"/usr/bin/apt-get"}, aptOpts...), "update", "-q")...), rules, private, io.MultiWriter(&log, b.statusOutput()))
 	if err != nil {
 		return nil, err
 	}
 	if code != 0 {
+		if e := missingSource(r, log.String()); e != nil {
+			return nil, e
+		}
 		return nil, fmt.Errorf("%w: apt-get update failed (exit %d):\n%s", ErrResolve, code, aptErrors(log.String()))
 	}
 
@@ -404,6 +409,23 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 	return debs, nil
 }
 
+// missingSource returns an error at the suite's line of the recipe's [[apt.source]] that apt found
+// no Release file of ("E: The repository 'URL SUITE Release' does not have a Release file."): a
+// suite (or a URL) the repository does not serve. nil if apt says no such thing.
+func missingSource(r *recipe.Recipe, aptOut string) error {
+	for i, src := range r.Apt.Sources {
+		u := strings.TrimSuffix(src.URL, "/")
+		for _, q := range []string{"'" + u + " " + src.Suite + " Release'", "'" + u + "/ " + src.Suite + " Release'"} {
+			if strings.Contains(aptOut, q+" does not have a Release file") {
+				return r.ErrorAt(fmt.Sprintf("apt.source[%d].suite", i),
+					fmt.Sprintf("the repository %s has no suite %q (no dists/%s/InRelease or Release)", src.URL, src.Suite, src.Suite),
+					"check the source's url and suite: apt reads URL/dists/SUITE/InRelease (the vendor's instructions name both, as `deb URL SUITE COMPONENT`)")
+			}
+		}
+	}
+	return nil
+}
+
 // missingApt finds, when apt could not resolve, the first of the recipe's packages that is not there
 // (no such package, or no such version of it) in the Packages indexes apt fetched, or installed in
 // the seed, and returns an error at its line naming what is there; nil if each is there (apt's
@@ -464,7 +486,11 @@ func missingApt(r *recipe.Recipe, args []string, aptOut, upper, seed, mirror, su
 			if len(versions) > 1 {
 				msg = fmt.Sprintf("no version %q of %s in %s; there are %s", v, p.Name, where, listSome(versions, 10))
 			}
-			hint := fmt.Sprintf("pin one of those (%s=%s), or write %s alone for the mirror's newest", p.Name, versions[0], p.Name)
+			those := "one of those"
+			if len(versions) == 1 {
+				those = "that version"
+			}
+			hint := fmt.Sprintf("pin %s (%s=%s), or write %s alone for the mirror's newest", those, p.Name, versions[0], p.Name)
 			if p.Version == "" {
 				hint = fmt.Sprintf("the lock pins %s=%s, which the mirror no longer has: `shed lock --update %s` pins one it has", p.Name, v, p.Name)
 			}

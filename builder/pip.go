@@ -152,6 +152,7 @@ func (b *Builder) resolvePip(ctx context.Context, r *recipe.Recipe, lock *recipe
 	}
 	b.begin("resolving the pip packages of " + r.Name)
 	defer b.end()
+	b.step("resolving the pip packages of %s against %s (pip install --dry-run)...", r.Name, r.Pip.Index)
 	var log strings.Builder
 	code, err := runWithProxy(ctx, spec, rules, private, io.MultiWriter(&log, b.statusOutput()))
 	if err != nil {

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -66,7 +67,7 @@ func TestAptPackageNotThere(t *testing.T) {
 	version := writeFile(t, filepath.Join(dir, "version", "workshop.toml"),
 		"name = \"apt-version\"\nseed = \"debian/bookworm\"\n\n[apt]\npackages = [\"jq=9.9\"]\n")
 	notThere(t, "a version that does not exist", shed(t, root, nil, "lock", version), 5,
-		`apt\.packages\[0\]: no version "9\.9" of jq in `, `there (is|are) 1\.6-2\.1`, `pin one of those \(jq=1\.6-2\.1`)
+		`apt\.packages\[0\]: no version "9\.9" of jq in `, `there (is|are) 1\.6-2\.1`, `pin (one of those|that version) \(jq=1\.6-2\.1`)
 }
 
 // TestPipPackageNotThere: a pip package the index does not have, or a version it does not have, is
@@ -82,4 +83,21 @@ func TestPipPackageNotThere(t *testing.T) {
 	notThere(t, "a pip version that does not exist", shed(t, root, nil, "lock", pipRecipe(t, idx, "noversion", "shedtest-alpha==9.9")), 7,
 		`pip\.packages\[0\]: the index \S+ has no version "9\.9" of shedtest-alpha that installs here; it has 1\.0, 2\.0`,
 		`pin one of those \(shedtest-alpha==2\.0\)`)
+}
+
+// TestSourceNotThere: an [[apt.source]] suite the repository does not serve is an error at the
+// suite's line; a package it does not have, at the package's line with a did-you-mean from its index.
+func TestSourceNotThere(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
+	requireRoot(t)
+	root := sharedRoot(t)
+	repo := newAptRepo(t, debSpec{name: "hello-shed", version: "1.0", files: map[string]string{"usr/share/hello-shed/data": "hello\n"}})
+
+	suite := repo.recipe(t, filepath.Join(t.TempDir(), "suite"), "source-suite", "hello-shed")
+	b, _ := os.ReadFile(suite)
+	writeFile(t, suite, strings.Replace(string(b), `suite = "stable"`, `suite = "stabel"`, 1))
+	notThere(t, "a source's suite", shed(t, root, nil, "lock", suite), 7, `apt\.source\[0\]\.suite: the repository \S+ has no suite "stabel"`)
+
+	notThere(t, "a package of the source", shed(t, root, nil, "lock", repo.recipe(t, filepath.Join(t.TempDir(), "name"), "source-name", "hello-shedd")), 4,
+		`no package "hello-shedd" in \S+ bookworm or the recipe's \[\[apt\.source\]\]: did you mean hello-shed\?`)
 }
