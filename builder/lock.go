@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -67,7 +68,14 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 		lock.Seed.Epoch = date.Unix()
 	case "oci":
 		digest, err := ResolveOCI(ctx, OCIImage{Dir: r.Seed.AbsDir, Tag: r.Seed.Tag})
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoOCITag):
+			return nil, r.ErrorAt("seed", strings.TrimSuffix(err.Error(), ": "+errNoOCITag.Error()),
+				"name a tag the layout has (oci:DIR:TAG), or tag the image you mean in it")
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, r.ErrorAt("seed", err.Error(),
+				"write the directory of an OCI image layout, absolute or relative to the recipe's directory (`skopeo copy docker://IMAGE oci:DIR:TAG` makes one)")
+		case err != nil:
 			return nil, err
 		}
 		lock.Seed.Digest = digest

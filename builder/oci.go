@@ -27,6 +27,8 @@ import (
 	"github.com/opencontainers/umoci/oci/casext/mediatype"
 	"github.com/opencontainers/umoci/oci/layer"
 	"github.com/opencontainers/umoci/pkg/hardening"
+
+	"toolshed.dev/shed/recipe"
 )
 
 // OCIImage identifies an image in an OCI image layout directory.
@@ -115,10 +117,16 @@ func noOCIManifest(ctx context.Context, ext casext.Engine, layoutDir, tag string
 	slices.Sort(tags)
 	tags = slices.Compact(tags)
 	if len(tags) == 0 {
-		return fmt.Errorf("oci image %s: no manifest tagged %q: the layout has no tags", layoutDir, tag)
+		return fmt.Errorf("oci image %s: no manifest tagged %q: the layout has no tags: %w", layoutDir, tag, errNoOCITag)
 	}
-	return fmt.Errorf("oci image %s: no manifest tagged %q (tags: %s)", layoutDir, tag, strings.Join(tags, ", "))
+	if guess := recipe.Suggest(tag, tags, 1); len(guess) > 0 {
+		return fmt.Errorf("oci image %s: no manifest tagged %q (tags: %s): did you mean %q?: %w", layoutDir, tag, strings.Join(tags, ", "), guess[0], errNoOCITag)
+	}
+	return fmt.Errorf("oci image %s: no manifest tagged %q (tags: %s): %w", layoutDir, tag, strings.Join(tags, ", "), errNoOCITag)
 }
+
+// errNoOCITag marks a seed's tag that its layout does not have.
+var errNoOCITag = errors.New("no such tag")
 
 // ourPlatform keeps the manifests an index lists for linux on this machine's
 // architecture; it also drops attestation manifests (platform unknown/unknown).

@@ -1,12 +1,17 @@
 package tests
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/opencontainers/go-digest"
 )
 
 // notThere checks a recipe error about something the recipe names that does not exist: exit 3
@@ -100,4 +105,24 @@ func TestSourceNotThere(t *testing.T) {
 
 	notThere(t, "a package of the source", shed(t, root, nil, "lock", repo.recipe(t, filepath.Join(t.TempDir(), "name"), "source-name", "hello-shedd")), 4,
 		`no package "hello-shedd" in \S+ bookworm or the recipe's \[\[apt\.source\]\]: did you mean hello-shed\?`)
+}
+
+// TestOCISeedNotThere: an OCI seed's tag its layout does not have, or a layout that does not exist,
+// is an error at the seed's line (with the tags the layout has).
+func TestOCISeedNotThere(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
+	requireRoot(t)
+	root := sharedRoot(t)
+	dir := t.TempDir()
+	var raw, gz bytes.Buffer
+	tar.NewWriter(&raw).Close()
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw.Bytes())
+	zw.Close()
+	putOCIImage(t, filepath.Join(dir, "image"), "release-1", gz.Bytes(), digest.FromBytes(raw.Bytes()))
+
+	tag := writeFile(t, filepath.Join(dir, "workshop.toml"), "name = \"oci-tag\"\n\nseed = \"oci:./image:relase-1\"\n")
+	notThere(t, "a tag the layout does not have", shed(t, root, nil, "lock", tag), 3, `no manifest tagged "relase-1" \(tags: release-1\): did you mean "release-1"\?`)
+	nodir := writeFile(t, filepath.Join(dir, "nodir", "workshop.toml"), "name = \"oci-dir\"\nseed = \"oci:./image\"\n")
+	notThere(t, "a layout that does not exist", shed(t, root, nil, "lock", nodir), 2, `nodir/image does not exist`)
 }
