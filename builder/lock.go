@@ -500,7 +500,7 @@ func missingApt(r *recipe.Recipe, args []string, aptOut, upper, seed, mirror, su
 			}
 			hint := fmt.Sprintf("pin %s (%s=%s), or write %s alone for the mirror's newest", those, p.Name, versions[0], p.Name)
 			if p.Version == "" {
-				hint = fmt.Sprintf("the lock pins %s=%s, which the mirror no longer has: `shed lock --update %s` pins one it has", p.Name, v, p.Name)
+				hint = fmt.Sprintf("the lock pins %s=%s, which the mirror no longer has: `shed lock --update -f %s %s` pins one it has", p.Name, v, r.File, p.Name)
 			}
 			return r.ErrorAt(field, msg, hint)
 		}

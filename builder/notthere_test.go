@@ -23,7 +23,7 @@ func TestMissingPip(t *testing.T) {
 		{"ERROR: Could not find a version that satisfies the requirement alpha (from versions: none)\n",
 			`w.toml:6: pip.packages[0]: the index http://127.0.0.1:1/simple/ has no wheel of "alpha" that installs here`, "/simple/NAME/"},
 		{"ERROR: Could not find a version that satisfies the requirement gamma==1.0 (from versions: 1.1)\n",
-			`w.toml:8: pip.packages[2]: the index http://127.0.0.1:1/simple/ has no version "1.0" of gamma that installs here; it has 1.1`, "shed lock --update gamma"},
+			`w.toml:8: pip.packages[2]: the index http://127.0.0.1:1/simple/ has no version "1.0" of gamma that installs here; it has 1.1`, "shed lock --update -f w.toml gamma"},
 		{"ERROR: Could not find a version that satisfies the requirement delta>=2 (from versions: 1.0)\n", "", ""}, // a dependency
 		{"ERROR: ResolutionImpossible: ...\n", "", ""},
 	} {

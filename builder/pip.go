@@ -264,7 +264,7 @@ func missingPip(r *recipe.Recipe, reqs []string, pipOut string) error {
 	versions := strings.Split(m[2], ", ")
 	hint := fmt.Sprintf("pin one of those (%s==%s), or write %s alone for the newest", p.Name, versions[len(versions)-1], p.Name)
 	if p.Version == "" {
-		hint = fmt.Sprintf("the lock pins %s, which the index no longer has: `shed lock --update %s` pins one it has", m[1], p.Name)
+		hint = fmt.Sprintf("the lock pins %s, which the index no longer has: `shed lock --update -f %s %s` pins one it has", m[1], r.File, p.Name)
 	}
 	return r.ErrorAt(field, fmt.Sprintf("the index %s has no version %q of %s that installs here; it has %s", r.Pip.Index, v, p.Name, strings.Join(versions, ", ")), hint)
 }

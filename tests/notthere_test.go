@@ -88,6 +88,15 @@ func TestPipPackageNotThere(t *testing.T) {
 	notThere(t, "a pip version that does not exist", shed(t, root, nil, "lock", pipRecipe(t, idx, "noversion", "shedtest-alpha==9.9")), 7,
 		`pip\.packages\[0\]: the index \S+ has no version "9\.9" of shedtest-alpha that installs here; it has 1\.0, 2\.0`,
 		`pin one of those \(shedtest-alpha==2\.0\)`)
+
+	// The way out the hints name for a pin an index stopped serving: --update of a pip package (by
+	// any spelling pip takes); a name the recipe does not declare is a usage error with a guess.
+	file := pipRecipe(t, idx, "update", "shedtest-alpha")
+	mustShed(t, root, "lock", file)
+	mustShed(t, root, "lock", "--update", "-f", file, "Shedtest_Alpha")
+	if r := shed(t, root, nil, "lock", "--update", "-f", file, "shedtest-alpah"); r.code != 2 || !strings.Contains(r.stderr, "did you mean shedtest-alpha?") {
+		t.Errorf("--update of a name the recipe does not declare: exit %d, want 2 and a guess:\n%s", r.code, r.stderr)
+	}
 }
 
 // TestSourceNotThere: an [[apt.source]] suite the repository does not serve is an error at the
