@@ -225,8 +225,11 @@ func (c *checker) network(t map[string]any, tf field, n *Network) {
 	c.unknown(t, tf, "keys in [network]", networkKeys)
 	if s, f, ok := c.str(t, tf, "profile", `profile = "none"`, false); ok {
 		if s != "none" && s != "debian" {
-			c.fail(f, fmt.Sprintf("unknown profile %q", s),
-				`use "none" (no network, the default) or "debian" (the apt mirror and sources); list other destinations in allow`)
+			hint := `use "none" (no network, the default) or "debian" (the apt mirror and sources); list other destinations in allow`
+			if g := Suggest(s, []string{"none", "debian"}, 1); len(g) > 0 {
+				hint = fmt.Sprintf("did you mean %q? %s", g[0], hint)
+			}
+			c.fail(f, fmt.Sprintf("unknown profile %q", s), hint)
 		} else {
 			n.Profile = s
 		}
@@ -273,7 +276,11 @@ func (c *checker) grants(root map[string]any, top field, r *Recipe) {
 		}
 		if s, f, present := c.str(gt.m, gt.f, "mode", `mode = "ro"`, false); present {
 			if s != "ro" && s != "rw" {
-				c.fail(f, fmt.Sprintf("unknown mode %q", s), `use "ro" (read-only, the default) or "rw" (read-write)`)
+				hint := `use "ro" (read-only, the default) or "rw" (read-write)`
+				if s == "wr" || s == "or" {
+					hint = fmt.Sprintf("did you mean %q? %s", string([]byte{s[1], s[0]}), hint)
+				}
+				c.fail(f, fmt.Sprintf("unknown mode %q", s), hint)
 				ok = false
 			} else {
 				g.Mode = s
