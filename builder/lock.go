@@ -95,7 +95,7 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 		}
 		date, err := releaseDate(ctx, opts.Client, r.Apt.Mirror, suite)
 		if errors.Is(err, errNoSuite) {
-			return nil, noSuiteError(ctx, opts.Client, r, r.Apt.Mirror, suite, "the image's Debian suite (VERSION_CODENAME in its /etc/os-release) ")
+			return nil, noSuiteError(ctx, opts.Client, r, r.Apt.Mirror, suite, "the image's Debian suite (VERSION_CODENAME in its /etc/os-release): ")
 		}
 		if err != nil {
 			return nil, err

@@ -1,6 +1,10 @@
 package builder
 
 import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -40,5 +44,39 @@ func TestMissingPip(t *testing.T) {
 		} else if e.Error() != c.want || !strings.Contains(e.Hint, c.hint) {
 			t.Errorf("%q:\n got %v (hint %q)\nwant %s (hint with %q)", c.out, err, e.Hint, c.want, c.hint)
 		}
+	}
+}
+
+// TestNoSuite: a suite whose InRelease the mirror does not have is a recipe error at the seed's
+// line, naming the suites of Debian's the mirror does serve, and a guess among them.
+func TestNoSuite(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		switch req.URL.Path {
+		case "/debian/dists/bookworm/InRelease", "/debian/dists/stable/InRelease":
+			w.Write([]byte("Date: Sat, 11 Jul 2026 10:16:37 UTC\n"))
+		default:
+			http.NotFound(w, req)
+		}
+	}))
+	defer srv.Close()
+	mirror := srv.URL + "/debian"
+	r, err := recipe.Parse("w.toml", []byte("name = \"x\"\n\nseed = \"debian/bookwrom@20250110T000000Z\"\n[apt]\nmirror = \""+mirror+"\"\n"), recipe.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := releaseDate(context.Background(), srv.Client(), mirror, "bookwrom"); !errors.Is(err, errNoSuite) {
+		t.Fatalf("releaseDate of a suite not there: %v", err)
+	}
+	if _, err := releaseDate(context.Background(), srv.Client(), mirror, "bookworm"); err != nil {
+		t.Fatalf("releaseDate: %v", err)
+	}
+	err = noSuiteError(context.Background(), srv.Client(), r, mirror, "bookwrom", "")
+	e, ok := err.(*recipe.Error)
+	want := `w.toml:3: seed: the mirror ` + mirror + ` has no suite "bookwrom" (no dists/bookwrom/InRelease); of Debian's suites, it serves bookworm, stable: did you mean "bookworm"?`
+	if !ok {
+		t.Fatalf("got %v, want a recipe error", err)
+	}
+	if e.Error() != want || e.Hint != `write seed = "debian/bookworm@20250110T000000Z"` {
+		t.Errorf("got %v (hint %q)\nwant %s", err, e.Hint, want)
 	}
 }
