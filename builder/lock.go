@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -72,8 +71,8 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 		case errors.Is(err, errNoOCITag):
 			return nil, r.ErrorAt("seed", strings.TrimSuffix(err.Error(), ": "+errNoOCITag.Error()),
 				"name a tag the layout has (oci:DIR:TAG), or tag the image you mean in it")
-		case errors.Is(err, fs.ErrNotExist):
-			return nil, r.ErrorAt("seed", err.Error(),
+		case errors.Is(err, errNoOCIDir):
+			return nil, r.ErrorAt("seed", strings.TrimSuffix(err.Error(), ": "+errNoOCIDir.Error()),
 				"write the directory of an OCI image layout, absolute or relative to the recipe's directory (`skopeo copy docker://IMAGE oci:DIR:TAG` makes one)")
 		case err != nil:
 			return nil, err
