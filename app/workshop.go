@@ -381,9 +381,23 @@ func (s *Service) Lock(ctx context.Context, c *Call, req *LockRequest) (*LockRes
 	if err != nil {
 		return nil, err
 	}
+	var declared []string
+	for _, p := range r.Apt.Packages {
+		declared = append(declared, p.Name)
+	}
+	for _, p := range r.Pip.Packages {
+		declared = append(declared, p.Name)
+	}
 	for _, u := range req.Packages {
-		if !slices.ContainsFunc(r.Apt.Packages, func(p recipe.AptPackage) bool { return p.Name == u }) {
-			return nil, usage("name packages from the recipe's [apt] packages", "update %s: %s does not declare it", u, file)
+		isPip := slices.ContainsFunc(r.Pip.Packages, func(p recipe.PipPackage) bool {
+			return recipe.NormalizePipName(p.Name) == recipe.NormalizePipName(u)
+		})
+		if !slices.Contains(declared, u) && !isPip {
+			hint := "name packages from the recipe's [apt] or [pip] packages"
+			if guess := recipe.Suggest(u, declared, 1); len(guess) > 0 {
+				hint = fmt.Sprintf("did you mean %s? %s", guess[0], hint)
+			}
+			return nil, usage(hint, "update %s: %s does not declare it", u, file)
 		}
 	}
 	st, err := s.openStore()

@@ -56,6 +56,9 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 	case "debian":
 		mirror := seedMirror(r)
 		date, err := releaseDate(ctx, opts.Client, mirror, suite)
+		if errors.Is(err, errNoSuite) {
+			return nil, noSuiteError(ctx, opts.Client, r, mirror, suite, "")
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -64,7 +67,14 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 		lock.Seed.Epoch = date.Unix()
 	case "oci":
 		digest, err := ResolveOCI(ctx, OCIImage{Dir: r.Seed.AbsDir, Tag: r.Seed.Tag})
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoOCITag):
+			return nil, r.ErrorAt("seed", strings.TrimSuffix(err.Error(), ": "+errNoOCITag.Error()),
+				"name a tag the layout has (oci:DIR:TAG), or tag the image you mean in it")
+		case errors.Is(err, errNoOCIDir):
+			return nil, r.ErrorAt("seed", strings.TrimSuffix(err.Error(), ": "+errNoOCIDir.Error()),
+				"write the directory of an OCI image layout, absolute or relative to the recipe's directory (`skopeo copy docker://IMAGE oci:DIR:TAG` makes one)")
+		case err != nil:
 			return nil, err
 		}
 		lock.Seed.Digest = digest
@@ -83,6 +93,9 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 			return nil, err
 		}
 		date, err := releaseDate(ctx, opts.Client, r.Apt.Mirror, suite)
+		if errors.Is(err, errNoSuite) {
+			return nil, noSuiteError(ctx, opts.Client, r, r.Apt.Mirror, suite, "the image's Debian suite (VERSION_CODENAME in its /etc/os-release): ")
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -144,6 +157,9 @@ func releaseDate(ctx context.Context, client *http.Client, mirror, suite string)
 		return time.Time{}, fmt.Errorf("fetch %s: %w", u, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return time.Time{}, fmt.Errorf("fetch %s: %s: %w", u, resp.Status, errNoSuite)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return time.Time{}, fmt.Errorf("fetch %s: %s", u, resp.Status)
 	}
@@ -156,6 +172,66 @@ func releaseDate(ctx context.Context, client *http.Client, mirror, suite string)
 		return time.Time{}, fmt.Errorf("%s: %w", u, err)
 	}
 	return d, nil
+}
+
+// errNoSuite: the mirror has no InRelease for the suite (HTTP 404).
+var errNoSuite = errors.New("no such suite")
+
+// noSuiteError is the error for a suite the mirror does not serve, at the recipe's seed line, with
+// the suites it does serve among the ones Debian has (the mirror's dists/ has no listing one can
+// count on: each is asked for its InRelease, all at once, on this failure only).
+func noSuiteError(ctx context.Context, client *http.Client, r *recipe.Recipe, mirror, suite, what string) error {
+	if client == nil {
+		client = &http.Client{Timeout: 15 * time.Second}
+	}
+	probe := recipe.Suggest(suite, recipe.DebianSuites(), 3)
+	for _, s := range []string{"bullseye", "bookworm", "trixie", "forky", "sid",
+		"oldoldstable", "oldstable", "stable", "testing", "unstable"} {
+		if !slices.Contains(probe, s) {
+			probe = append(probe, s)
+		}
+	}
+	served := make([]bool, len(probe))
+	var wg sync.WaitGroup
+	for i, s := range probe {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequestWithContext(ctx, http.MethodHead, strings.TrimSuffix(mirror, "/")+"/dists/"+s+"/InRelease", nil)
+			if err != nil {
+				return
+			}
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+				served[i] = resp.StatusCode == http.StatusOK
+			}
+		}()
+	}
+	wg.Wait()
+	var have []string
+	for i, s := range probe {
+		if served[i] {
+			have = append(have, s)
+		}
+	}
+	msg := fmt.Sprintf("%sthe mirror %s has no suite %q (no dists/%s/InRelease)", what, mirror, suite, suite)
+	hint := "check the suite's name"
+	if len(have) > 0 {
+		hint = fmt.Sprintf("name a suite the mirror serves, e.g. seed = \"debian/%s\"", have[0])
+		msg += "; of Debian's suites, it serves " + strings.Join(have, ", ")
+		if guess := recipe.Suggest(suite, have, 1); len(guess) > 0 {
+			msg += fmt.Sprintf(": did you mean %q?", guess[0])
+			if r.Seed.Kind == "debian" {
+				hint = fmt.Sprintf("write seed = %q", strings.Replace(r.Seed.Raw, suite, guess[0], 1))
+			}
+		}
+	}
+	if what != "" {
+		hint = "set [apt] mirror to one that serves the image's suite, or use an image of a suite the mirror serves"
+	} else if len(have) == 0 {
+		hint = "check the suite's name, and that [apt] mirror is a Debian mirror"
+	}
+	return r.ErrorAt("seed", msg, hint)
 }
 
 var codenameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^VERSION_CODENAME=("?)([a-z]+)("?)$`) })
@@ -241,12 +317,17 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 	}
 	b.begin("resolving the apt packages of " + r.Name)
 	defer b.end()
+	// A line a log gets too: apt says nothing (-qq) until it is done, some seconds on.
+	b.step("resolving the apt packages of %s against %s %s (apt-get update, install --print-uris)...", r.Name, mirror, suite)
 	var log strings.Builder
 	code, err := runWithProxy(ctx, spec(append(append([]string{"/usr/bin/apt-get"}, aptOpts...), "update", "-q")...), rules, private, io.MultiWriter(&log, b.statusOutput()))
 	if err != nil {
 		return nil, err
 	}
 	if code != 0 {
+		if e := missingSource(r, log.String()); e != nil {
+			return nil, e
+		}
 		return nil, fmt.Errorf("%w: apt-get update failed (exit %d):\n%s", ErrResolve, code, aptErrors(log.String()))
 	}
 
@@ -274,6 +355,9 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 		return nil, err
 	}
 	if code != 0 {
+		if e := missingApt(r, args, out.String(), upper, b.Store.Location(seed.Output), mirror, suite); e != nil {
+			return nil, e
+		}
 		return nil, fmt.Errorf("%w: %s", ErrResolve, aptErrors(out.String()))
 	}
 	uris, err := debian.ParsePrintURIs([]byte(out.String()))
@@ -330,6 +414,105 @@ func (b *Builder) resolveApt(ctx context.Context, r *recipe.Recipe, seed *deriva
 	}
 	slices.SortFunc(debs, func(a, b recipe.LockedDeb) int { return strings.Compare(a.Name, b.Name) })
 	return debs, nil
+}
+
+// missingSource returns an error at the suite's line of the recipe's [[apt.source]] that apt found
+// no Release file of ("E: The repository 'URL SUITE Release' does not have a Release file."): a
+// suite (or a URL) the repository does not serve. nil if apt says no such thing.
+func missingSource(r *recipe.Recipe, aptOut string) error {
+	for i, src := range r.Apt.Sources {
+		u := strings.TrimSuffix(src.URL, "/")
+		for _, q := range []string{"'" + u + " " + src.Suite + " Release'", "'" + u + "/ " + src.Suite + " Release'"} {
+			if strings.Contains(aptOut, q+" does not have a Release file") {
+				return r.ErrorAt(fmt.Sprintf("apt.source[%d].suite", i),
+					fmt.Sprintf("the repository %s has no suite %q (no dists/%s/InRelease or Release)", src.URL, src.Suite, src.Suite),
+					"check the source's url and suite: apt reads URL/dists/SUITE/InRelease (the vendor's instructions name both, as `deb URL SUITE COMPONENT`)")
+			}
+		}
+	}
+	return nil
+}
+
+// missingApt finds, when apt could not resolve, the first of the recipe's packages that is not there
+// (no such package, or no such version of it) in the Packages indexes apt fetched, or installed in
+// the seed, and returns an error at its line naming what is there; nil if each is there (apt's
+// errors then say what else is wrong). args are the packages as apt was given them, aptOut what
+// it said.
+func missingApt(r *recipe.Recipe, args []string, aptOut, upper, seed, mirror, suite string) error {
+	var av debian.Available
+	names, _ := ReadDirBeneath(upper, "var/lib/apt/lists")
+	for _, l := range names {
+		if !strings.HasSuffix(l, "_Packages") {
+			continue
+		}
+		b, err := ReadBeneath(upper, "var/lib/apt/lists/"+l)
+		if err != nil || av.AddIndex(bytes.NewReader(b)) != nil {
+			return nil
+		}
+	}
+	if st, err := ReadBeneath(seed, "var/lib/dpkg/status"); err == nil {
+		if av.AddIndex(bytes.NewReader(st)) != nil {
+			return nil
+		}
+	}
+	if len(av.Versions) == 0 {
+		return nil // apt fetched no index: its own errors say why
+	}
+	where := fmt.Sprintf("%s %s", mirror, suite)
+	if len(r.Apt.Sources) > 0 {
+		where += " or the recipe's [[apt.source]]"
+	}
+	for i, p := range r.Apt.Packages {
+		field := fmt.Sprintf("apt.packages[%d]", i)
+		versions, ok := av.Versions[p.Name]
+		if !ok {
+			// A virtual package with one provider is installed through it: it is what stopped apt
+			// only when apt says so.
+			if prov := av.Provides[p.Name]; len(prov) > 0 && strings.Contains(aptOut, "'"+p.Name+"' has no installation candidate") {
+				return r.ErrorAt(field, fmt.Sprintf("%q is a virtual package, provided by %s", p.Name, listSome(prov, 10)),
+					"name the package that provides it, e.g. "+prov[0])
+			}
+			if len(av.Provides[p.Name]) > 0 {
+				continue
+			}
+			msg := fmt.Sprintf("no package %q in %s", p.Name, where)
+			all := make([]string, 0, len(av.Versions))
+			for n := range av.Versions {
+				all = append(all, n)
+			}
+			slices.Sort(all)
+			if guess := recipe.Suggest(p.Name, all, 3); len(guess) > 0 {
+				msg += fmt.Sprintf(": did you mean %s?", listSome(guess, 3))
+			}
+			return r.ErrorAt(field, msg, "check the name: `apt-cache search WORD` on a Debian machine, or https://packages.debian.org")
+		}
+		// The version apt was asked for: the recipe's pin, or the lock's for a package not updated.
+		_, v, _ := strings.Cut(args[i], "=")
+		if v != "" && !slices.Contains(versions, v) {
+			msg := fmt.Sprintf("no version %q of %s in %s; there is %s", v, p.Name, where, listSome(versions, 10))
+			if len(versions) > 1 {
+				msg = fmt.Sprintf("no version %q of %s in %s; there are %s", v, p.Name, where, listSome(versions, 10))
+			}
+			those := "one of those"
+			if len(versions) == 1 {
+				those = "that version"
+			}
+			hint := fmt.Sprintf("pin %s (%s=%s), or write %s alone for the mirror's newest", those, p.Name, versions[0], p.Name)
+			if p.Version == "" {
+				hint = fmt.Sprintf("the lock pins %s=%s, which the mirror no longer has: `shed lock --update -f %s %s` pins one it has", p.Name, v, r.File, p.Name)
+			}
+			return r.ErrorAt(field, msg, hint)
+		}
+	}
+	return nil
+}
+
+// listSome writes at most n of names, and how many more there are.
+func listSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
 // aptErrors keeps apt's error and warning lines, which say what went wrong

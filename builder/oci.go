@@ -27,6 +27,8 @@ import (
 	"github.com/opencontainers/umoci/oci/casext/mediatype"
 	"github.com/opencontainers/umoci/oci/layer"
 	"github.com/opencontainers/umoci/pkg/hardening"
+
+	"toolshed.dev/shed/recipe"
 )
 
 // OCIImage identifies an image in an OCI image layout directory.
@@ -115,10 +117,25 @@ func noOCIManifest(ctx context.Context, ext casext.Engine, layoutDir, tag string
 	slices.Sort(tags)
 	tags = slices.Compact(tags)
 	if len(tags) == 0 {
-		return fmt.Errorf("oci image %s: no manifest tagged %q: the layout has no tags", layoutDir, tag)
+		return fmt.Errorf("oci image %s: no manifest tagged %q: the layout has no tags: %w", layoutDir, tag, errNoOCITag)
 	}
-	return fmt.Errorf("oci image %s: no manifest tagged %q (tags: %s)", layoutDir, tag, strings.Join(tags, ", "))
+	if guess := recipe.Suggest(tag, tags, 1); len(guess) > 0 {
+		return fmt.Errorf("oci image %s: no manifest tagged %q (tags: %s): did you mean %q?: %w", layoutDir, tag, strings.Join(tags, ", "), guess[0], errNoOCITag)
+	}
+	return fmt.Errorf("oci image %s: no manifest tagged %q (tags: %s): %w", layoutDir, tag, strings.Join(tags, ", "), errNoOCITag)
 }
+
+// errNoOCITag marks a seed's tag that its layout does not have; errNoOCIDir a layout directory
+// that does not exist (an fs.ErrNotExist).
+var (
+	errNoOCITag       = errors.New("no such tag")
+	errNoOCIDir error = noOCIDir{}
+)
+
+type noOCIDir struct{}
+
+func (noOCIDir) Error() string        { return fs.ErrNotExist.Error() }
+func (noOCIDir) Is(target error) bool { return target == fs.ErrNotExist }
 
 // ourPlatform keeps the manifests an index lists for linux on this machine's
 // architecture; it also drops attestation manifests (platform unknown/unknown).
@@ -142,7 +159,7 @@ func openOCI(img OCIImage) (cas.Engine, string, error) {
 	}
 	fi, err := os.Stat(img.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", fmt.Errorf("oci image directory %s does not exist: %w", img.Dir, fs.ErrNotExist)
+		return nil, "", fmt.Errorf("oci image directory %s does not exist: %w", img.Dir, errNoOCIDir)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("oci image directory: %w", err)

@@ -11,8 +11,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"toolshed.dev/shed/derivation"
 	"toolshed.dev/shed/internal/hint"
@@ -151,6 +153,7 @@ func (b *Builder) resolvePip(ctx context.Context, r *recipe.Recipe, lock *recipe
 	}
 	b.begin("resolving the pip packages of " + r.Name)
 	defer b.end()
+	b.step("resolving the pip packages of %s against %s (pip install --dry-run)...", r.Name, r.Pip.Index)
 	var log strings.Builder
 	code, err := runWithProxy(ctx, spec, rules, private, io.MultiWriter(&log, b.statusOutput()))
 	if err != nil {
@@ -160,6 +163,9 @@ func (b *Builder) resolvePip(ctx context.Context, r *recipe.Recipe, lock *recipe
 		return nil, err
 	}
 	if code != 0 {
+		if e := missingPip(r, reqs, log.String()); e != nil {
+			return nil, e
+		}
 		return nil, fmt.Errorf("%w %s against %s:\n%s", ErrPipResolve, strings.Join(reqs, " "), r.Pip.Index, pipErrors(log.String()))
 	}
 	report, err := ReadBeneath(dir, "report.json")
@@ -227,6 +233,41 @@ func ParsePipReport(data []byte) ([]recipe.LockedWheel, error) {
 		return nil, fmt.Errorf("%w: pip's report: %v", ErrPipResolve, err)
 	}
 	return out, nil
+}
+
+// pipNoVersion is pip's error for a requirement that no file of the index satisfies, with the
+// versions it found that would install here (wheels for this Python): "ERROR: Could not find a
+// version that satisfies the requirement shedtest-alpha==9.9 (from versions: 1.0, 2.0)".
+var pipNoVersion = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^ERROR: Could not find a version that satisfies the requirement (\S+) \(from versions: ([^)]*)\)`)
+})
+
+// missingPip returns an error at the line of the recipe's pip package that pip found no version of,
+// naming the versions the index has that would install; nil if pip's failure is about another
+// (a dependency) or something else. reqs are the requirements as pip was given them.
+func missingPip(r *recipe.Recipe, reqs []string, pipOut string) error {
+	m := pipNoVersion().FindStringSubmatch(pipOut)
+	if m == nil {
+		return nil
+	}
+	i := slices.Index(reqs, m[1])
+	if i < 0 {
+		return nil
+	}
+	p := r.Pip.Packages[i]
+	field := fmt.Sprintf("pip.packages[%d]", i)
+	_, v, _ := strings.Cut(m[1], "==")
+	if m[2] == "none" || v == "" {
+		return r.ErrorAt(field, fmt.Sprintf("the index %s has no wheel of %q that installs here", r.Pip.Index, p.Name),
+			"check the name against the index (its /simple/NAME/ page lists every file); shed installs wheels only, for the Workshop's Python: "+
+				"a package that ships only an sdist must be built into a wheel (pip wheel NAME) and served from your index, or taken from Debian as python3-NAME")
+	}
+	versions := strings.Split(m[2], ", ")
+	hint := fmt.Sprintf("pin one of those (%s==%s), or write %s alone for the newest", p.Name, versions[len(versions)-1], p.Name)
+	if p.Version == "" {
+		hint = fmt.Sprintf("the lock pins %s, which the index no longer has: `shed lock --update -f %s %s` pins one it has", m[1], r.File, p.Name)
+	}
+	return r.ErrorAt(field, fmt.Sprintf("the index %s has no version %q of %s that installs here; it has %s", r.Pip.Index, v, p.Name, strings.Join(versions, ", ")), hint)
 }
 
 // pipErrors keeps pip's ERROR lines and the proxy's refusals, and says what "no matching distribution"

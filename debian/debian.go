@@ -116,6 +116,37 @@ func IndexByFilename(r io.Reader, want map[string]bool) (map[string]PackageEntry
 	return found, err
 }
 
+// Available is what Packages indexes offer, by package name: for a recipe's error about a package
+// or a version that is not there, saying what is.
+type Available struct {
+	Versions map[string][]string // each package's versions, in the order the indexes give them
+	Provides map[string][]string // each virtual package's providers
+}
+
+// AddIndex adds a Packages index (or dpkg's status file) to a.
+func (a *Available) AddIndex(r io.Reader) error {
+	if a.Versions == nil {
+		a.Versions, a.Provides = map[string][]string{}, map[string][]string{}
+	}
+	return Paragraphs(r, func(f map[string]string) error {
+		name, v := f["Package"], f["Version"]
+		if name == "" {
+			return nil
+		}
+		if !slices.Contains(a.Versions[name], v) {
+			a.Versions[name] = append(a.Versions[name], v)
+		}
+		for _, p := range strings.Split(f["Provides"], ",") {
+			// "mail-transport-agent", "awk (= 1:5.2.1-2)"
+			p, _, _ = strings.Cut(strings.TrimSpace(p), " ")
+			if p != "" && !slices.Contains(a.Provides[p], name) {
+				a.Provides[p] = append(a.Provides[p], name)
+			}
+		}
+		return nil
+	})
+}
+
 // URI is one line of `apt-get install --print-uris`.
 type URI struct {
 	URL      string // as apt will fetch it

@@ -110,3 +110,27 @@ Version: 1
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+func TestAvailable(t *testing.T) {
+	var a Available
+	idx := "Package: jq\nVersion: 1.6-2.1\nDepends: libjq1\n\nPackage: exim4-daemon-light\nVersion: 4.96-15\nProvides: mail-transport-agent, exim4-daemon (= 4.96-15)\n\n" +
+		"Package: postfix\nVersion: 3.7.11-0+deb12u1\nProvides: mail-transport-agent\n"
+	status := "Package: jq\nStatus: install ok installed\nVersion: 1.6-2.1+deb12u1\n\nPackage: jq\nVersion: 1.6-2.1\n"
+	for _, in := range []string{idx, status} {
+		if err := a.AddIndex(strings.NewReader(in)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := a.Versions["jq"]; !slices.Equal(got, []string{"1.6-2.1", "1.6-2.1+deb12u1"}) {
+		t.Errorf("versions of jq: %q", got)
+	}
+	if got := a.Provides["mail-transport-agent"]; !slices.Equal(got, []string{"exim4-daemon-light", "postfix"}) {
+		t.Errorf("providers of mail-transport-agent: %q", got)
+	}
+	if got := a.Provides["exim4-daemon"]; !slices.Equal(got, []string{"exim4-daemon-light"}) {
+		t.Errorf("providers of exim4-daemon: %q", got)
+	}
+	if _, ok := a.Versions["mail-transport-agent"]; ok {
+		t.Error("a virtual package has versions")
+	}
+}

@@ -16,6 +16,7 @@ type checker struct {
 	doc       *document
 	forbidden []string
 	problems  []problem
+	lines     map[string]int // each string's line by its field's name: Recipe.ErrorAt
 }
 
 type problem struct {
@@ -78,15 +79,23 @@ func (c *checker) recipe() *Recipe {
 			r.Name = s
 		}
 	}
-	if s, f, ok := c.str(root, top, "seed", `seed = "debian/bookworm"`, true); ok {
-		if seed, e := parseSeed(s); e != nil {
-			c.failErr(f, e)
+	seedS, seedF, seedOK := c.str(root, top, "seed", `seed = "debian/bookworm"`, true)
+	if seedOK {
+		if seed, e := parseSeed(seedS); e != nil {
+			c.failErr(seedF, e)
 		} else {
 			r.Seed = seed
 		}
 	}
 	if t, f, ok := c.table(root, top, "apt"); ok {
 		c.apt(t, f, &r.Apt)
+	}
+	// Debian's mirror serves Debian's suites, which are known here: a near miss is a typo. Another
+	// mirror may serve other names; realize asks it.
+	if r.Seed.Kind == "debian" && strings.TrimSuffix(r.Apt.Mirror, "/") == DefaultMirror {
+		if e := checkDebianSuite(r.Seed); e != nil {
+			c.failErr(seedF, e)
+		}
 	}
 	if t, f, ok := c.table(root, top, "pip"); ok {
 		c.pip(t, f, &r.Pip)
@@ -216,8 +225,11 @@ func (c *checker) network(t map[string]any, tf field, n *Network) {
 	c.unknown(t, tf, "keys in [network]", networkKeys)
 	if s, f, ok := c.str(t, tf, "profile", `profile = "none"`, false); ok {
 		if s != "none" && s != "debian" {
-			c.fail(f, fmt.Sprintf("unknown profile %q", s),
-				`use "none" (no network, the default) or "debian" (the apt mirror and sources); list other destinations in allow`)
+			hint := `use "none" (no network, the default) or "debian" (the apt mirror and sources); list other destinations in allow`
+			if g := Suggest(s, []string{"none", "debian"}, 1); len(g) > 0 {
+				hint = fmt.Sprintf("did you mean %q? %s", g[0], hint)
+			}
+			c.fail(f, fmt.Sprintf("unknown profile %q", s), hint)
 		} else {
 			n.Profile = s
 		}
@@ -264,7 +276,11 @@ func (c *checker) grants(root map[string]any, top field, r *Recipe) {
 		}
 		if s, f, present := c.str(gt.m, gt.f, "mode", `mode = "ro"`, false); present {
 			if s != "ro" && s != "rw" {
-				c.fail(f, fmt.Sprintf("unknown mode %q", s), `use "ro" (read-only, the default) or "rw" (read-write)`)
+				hint := `use "ro" (read-only, the default) or "rw" (read-write)`
+				if s == "wr" || s == "or" {
+					hint = fmt.Sprintf("did you mean %q? %s", string([]byte{s[1], s[0]}), hint)
+				}
+				c.fail(f, fmt.Sprintf("unknown mode %q", s), hint)
 				ok = false
 			} else {
 				g.Mode = s
@@ -320,7 +336,16 @@ func (c *checker) str(t map[string]any, tf field, k, example string, required bo
 		c.failErr(f, e)
 		return "", f, false
 	}
+	c.at(f)
 	return s, f, true
+}
+
+// at keeps f's line for Recipe.ErrorAt.
+func (c *checker) at(f field) {
+	if c.lines == nil {
+		c.lines = map[string]int{}
+	}
+	c.lines[f.name] = c.doc.line(c.doc.offset(f))
 }
 
 // strList returns the strings of the array at t[k] that are strings of plain
@@ -348,6 +373,7 @@ func (c *checker) strList(t map[string]any, tf field, k, example string) (items 
 			c.failErr(ef, te)
 			continue
 		}
+		c.at(ef)
 		items = append(items, s)
 		fields = append(fields, ef)
 	}
@@ -442,11 +468,13 @@ func suggest(k string, allowed []string) string {
 	return best
 }
 
-// editDistance is the Levenshtein distance, for "did you mean" hints only.
+// editDistance is the optimal string alignment distance (Levenshtein's, with a swap of two
+// neighbouring letters one edit: "bookwrom"), for "did you mean" hints only.
 func editDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return 1 << 30
 	}
+	before := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -460,8 +488,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], before[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		before, prev, cur = prev, cur, before
 	}
 	return prev[len(b)]
 }

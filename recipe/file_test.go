@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/rogpeppe/go-internal/txtar"
 
 	"toolshed.dev/shed/recipe"
@@ -153,7 +154,7 @@ func testGood(t *testing.T, file string, ar *txtar.Archive, sec *txtar.File, nam
 	if err := dec.Decode(&w); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(&w, r); diff != "" {
+	if diff := cmp.Diff(&w, r, cmpopts.IgnoreUnexported(recipe.Recipe{})); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
 }

@@ -140,7 +140,13 @@ func parseSeed(s string) (Seed, *Error) {
 		}
 		seed.Kind, seed.Dir, seed.Tag = "oci", dir, tag
 	default:
-		return Seed{}, &Error{Msg: fmt.Sprintf("unknown seed %q", s), Hint: seedHint}
+		hint := seedHint
+		if kind, rest, ok := strings.Cut(s, "/"); ok {
+			if g := Suggest(kind, []string{"debian"}, 1); len(g) > 0 {
+				hint = fmt.Sprintf("did you mean %q? %s", g[0]+"/"+rest, seedHint)
+			}
+		}
+		return Seed{}, &Error{Msg: fmt.Sprintf("unknown seed %q", s), Hint: hint}
 	}
 	return seed, nil
 }

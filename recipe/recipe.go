@@ -35,6 +35,17 @@ type Recipe struct {
 	Pip     Pip
 	Network Network
 	Grants  []Grant
+
+	// lines holds the line of each string the file set, by the field's name as errors give it
+	// ("seed", "apt.packages[1]"): what realize finds wrong later is reported at its line.
+	lines map[string]int
+}
+
+// ErrorAt is an error about the recipe's field named field ("seed", "apt.packages[1]",
+// "pip.packages[0]"...), at the line that set it: for what only a mirror or an index can tell
+// (a suite, a package or a version that does not exist), found after the recipe parsed.
+func (r *Recipe) ErrorAt(field, msg, hint string) *Error {
+	return &Error{File: r.File, Line: r.lines[field], Field: field, Msg: msg, Hint: hint}
 }
 
 // Seed is the base root filesystem a recipe starts from.
@@ -182,7 +193,7 @@ func Parse(file string, data []byte, opts Options) (*Recipe, error) {
 		e.File = file
 		return nil, e
 	}
-	r.File = file
+	r.File, r.lines = file, c.lines
 	if file != "" {
 		if abs, err := filepath.Abs(filepath.Dir(file)); err == nil {
 			r.Dir = abs

@@ -5,10 +5,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"toolshed.dev/shed/recipe"
 )
@@ -529,7 +531,7 @@ path = "/srv/data"
 			{Name: "api.github.com"}, {Name: "example.org", Port: 8443}, {Name: "2606:4700:4700::1111", Port: 443}}},
 		Grants: []recipe.Grant{{Path: "/srv/project", Mode: "rw"}, {Path: "/srv/data", Mode: "ro"}},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(recipe.Recipe{})); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
 }
@@ -546,7 +548,7 @@ func TestParseDefaults(t *testing.T) {
 		Pip:     recipe.Pip{Index: recipe.DefaultIndex},
 		Network: recipe.Network{Profile: "none"},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(recipe.Recipe{})); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
 }
@@ -585,4 +587,56 @@ func TestLoad(t *testing.T) {
 	}
 	_, err = recipe.Load(big, recipe.Options{})
 	checkErr(t, "big", err, "file is larger than 1048576 bytes", "small")
+}
+
+// TestSuggest: "did you mean" takes typos (a letter changed, missing, added or two swapped) and
+// nothing else.
+func TestSuggest(t *testing.T) {
+	suites := []string{"bookworm", "bullseye", "trixie", "forky", "sid", "stable", "testing", "unstable"}
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"bookwrom", []string{"bookworm"}}, // two letters swapped
+		{"bokworm", []string{"bookworm"}},  // one missing
+		{"trixxie", []string{"trixie"}},    // one added
+		{"stabel", []string{"stable"}},     // swapped, before "unstable" (two edits)
+		{"unstabel", []string{"unstable"}},
+		{"bookworm", nil}, // itself
+		{"sod", nil},      // three letters: too short to guess
+		{"jammy", nil},    // not a typo of any
+		{"xyzzy", nil},
+	} {
+		if got := recipe.Suggest(c.in, suites, 2); !slices.Equal(got, c.want) {
+			t.Errorf("Suggest(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if got := recipe.Suggest("jqq", []string{"jq", "jo", "jp"}, 3); got != nil {
+		t.Errorf("Suggest(jqq) among two-letter names = %q, want none", got)
+	}
+	if got := recipe.Suggest("python3-requsts", []string{"python3-requests", "python3-request", "python3-pip"}, 3); !slices.Equal(got, []string{"python3-requests", "python3-request"}) {
+		t.Errorf("Suggest(python3-requsts) = %q", got)
+	}
+}
+
+// TestErrorAt: an error found after parsing (a package the mirror does not have) names the line of
+// the field.
+func TestErrorAt(t *testing.T) {
+	r, err := recipe.Parse("w.toml", []byte("name = \"x\"\nseed = \"debian/bookworm\"\n[apt]\npackages = [\n  \"jq\",\n  \"curl=9.9\",\n]\n[pip]\nindex = \"http://127.0.0.1:1/simple/\"\npackages = [\"a\", \"b==1\"]\n"), recipe.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		field, want string
+	}{
+		{"seed", "w.toml:2: seed: m"},
+		{"apt.packages[1]", "w.toml:6: apt.packages[1]: m"},
+		{"pip.packages[1]", "w.toml:10: pip.packages[1]: m"},
+		{"pip.index", "w.toml:9: pip.index: m"},
+	} {
+		e := r.ErrorAt(c.field, "m", "h")
+		if e.Error() != c.want || e.Hint != "h" || !errors.Is(e, recipe.ErrInvalid) {
+			t.Errorf("ErrorAt(%q) = %q, want %q", c.field, e.Error(), c.want)
+		}
+	}
 }

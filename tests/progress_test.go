@@ -48,6 +48,7 @@ func TestRealizeOnTerminal(t *testing.T) {
 	// What is left on the screen: the lines, in order, and nothing of any status.
 	want := []string{
 		`^shed: locking: .*; resolving ` + regexp.QuoteMeta(file) + `\.\.\.$`,
+		`^shed: resolving the apt packages of ` + name + ` against http://deb\.debian\.org/debian bookworm \(apt-get update, install --print-uris\)\.\.\.$`,
 		`^shed: resolved ` + regexp.QuoteMeta(file) + ` in `,
 		`^shed: wrote `,
 		`^fetched \d+ files?, `,

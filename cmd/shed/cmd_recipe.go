@@ -20,7 +20,9 @@ func cmdRecipe() *cli.Command {
 				ArgsUsage: "[FILE]",
 				Description: "Parses FILE (default ./workshop.toml) strictly: an unknown key, a wrong type or a\n" +
 					"bad value is one error naming the file, the line and the field, with a hint.\n" +
-					"Exits 3 if the recipe is invalid. Writes nothing. See docs/recipe.md.",
+					"Exits 3 if the recipe is invalid. Writes nothing and reads nothing else: a suite, a package\n" +
+					"or a version the mirror (or index) does not have is found by `shed lock` (or realize), and\n" +
+					"reported the same way, at its line, with what there is. See docs/recipe.md.",
 				Action: func(c *cli.Context) error {
 					r, err := loadRecipe(c)
 					if err != nil {
