@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/audit"
+	"toolshed.dev/shed/bench"
 )
 
 var auditOpen = audit.Open
@@ -103,6 +104,20 @@ func TestNetworkHints(t *testing.T) {
 		err := fmt.Errorf("fetch http://mirror/x: %w", &url.Error{Op: "Get", URL: "http://mirror/x", Err: c.err})
 		if h := Classify(err).Hint; !strings.Contains(h, c.want) {
 			t.Errorf("%v: hint %q, want %q", err, h, c.want)
+		}
+	}
+}
+
+// TestGrantMissingHint: a grant of a directory that is not there is told to make it, by its name
+// (quoted for a shell when it needs to be), not about the recipe's bounds.
+func TestGrantMissingHint(t *testing.T) {
+	for path, want := range map[string]string{
+		"/srv/project/new": "`mkdir -p /srv/project/new`",
+		"/srv/it's here":   `mkdir -p '/srv/it'\''s here'`,
+	} {
+		err := fmt.Errorf("bench: %w", &bench.MissingError{Path: path, Err: unix.ENOENT})
+		if e := Classify(err); e.Code != CodeUsage || !strings.Contains(e.Hint, want) || strings.Contains(e.Hint, "bounds") {
+			t.Errorf("%v: code %s, hint %q, want %q", err, e.Code, e.Hint, want)
 		}
 	}
 }

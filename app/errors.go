@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -101,6 +102,10 @@ func isDNSError(err error) bool {
 // hintFor suggests what to do about errors that come from packages, which know what went wrong but
 // not what the caller asked.
 func hintFor(err error) string {
+	var me *bench.MissingError
+	if errors.As(err, &me) {
+		return fmt.Sprintf("a grant mounts a directory that is there: create it (`mkdir -p %s`), or check the path", shellWord(me.Path))
+	}
 	var be *builder.BuildError
 	if errors.As(err, &be) {
 		return "the build log says more: `shed log " + be.Path.String() + "` (" + be.Log + ")"
@@ -179,4 +184,12 @@ func hintFor(err error) string {
 		return "interrupted: nothing half-written was kept; run the command again to finish"
 	}
 	return ""
+}
+
+// shellWord is s as one word of a shell command line that a hint quotes: as is when that is safe.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
