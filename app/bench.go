@@ -79,7 +79,7 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	if len(req.Argv) == 0 {
 		return nil, usage("shed bench run [-f FILE] -- CMD [ARG...]", "a Bench needs a command")
 	}
-	if err := checkMemory(req.MemoryBytes); err != nil {
+	if err := checkLimits(req.MemoryBytes, req.Pids); err != nil {
 		return nil, err
 	}
 	var grants []bench.Grant
@@ -233,9 +233,16 @@ func sweep(st *store.Store) { _, _ = bench.Sweep(st) }
 // that small is a unit forgotten (64 meant as 64M).
 const MinMemory = 16 << 20
 
-func checkMemory(n int64) error {
-	if n != 0 && n < MinMemory {
-		return usage("a size with a unit: 512M, 4G (at least 16M)", "memory limit %d bytes is below the least a Bench can run in", n)
+// MinPids is the least limit on a Bench's processes: its init and the command.
+const MinPids = 2
+
+// checkLimits refuses limits a Bench cannot run under (0 is none).
+func checkLimits(memory, pids int64) error {
+	if memory != 0 && memory < MinMemory {
+		return usage("a size with a unit: 512M, 4G (at least 16M)", "memory limit %d bytes is below the least a Bench can run in, 16 MiB", memory)
+	}
+	if pids != 0 && pids < MinPids {
+		return usage("at least 2 (none: 0)", "a limit of %d processes is below the least a Bench can run in, %d: its init and the command", pids, MinPids)
 	}
 	return nil
 }
