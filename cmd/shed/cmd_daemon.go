@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/apikey"
@@ -104,7 +105,18 @@ func cmdDaemon() *cli.Command {
 				return err
 			}
 			st.Close()
+			// The E2B port first: a busy one is said before the supervisor says it is on.
+			var eln net.Listener
+			if addr := c.String("e2b"); addr != "" {
+				if eln, err = net.Listen("tcp", addr); err != nil {
+					return listenError("e2b", addr, err)
+				}
+				defer eln.Close()
+			}
 			ln, err := api.Listen(c.String("socket"))
+			if errors.Is(err, api.ErrListening) {
+				return withHint(exitFailure, err, "one supervisor a socket: stop that one first (`systemctl stop shed`, or end its process), or give this one another --socket")
+			}
 			if err != nil {
 				return err
 			}
@@ -122,12 +134,7 @@ func cmdDaemon() *cli.Command {
 				"e2b_conns", b.E2BConns, "e2b_per_peer", b.E2BPerPeer, "e2b_per_user", b.E2BPerUser, "e2b_in_flight", b.E2BInFlight,
 				"propose_conns", b.ProposeConns, "propose_per_bench", b.ProposePerBench, "proxy_conns", b.ProxyConns, "proxy_per_bench", b.ProxyPerBench)
 			fmt.Fprintf(c.App.ErrWriter, "shed: supervisor on %s for the store at %s\n", c.String("socket"), svc.Root)
-			if addr := c.String("e2b"); addr != "" {
-				eln, err := net.Listen("tcp", addr)
-				if err != nil {
-					ln.Close()
-					return withHint(exitUsage, fmt.Errorf("--e2b %s: %w", addr, err), "name a free host:port, e.g. 127.0.0.1:49982")
-				}
+			if eln != nil {
 				if ip := eln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
 					log.Warn("the E2B API is plain HTTP on a non-loopback address: API keys and tokens cross the network in clear; put TLS in front", "addr", eln.Addr().String())
 				}
@@ -143,4 +150,33 @@ func cmdDaemon() *cli.Command {
 			return srv.Serve(c.Context, ln)
 		},
 	}
+}
+
+// listenError says why --NAME ADDR could not be listened on, and names what to do: for a port in use,
+// a port that is free on the same host now (the kernel's pick), or port 0 (any free port).
+func listenError(flag, addr string, err error) error {
+	err = fmt.Errorf("--%s %s: %w", flag, addr, err)
+	host, _, serr := net.SplitHostPort(addr)
+	if serr != nil {
+		return withHint(exitUsage, err, "write HOST:PORT, e.g. 127.0.0.1:49982 (port 0: any free port)")
+	}
+	switch {
+	case errors.Is(err, unix.EADDRINUSE):
+		hint := fmt.Sprintf("another program listens there (`ss -ltnp 'sport = :%s'` names it): name a free port", portOf(addr))
+		if l, lerr := net.Listen("tcp", net.JoinHostPort(host, "0")); lerr == nil {
+			hint += fmt.Sprintf(", e.g. --%s %s", flag, l.Addr())
+			l.Close()
+		}
+		return withHint(exitFailure, err, hint+fmt.Sprintf(", or --%s %s for any free one (the supervisor prints the one it took)", flag, net.JoinHostPort(host, "0")))
+	case errors.Is(err, unix.EADDRNOTAVAIL):
+		return withHint(exitUsage, err, fmt.Sprintf("%s is not an address of this host (`ip -brief address` lists them): e.g. --%s 127.0.0.1:%s", host, flag, portOf(addr)))
+	case errors.Is(err, unix.EACCES):
+		return withHint(exitFailure, err, "ports below 1024 are root's (CAP_NET_BIND_SERVICE): name a port above 1023")
+	}
+	return withHint(exitUsage, err, "name a free HOST:PORT, e.g. 127.0.0.1:49982 (port 0: any free port)")
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
 }
