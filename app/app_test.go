@@ -15,6 +15,7 @@ import (
 
 	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/sandbox"
 )
 
 var auditOpen = audit.Open
@@ -118,6 +119,22 @@ func TestGrantMissingHint(t *testing.T) {
 		err := fmt.Errorf("bench: %w", &bench.MissingError{Path: path, Err: unix.ENOENT})
 		if e := Classify(err); e.Code != CodeUsage || !strings.Contains(e.Hint, want) || strings.Contains(e.Hint, "bounds") {
 			t.Errorf("%v: code %s, hint %q, want %q", err, e.Code, e.Hint, want)
+		}
+	}
+}
+
+// TestResourceHints: running out of a resource gets a hint that names it and what to do.
+func TestResourceHints(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("launch: %w", sandbox.ErrNoIDs), "`shed bench ls`"},
+		{fmt.Errorf("store: %w", &os.PathError{Op: "open", Path: "/x", Err: unix.EMFILE}), "ulimit -n"},
+		{fmt.Errorf("store: %w", &os.PathError{Op: "open", Path: "/x", Err: unix.ENFILE}), "fs.file-max"},
+	} {
+		if h := Classify(c.err).Hint; !strings.Contains(h, c.want) {
+			t.Errorf("%v: hint %q, want %q", c.err, h, c.want)
 		}
 	}
 }

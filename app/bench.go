@@ -22,6 +22,7 @@ import (
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/internal/fdio"
+	"toolshed.dev/shed/internal/nospace"
 	"toolshed.dev/shed/proposal"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
@@ -70,6 +71,9 @@ type ExitResult struct {
 	// Bench's memory limit, MemoryBytes.
 	OOMKilled   bool  `json:"oom_killed,omitempty"`
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// NoSpace, when the command failed while the filesystem of the Bench's upper layer (a kept
+	// Bench's is on the store's) had no room left, says which filesystem and how full it is.
+	NoSpace string `json:"no_space,omitempty"`
 }
 
 // BenchRun realizes a Workshop (a cache hit when warm), launches a Bench and runs the command.
@@ -148,6 +152,11 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	res := &ExitResult{Exit: code, OOMKilled: oom}
 	if oom {
 		res.MemoryBytes = limits.MemoryBytes
+	}
+	// A kept Bench writes its upper layer on the store's filesystem: a command that failed there
+	// with no room left failed for that, whatever it said.
+	if code != 0 && req.Keep && nospace.Full(w.st.Root(), 1<<20) {
+		res.NoSpace = nospace.Of(w.st.Root(), false, errors.New("the Bench's upper layer is there")).Error()
 	}
 	return res, nil
 }

@@ -224,6 +224,10 @@ func benchRun(c *cli.Context, argv []string) error {
 		fmt.Fprintf(c.App.ErrWriter, "shed: warning: out of memory: the kernel killed a process of the command at the Bench's memory limit (%s); exit %d\n"+
 			"shed: hint: give the Bench more with --memory (512M, 4G)\n", limit, res.Exit)
 	}
+	if res.NoSpace != "" {
+		fmt.Fprintf(c.App.ErrWriter, "shed: warning: the command failed (exit %d) with its disk full: %s\n"+
+			"shed: hint: free space there (`shed gc`, `shed bench rm` of kept Benches you are done with), or keep the Bench on a store of a larger filesystem (--root)\n", res.Exit, res.NoSpace)
+	}
 	return exitCode(res.Exit)
 }
 
