@@ -324,7 +324,15 @@ func (s *Service) Do(ctx context.Context, c *Call, op string, req any) (res any,
 		}
 	}()
 	res, err = o.run(ctx, s, c, req)
-	return res, nospace.Check(fullDir(s.Root, err), err)
+	var ne *nospace.Error
+	if nospace.Is(err) && !errors.As(err, &ne) {
+		// The full filesystem is what the caller hears about (on the wire too), with the code of
+		// what failed.
+		e := &Error{Code: Classify(err).Code, Err: nospace.Check(fullDir(s.Root, err), err)}
+		e.Hint = hintFor(e.Err)
+		return res, e
+	}
+	return res, err
 }
 
 // fullDir is the directory to name when err is a full filesystem's: the store's root, or where the

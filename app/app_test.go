@@ -138,3 +138,14 @@ func TestResourceHints(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditResourceHint: an audit log that cannot be written for want of a resource says which.
+func TestAuditResourceHint(t *testing.T) {
+	emfile := fmt.Errorf("audit: %w", &os.PathError{Op: "open", Path: "/x/audit/head", Err: unix.EMFILE})
+	if h := auditFailed("init", nil, emfile).(*Error).Hint; !strings.Contains(h, "ulimit -n") {
+		t.Errorf("hint %q", h)
+	}
+	if h := auditFailed("init", nil, errors.New("audit: chain broken")).(*Error).Hint; h != auditHint {
+		t.Errorf("hint %q", h)
+	}
+}

@@ -55,6 +55,15 @@ func FailsClosed(op string, req any) bool { return authority[op] && Audited(op, 
 // auditHint is what to do about an audit log that cannot be written.
 const auditHint = "the supervisor's audit log (<root>/audit) cannot be written: an operator checks that disk, and `shed audit verify`"
 
+// auditHintFor is auditHint, or what to do about the resource whose lack kept the log from being
+// written (a full disk, open files).
+func auditHintFor(err error) string {
+	if h := resourceHint(err); h != "" {
+		return h
+	}
+	return auditHint
+}
+
 // recordIntent writes, durably, that op is about to act for c: its seq, or an error that refuses op.
 func (s *Service) recordIntent(c *Call, op string, req any) (int64, error) {
 	if s.Audit == nil || !FailsClosed(op, req) {
@@ -64,7 +73,7 @@ func (s *Service) recordIntent(c *Call, op string, req any) (int64, error) {
 	e.Intent = true
 	w, err := s.Audit.Append(e)
 	if err != nil {
-		return 0, &Error{Code: CodeFailed, Err: fmt.Errorf("%s not done: the audit log cannot record it: %w", op, err), Hint: auditHint}
+		return 0, &Error{Code: CodeFailed, Err: fmt.Errorf("%s not done: the audit log cannot record it: %w", op, err), Hint: auditHintFor(err)}
 	}
 	return w.Seq, nil
 }
@@ -73,7 +82,7 @@ func (s *Service) recordIntent(c *Call, op string, req any) (int64, error) {
 // (its code and hint kept) with the audit's added, or, if it succeeded, the audit's.
 func auditFailed(op string, err, aerr error) error {
 	if err == nil {
-		return &Error{Code: CodeFailed, Err: fmt.Errorf("%s was done, but the audit log could not record it: %w", op, aerr), Hint: auditHint}
+		return &Error{Code: CodeFailed, Err: fmt.Errorf("%s was done, but the audit log could not record it: %w", op, aerr), Hint: auditHintFor(aerr)}
 	}
 	ce := Classify(err)
 	return &Error{Code: ce.Code, Err: fmt.Errorf("%w (and the audit log could not record it: %v)", err, aerr), Hint: ce.Hint}

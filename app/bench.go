@@ -147,7 +147,7 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 		return nil, err
 	}
 	if err := events.failed(); err != nil {
-		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("the Bench ran (exit %d), but the audit log could not record its events: %w", code, err), Hint: auditHint}
+		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("the Bench ran (exit %d), but the audit log could not record its events: %w", code, err), Hint: auditHintFor(err)}
 	}
 	res := &ExitResult{Exit: code, OOMKilled: oom}
 	if oom {

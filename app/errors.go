@@ -103,15 +103,8 @@ func isDNSError(err error) bool {
 // hintFor suggests what to do about errors that come from packages, which know what went wrong but
 // not what the caller asked.
 func hintFor(err error) string {
-	var ne *nospace.Error
-	if errors.As(err, &ne) {
-		what := "free space there"
-		if ne.Quota {
-			what = "free some of your quota there (`quota -s` shows it)"
-		}
-		return what + ": `shed gc` deletes the store paths no root needs (`shed gc --dry-run` lists them), " +
-			"`shed bench ls` shows kept Benches to remove; or put the store on a larger filesystem (--root, SHED_ROOT). " +
-			"Nothing half-written was kept: run the command again once there is room"
+	if h := resourceHint(err); h != "" {
+		return h
 	}
 	var me *bench.MissingError
 	if errors.As(err, &me) {
@@ -168,14 +161,6 @@ func hintFor(err error) string {
 		return "trust the signer's public key if you mean to (`shed key trust NAME:BASE64`); without it the path is built here, or refused offline"
 	case errors.Is(err, trust.ErrUnsigned), errors.Is(err, trust.ErrBadSignature), errors.Is(err, trust.ErrMismatch), errors.Is(err, trust.ErrReplay):
 		return "nothing was registered; the cache served something the policy refuses (docs/trust.md): build locally, or check the cache"
-	case errors.Is(err, sandbox.ErrNoIDs):
-		return "every range of host ids is held by a running Bench, build or warm init: `shed bench ls` lists the Benches, " +
-			"`shed bench rm` ends those you are done with (a supervisor's --warm inits hold some too); or wait for some to end"
-	case errors.Is(err, unix.EMFILE):
-		return fmt.Sprintf("this process may have at most %d open files (RLIMIT_NOFILE): raise it (`ulimit -n 65536` in the shell that starts shed, "+
-			"LimitNOFILE= in the supervisor's systemd unit), then run the command again", nofile())
-	case errors.Is(err, unix.ENFILE):
-		return "the whole system is out of open files (fs.file-max): `sysctl fs.file-nr` shows them; end what holds many, or raise fs.file-max"
 	case errors.Is(err, sandbox.ErrNoLimits):
 		return "shed without root cannot enforce --memory or --pids (the host's cgroups are root's): run without them, or through the supervisor (`shed daemon`, as root), which enforces them"
 	case errors.Is(err, store.ErrNotInitialized):
@@ -220,4 +205,29 @@ func nofile() uint64 {
 		return 0
 	}
 	return l.Cur
+}
+
+// resourceHint is what to do about a resource that ran out (a full disk, a quota, open files, host
+// ids), whatever operation ran into it; "" for any other error.
+func resourceHint(err error) string {
+	var ne *nospace.Error
+	switch {
+	case errors.As(err, &ne):
+		what := "free space there"
+		if ne.Quota {
+			what = "free some of your quota there (`quota -s` shows it)"
+		}
+		return what + ": `shed gc` deletes the store paths no root needs (`shed gc --dry-run` lists them), " +
+			"`shed bench ls` shows kept Benches to remove; or put the store on a larger filesystem (--root, SHED_ROOT). " +
+			"Nothing half-written was kept: run the command again once there is room"
+	case errors.Is(err, sandbox.ErrNoIDs):
+		return "every range of host ids is held by a running Bench, build or warm init: `shed bench ls` lists the Benches, " +
+			"`shed bench rm` ends those you are done with (a supervisor's --warm inits hold some too); or wait for some to end"
+	case errors.Is(err, unix.EMFILE):
+		return fmt.Sprintf("this process may have at most %d open files (RLIMIT_NOFILE): raise it (`ulimit -n 65536` in the shell that starts shed, "+
+			"LimitNOFILE= in the supervisor's systemd unit), then run the command again", nofile())
+	case errors.Is(err, unix.ENFILE):
+		return "the whole system is out of open files (fs.file-max): `sysctl fs.file-nr` shows them; end what holds many, or raise fs.file-max"
+	}
+	return ""
 }

@@ -120,3 +120,36 @@ func TestNoSpace(t *testing.T) {
 	mustShed(t, root, "store", "add", src)
 	verify("at the end")
 }
+
+// TestOpenFilesLimit: shed run under a low limit on open files (RLIMIT_NOFILE) either works or says
+// that it ran out of them, with the limit and `ulimit -n`: never a bare "too many open files".
+func TestOpenFilesLimit(t *testing.T) {
+	requireRoot(t)
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit (util-linux) is needed: %v", err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	for i := range 40 {
+		writeFile(t, filepath.Join(src, fmt.Sprintf("d%d", i%4), fmt.Sprintf("f%d", i)), "x\n")
+	}
+	failed := 0
+	for n := 8; n <= 24; n++ {
+		root := filepath.Join(dir, fmt.Sprintf("root%d", n))
+		for _, args := range [][]string{{"init"}, {"store", "add", src}} {
+			r := runResult(t, exec.Command(prlimit, append([]string{fmt.Sprintf("--nofile=%d:%d", n, n), shedBin, "--root", root}, args...)...))
+			if r.code == 0 || strings.Contains(r.stderr, "fatal error: runtime:") {
+				continue // it fit, or Go's runtime could not start at all
+			}
+			failed++
+			if !strings.Contains(r.stderr, "too many open files") || !strings.Contains(r.stderr, fmt.Sprintf("at most %d open files", n)) || !strings.Contains(r.stderr, "ulimit -n") {
+				t.Errorf("shed %s with %d open files: exit %d, want the limit named:\n%s", strings.Join(args, " "), n, r.code, r.stderr)
+			}
+			break
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no limit from 8 to 24 open files made shed fail: the test tests nothing")
+	}
+}
