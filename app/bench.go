@@ -342,6 +342,10 @@ type ExecResult struct {
 	Stderr    string `json:"stderr,omitempty"`    // with capture: what it wrote to stderr
 	Truncated bool   `json:"truncated,omitempty"` // with capture: an output was longer than MaxOutput
 	TimedOut  bool   `json:"timed_out,omitempty"` // it was killed after timeout_s
+	// OOMKilled says that the kernel's OOM killer killed a process in the Bench, at its memory limit
+	// (MemoryBytes), while the command ran: the command's, as a rule.
+	OOMKilled   bool  `json:"oom_killed,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 var envRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`) })
@@ -385,6 +389,15 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 	}
 	er := sandbox.ExecRequest{Argv: argv, Dir: dir}
 	res := &ExecResult{}
+	// The Bench's memory cgroup's OOM kills, before and after: an exec'd command killed at the limit
+	// is named as that, not a bare 137.
+	memcg := sandbox.MemoryCgroup(rec.Pid)
+	kills, _ := sandbox.OOMKills(memcg)
+	defer func() {
+		if after, limit := sandbox.OOMKills(memcg); memcg != "" && after > kills && res.Exit != 0 {
+			res.OOMKilled, res.MemoryBytes = true, limit
+		}
+	}()
 	if req.Capture {
 		er.Env = req.Env
 		var out, errb *capture

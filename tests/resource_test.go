@@ -153,3 +153,32 @@ func TestOpenFilesLimit(t *testing.T) {
 		t.Fatal("no limit from 8 to 24 open files made shed fail: the test tests nothing")
 	}
 }
+
+// TestExecOOM: a command exec'd into a running Bench and killed at the Bench's memory limit is
+// named as killed for memory, with the limit; a kill -9 that is not the limit says nothing of memory.
+func TestExecOOM(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
+	requireRoot(t)
+	root := sharedRoot(t)
+	file, _ := benchWorkshop(t)
+	cmd := shedCmd(t, root, "bench", "run", "-f", file, "--memory", "64M", "--name", "oom-exec-target", "--", "sleep", "1013")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for shed(t, root, nil, "bench", "exec", "oom-exec-target", "--", "true").code != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the Bench did not start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer shed(t, root, nil, "bench", "rm", "oom-exec-target")
+	r := shed(t, root, nil, "bench", "exec", "oom-exec-target", "--", "perl", "-e", `$x = "a" x 200_000_000; print length($x)`)
+	if r.code != 137 || !strings.Contains(r.stderr, "out of memory: the kernel killed a process of the command at the Bench's memory limit (64.0 MiB)") {
+		t.Errorf("exec of 200 MB under --memory 64M: exit %d, stderr %q, want 137 and the limit named", r.code, r.stderr)
+	}
+	if r := shed(t, root, nil, "bench", "exec", "oom-exec-target", "--", "sh", "-c", "kill -9 $$"); r.code != 137 || strings.Contains(r.stderr, "out of memory") {
+		t.Errorf("exec of kill -9: exit %d, stderr %q, want 137 and no word of memory", r.code, r.stderr)
+	}
+}

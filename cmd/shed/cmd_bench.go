@@ -130,6 +130,9 @@ func cmdBench() *cli.Command {
 					if res.TimedOut {
 						fmt.Fprintf(c.App.ErrWriter, "shed: the command ran past --timeout %s and was killed\n", timeout)
 					}
+					if res.OOMKilled {
+						warnOOM(c, res.MemoryBytes, res.Exit)
+					}
 					return exitCode(res.Exit)
 				},
 			},
@@ -217,18 +220,23 @@ func benchRun(c *cli.Context, argv []string) error {
 		return err
 	}
 	if res.OOMKilled {
-		limit := "the host's memory: the Bench had no limit of its own"
-		if res.MemoryBytes > 0 {
-			limit = builder.FormatBytes(res.MemoryBytes)
-		}
-		fmt.Fprintf(c.App.ErrWriter, "shed: warning: out of memory: the kernel killed a process of the command at the Bench's memory limit (%s); exit %d\n"+
-			"shed: hint: give the Bench more with --memory (512M, 4G)\n", limit, res.Exit)
+		warnOOM(c, res.MemoryBytes, res.Exit)
 	}
 	if res.NoSpace != "" {
 		fmt.Fprintf(c.App.ErrWriter, "shed: warning: the command failed (exit %d) with its disk full: %s\n"+
 			"shed: hint: free space there (`shed gc`, `shed bench rm` of kept Benches you are done with), or keep the Bench on a store of a larger filesystem (--root)\n", res.Exit, res.NoSpace)
 	}
 	return exitCode(res.Exit)
+}
+
+// warnOOM says that the kernel killed the command for memory, at the Bench's limit.
+func warnOOM(c *cli.Context, limit int64, exit int) {
+	at := "the host's memory: the Bench had no limit of its own"
+	if limit > 0 {
+		at = builder.FormatBytes(limit)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "shed: warning: out of memory: the kernel killed a process of the command at the Bench's memory limit (%s); exit %d\n"+
+		"shed: hint: give the Bench more with --memory (512M, 4G)\n", at, exit)
 }
 
 // recordFile is where a Workshop record's recipe is: the store's records/NAME/N/workshop.toml.
