@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -137,7 +138,7 @@ func parseSizeUnit(s string) (int64, bool, error) {
 	}
 	n, err := strconv.ParseInt(t, 10, 64)
 	if err != nil || t == "" || t[0] == '+' {
-		return 0, false, fmt.Errorf("not a size: want %s", sizeForm)
+		return 0, false, errors.New("not a size")
 	}
 	if n < 0 {
 		return 0, false, fmt.Errorf("a size is not negative")
