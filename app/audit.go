@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"toolshed.dev/shed/audit"
+	"toolshed.dev/shed/internal/nospace"
 	"toolshed.dev/shed/records"
 )
 
@@ -72,6 +73,7 @@ func (s *Service) recordIntent(c *Call, op string, req any) (int64, error) {
 	e := entry(c, op, req, nil, nil)
 	e.Intent = true
 	w, err := s.Audit.Append(e)
+	err = nospace.Check(s.Root, err) // the log is under the root: a full disk is named as one
 	if err != nil {
 		return 0, &Error{Code: CodeFailed, Err: fmt.Errorf("%s not done: the audit log cannot record it: %w", op, err), Hint: auditHintFor(err)}
 	}
@@ -119,7 +121,7 @@ func (s *Service) record(c *Call, op string, req, res any, err error, intent int
 		}
 	}
 	_, aerr = s.Audit.Append(e)
-	return aerr
+	return nospace.Check(s.Root, aerr)
 }
 
 // entry is the audit entry of op for c, with what its request and result say.
@@ -458,7 +460,7 @@ func (a *benchAudit) hook() func(bench, event, dest, detail string) {
 		if err := a.s.Audit.Note(audit.Entry{User: c.User, Role: string(c.Role), Via: c.Via, Event: event, Bench: bench, Workshop: a.workshop, Dest: dest, Detail: detail}); err != nil {
 			a.s.log().Error("audit log", "err", err, "event", event, "bench", bench)
 			a.mu.Lock()
-			a.err = cmp.Or(a.err, err)
+			a.err = cmp.Or(a.err, nospace.Check(a.s.Root, err))
 			a.mu.Unlock()
 		}
 	}

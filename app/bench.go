@@ -153,12 +153,18 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	if oom {
 		res.MemoryBytes = limits.MemoryBytes
 	}
-	// A kept Bench writes its upper layer on the store's filesystem: a command that failed there
-	// with no room left failed for that, whatever it said.
-	if code != 0 && req.Keep && nospace.Full(w.st.Root(), 1<<20) {
-		res.NoSpace = nospace.Of(w.st.Root(), false, errors.New("the Bench's upper layer is there")).Error()
-	}
+	res.NoSpace = upperFull(w.st, req.Keep, code)
 	return res, nil
+}
+
+// upperFull describes the store's filesystem when a command that exited with code in a Bench (kept:
+// its upper layer is on that filesystem) failed while it had no room left: it failed for that,
+// whatever it said. "" otherwise.
+func upperFull(st *store.Store, kept bool, code int) string {
+	if code == 0 || !kept || !nospace.Full(st.Root(), 1<<20) {
+		return ""
+	}
+	return nospace.Of(st.Root(), false, errors.New("the Bench's upper layer is there")).Error()
 }
 
 func (c *Call) stdio() sandbox.Stdio {
@@ -346,6 +352,9 @@ type ExecResult struct {
 	// (MemoryBytes), while the command ran: the command's, as a rule.
 	OOMKilled   bool  `json:"oom_killed,omitempty"`
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// NoSpace, when the command failed in a kept Bench while the filesystem of its upper layer (the
+	// store's) had no room left, says which filesystem and how full it is.
+	NoSpace string `json:"no_space,omitempty"`
 }
 
 var envRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`) })
@@ -397,6 +406,7 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 		if after, limit := sandbox.OOMKills(memcg); memcg != "" && after > kills && res.Exit != 0 {
 			res.OOMKilled, res.MemoryBytes = true, limit
 		}
+		res.NoSpace = upperFull(st, rec.Keep, res.Exit)
 	}()
 	if req.Capture {
 		er.Env = req.Env

@@ -110,12 +110,31 @@ func TestNoSpace(t *testing.T) {
 	// A kept Bench's upper layer is on the store's filesystem: a command that fills it fails, and shed
 	// says the disk was full.
 	r = shed(t, root, nil, "bench", "run", "--offline", "-f", file, "--keep", "--name", "filler", "--", "sh", "-c", "head -c 8M /dev/zero > /root/big")
-	// (Its exit is then recorded if there is room for the record, as there is on a filesystem that
-	// keeps blocks for root: shed warns; on this tmpfs there is none, and that write's error says so.)
-	if r.code == 0 || !regexp.MustCompile(`shed: (warning: the command failed \(exit [0-9]+\) with its disk full|error): no space left on the filesystem of `+regexp.QuoteMeta(root)+` \(tmpfs `).MatchString(r.stderr) {
+	// (Its exit and the audit log's entry are then written if there is room for them, as there is on a
+	// filesystem that keeps blocks for root: shed warns; on this tmpfs there is none, and that write's
+	// error says so.)
+	if r.code == 0 || !regexp.MustCompile(`shed: (warning: the command failed \(exit [0-9]+\) with its disk full|error): (.*: )?no space left on the filesystem of `+regexp.QuoteMeta(root)+` \(tmpfs `).MatchString(r.stderr) {
 		t.Errorf("a kept Bench filling the store's filesystem: exit %d, want the full filesystem named:\n%s", r.code, r.stderr)
 	}
 	mustShed(t, root, "bench", "rm", "filler")
+	// The same for a command exec'd into a running kept Bench, an agent's usual way.
+	cmd := shedCmd(t, root, "bench", "run", "--offline", "-f", file, "--keep", "--name", "running", "--", "sleep", "1013")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for shed(t, root, nil, "bench", "exec", "running", "--", "true").code != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the kept Bench did not start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r = shed(t, root, nil, "bench", "exec", "running", "--", "sh", "-c", "head -c 8M /dev/zero > /root/big")
+	if r.code == 0 || !regexp.MustCompile(`shed: (warning: the command failed \(exit [0-9]+\) with its disk full|error): (.*: )?no space left on the filesystem of `+regexp.QuoteMeta(root)+` \(tmpfs `).MatchString(r.stderr) {
+		t.Errorf("an exec filling a kept Bench's upper: exit %d, want the full filesystem named:\n%s", r.code, r.stderr)
+	}
+	mustShed(t, root, "bench", "rm", "running")
 	resize("1g")
 	mustShed(t, root, "store", "add", src)
 	verify("at the end")

@@ -133,6 +133,7 @@ func cmdBench() *cli.Command {
 					if res.OOMKilled {
 						warnOOM(c, res.MemoryBytes, res.Exit)
 					}
+					warnNoSpace(c, res.NoSpace, res.Exit)
 					return exitCode(res.Exit)
 				},
 			},
@@ -222,10 +223,7 @@ func benchRun(c *cli.Context, argv []string) error {
 	if res.OOMKilled {
 		warnOOM(c, res.MemoryBytes, res.Exit)
 	}
-	if res.NoSpace != "" {
-		fmt.Fprintf(c.App.ErrWriter, "shed: warning: the command failed (exit %d) with its disk full: %s\n"+
-			"shed: hint: free space there (`shed gc`, `shed bench rm` of kept Benches you are done with), or keep the Bench on a store of a larger filesystem (--root)\n", res.Exit, res.NoSpace)
-	}
+	warnNoSpace(c, res.NoSpace, res.Exit)
 	return exitCode(res.Exit)
 }
 
@@ -237,6 +235,15 @@ func warnOOM(c *cli.Context, limit int64, exit int) {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "shed: warning: out of memory: the kernel killed a process of the command at the Bench's memory limit (%s); exit %d\n"+
 		"shed: hint: give the Bench more with --memory (512M, 4G)\n", at, exit)
+}
+
+// warnNoSpace says that the command failed with the filesystem of its kept Bench's upper full.
+func warnNoSpace(c *cli.Context, noSpace string, exit int) {
+	if noSpace == "" {
+		return
+	}
+	fmt.Fprintf(c.App.ErrWriter, "shed: warning: the command failed (exit %d) with its disk full: %s\n"+
+		"shed: hint: free space there (`shed gc`, `shed bench rm` of kept Benches you are done with), or keep the Bench on a store of a larger filesystem (--root)\n", exit, noSpace)
 }
 
 // recordFile is where a Workshop record's recipe is: the store's records/NAME/N/workshop.toml.
