@@ -391,6 +391,9 @@ func CallerOf(uid, gid uint32, operators string) *app.Caller {
 	return p
 }
 
+// ErrListening is a socket a live supervisor already listens on.
+var ErrListening = errors.New("a supervisor already listens")
+
 // Listen makes the supervisor's socket at path: its directory root's and 0755, the socket 0666.
 func Listen(path string) (*net.UnixListener, error) {
 	dir := filepath.Dir(path)
@@ -403,7 +406,7 @@ func Listen(path string) (*net.UnixListener, error) {
 	// A socket left by a dead daemon is replaced; a live one is refused.
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("a supervisor already listens on %s", path)
+		return nil, fmt.Errorf("%w on %s", ErrListening, path)
 	}
 	os.Remove(path)
 	// Open to every local user (0666): each caller is checked per request. Set after the bind, since a

@@ -189,7 +189,7 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	if err != nil {
 		return nil, err
 	}
-	if err := checkMemory(req.MemoryBytes); err != nil {
+	if err := checkLimits(req.MemoryBytes, req.Pids); err != nil {
 		return nil, err
 	}
 	limits := s.limitsFor(c, sandbox.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids})

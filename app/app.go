@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 
 	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/internal/nospace"
 	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
@@ -334,7 +336,26 @@ func (s *Service) do(ctx context.Context, c *Call, op string, req any) (res any,
 			res, err = nil, auditFailed(op, err, aerr)
 		}
 	}()
-	return o.run(ctx, s, c, req)
+	res, err = o.run(ctx, s, c, req)
+	var ne *nospace.Error
+	if nospace.Is(err) && !errors.As(err, &ne) {
+		// The full filesystem is what the caller hears about (on the wire too), with the code of
+		// what failed.
+		e := &Error{Code: Classify(err).Code, Err: nospace.Check(fullDir(s.Root, err), err)}
+		e.Hint = hintFor(e.Err)
+		return res, e
+	}
+	return res, err
+}
+
+// fullDir is the directory to name when err is a full filesystem's: the store's root, or where the
+// failed write was when that is outside it (a grant, a caller's file).
+func fullDir(root string, err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && filepath.IsAbs(pe.Path) && pe.Path != root && !strings.HasPrefix(pe.Path, root+"/") {
+		return filepath.Dir(pe.Path)
+	}
+	return root
 }
 
 // ErrDenied is a request the caller's role does not allow.

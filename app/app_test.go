@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/audit"
+	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/sandbox"
 )
 
 var auditOpen = audit.Open
@@ -104,5 +106,46 @@ func TestNetworkHints(t *testing.T) {
 		if h := Classify(err).Hint; !strings.Contains(h, c.want) {
 			t.Errorf("%v: hint %q, want %q", err, h, c.want)
 		}
+	}
+}
+
+// TestGrantMissingHint: a grant of a directory that is not there is told to make it, by its name
+// (quoted for a shell when it needs to be), not about the recipe's bounds.
+func TestGrantMissingHint(t *testing.T) {
+	for path, want := range map[string]string{
+		"/srv/project/new": "`mkdir -p /srv/project/new`",
+		"/srv/it's here":   `mkdir -p '/srv/it'\''s here'`,
+	} {
+		err := fmt.Errorf("bench: %w", &bench.MissingError{Path: path, Err: unix.ENOENT})
+		if e := Classify(err); e.Code != CodeUsage || !strings.Contains(e.Hint, want) || strings.Contains(e.Hint, "bounds") {
+			t.Errorf("%v: code %s, hint %q, want %q", err, e.Code, e.Hint, want)
+		}
+	}
+}
+
+// TestResourceHints: running out of a resource gets a hint that names it and what to do.
+func TestResourceHints(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("launch: %w", sandbox.ErrNoIDs), "`shed bench ls`"},
+		{fmt.Errorf("store: %w", &os.PathError{Op: "open", Path: "/x", Err: unix.EMFILE}), "ulimit -n"},
+		{fmt.Errorf("store: %w", &os.PathError{Op: "open", Path: "/x", Err: unix.ENFILE}), "fs.file-max"},
+	} {
+		if h := Classify(c.err).Hint; !strings.Contains(h, c.want) {
+			t.Errorf("%v: hint %q, want %q", c.err, h, c.want)
+		}
+	}
+}
+
+// TestAuditResourceHint: an audit log that cannot be written for want of a resource says which.
+func TestAuditResourceHint(t *testing.T) {
+	emfile := fmt.Errorf("audit: %w", &os.PathError{Op: "open", Path: "/x/audit/head", Err: unix.EMFILE})
+	if h := auditFailed("init", nil, emfile).(*Error).Hint; !strings.Contains(h, "ulimit -n") {
+		t.Errorf("hint %q", h)
+	}
+	if h := auditFailed("init", nil, errors.New("audit: chain broken")).(*Error).Hint; h != auditHint {
+		t.Errorf("hint %q", h)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"toolshed.dev/shed/audit"
+	"toolshed.dev/shed/internal/nospace"
 	"toolshed.dev/shed/records"
 )
 
@@ -55,6 +56,15 @@ func FailsClosed(op string, req any) bool { return authority[op] && Audited(op, 
 // auditHint is what to do about an audit log that cannot be written.
 const auditHint = "the supervisor's audit log (<root>/audit) cannot be written: an operator checks that disk, and `shed audit verify`"
 
+// auditHintFor is auditHint, or what to do about the resource whose lack kept the log from being
+// written (a full disk, open files).
+func auditHintFor(err error) string {
+	if h := resourceHint(err); h != "" {
+		return h
+	}
+	return auditHint
+}
+
 // recordIntent writes, durably, that op is about to act for c: its seq, or an error that refuses op.
 func (s *Service) recordIntent(c *Call, op string, req any, bench string) (int64, error) {
 	if s.Audit == nil || !FailsClosed(op, req) {
@@ -63,8 +73,9 @@ func (s *Service) recordIntent(c *Call, op string, req any, bench string) (int64
 	e := entry(c, op, req, nil, nil, bench)
 	e.Intent = true
 	w, err := s.Audit.Append(e)
+	err = nospace.Check(s.Root, err) // the log is under the root: a full disk is named as one
 	if err != nil {
-		return 0, &Error{Code: CodeFailed, Err: fmt.Errorf("%s not done: the audit log cannot record it: %w", op, err), Hint: auditHint}
+		return 0, &Error{Code: CodeFailed, Err: fmt.Errorf("%s not done: the audit log cannot record it: %w", op, err), Hint: auditHintFor(err)}
 	}
 	return w.Seq, nil
 }
@@ -73,7 +84,7 @@ func (s *Service) recordIntent(c *Call, op string, req any, bench string) (int64
 // (its code and hint kept) with the audit's added, or, if it succeeded, the audit's.
 func auditFailed(op string, err, aerr error) error {
 	if err == nil {
-		return &Error{Code: CodeFailed, Err: fmt.Errorf("%s was done, but the audit log could not record it: %w", op, aerr), Hint: auditHint}
+		return &Error{Code: CodeFailed, Err: fmt.Errorf("%s was done, but the audit log could not record it: %w", op, aerr), Hint: auditHintFor(aerr)}
 	}
 	ce := Classify(err)
 	return &Error{Code: ce.Code, Err: fmt.Errorf("%w (and the audit log could not record it: %v)", err, aerr), Hint: ce.Hint}
@@ -110,7 +121,7 @@ func (s *Service) record(c *Call, op string, req, res any, err error, intent int
 		}
 	}
 	_, aerr = s.Audit.Append(e)
-	return aerr
+	return nospace.Check(s.Root, aerr)
 }
 
 // benchNamed is the Bench a request names (by name or id, as its caller chose), or "".
@@ -503,7 +514,7 @@ func (a *benchAudit) hook() func(bench, event, dest, detail string) {
 		if err := a.s.Audit.Note(audit.Entry{User: c.User, Role: string(c.Role), Via: c.Via, Event: event, Bench: bench, Workshop: a.workshop, Dest: dest, Detail: detail}); err != nil {
 			a.s.log().Error("audit log", "err", err, "event", event, "bench", bench)
 			a.mu.Lock()
-			a.err = cmp.Or(a.err, err)
+			a.err = cmp.Or(a.err, nospace.Check(a.s.Root, err))
 			a.mu.Unlock()
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/internal/fdio"
+	"toolshed.dev/shed/internal/nospace"
 	"toolshed.dev/shed/proposal"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
@@ -70,6 +71,9 @@ type ExitResult struct {
 	// Bench's memory limit, MemoryBytes.
 	OOMKilled   bool  `json:"oom_killed,omitempty"`
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// NoSpace, when the command failed while the filesystem of the Bench's upper layer (a kept
+	// Bench's is on the store's) had no room left, says which filesystem and how full it is.
+	NoSpace string `json:"no_space,omitempty"`
 }
 
 // BenchRun realizes a Workshop (a cache hit when warm), launches a Bench and runs the command.
@@ -79,7 +83,7 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	if len(req.Argv) == 0 {
 		return nil, usage("shed bench run [-f FILE] -- CMD [ARG...]", "a Bench needs a command")
 	}
-	if err := checkMemory(req.MemoryBytes); err != nil {
+	if err := checkLimits(req.MemoryBytes, req.Pids); err != nil {
 		return nil, err
 	}
 	var grants []bench.Grant
@@ -143,13 +147,24 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 		return nil, err
 	}
 	if err := events.failed(); err != nil {
-		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("the Bench ran (exit %d), but the audit log could not record its events: %w", code, err), Hint: auditHint}
+		return nil, &Error{Code: CodeFailed, Err: fmt.Errorf("the Bench ran (exit %d), but the audit log could not record its events: %w", code, err), Hint: auditHintFor(err)}
 	}
 	res := &ExitResult{Exit: code, OOMKilled: oom}
 	if oom {
 		res.MemoryBytes = limits.MemoryBytes
 	}
+	res.NoSpace = upperFull(w.st, req.Keep, code)
 	return res, nil
+}
+
+// upperFull describes the store's filesystem when a command that exited with code in a Bench (kept:
+// its upper layer is on that filesystem) failed while it had no room left: it failed for that,
+// whatever it said. "" otherwise.
+func upperFull(st *store.Store, kept bool, code int) string {
+	if code == 0 || !kept || !nospace.Full(st.Root(), 1<<20) {
+		return ""
+	}
+	return nospace.Of(st.Root(), false, errors.New("the Bench's upper layer is there")).Error()
 }
 
 func (c *Call) stdio() sandbox.Stdio {
@@ -233,9 +248,16 @@ func sweep(st *store.Store) { _, _ = bench.Sweep(st) }
 // that small is a unit forgotten (64 meant as 64M).
 const MinMemory = 16 << 20
 
-func checkMemory(n int64) error {
-	if n != 0 && n < MinMemory {
-		return usage("a size with a unit: 512M, 4G (at least 16M)", "memory limit %d bytes is below the least a Bench can run in", n)
+// MinPids is the least limit on a Bench's processes: its init and the command.
+const MinPids = 2
+
+// checkLimits refuses limits a Bench cannot run under (0 is none).
+func checkLimits(memory, pids int64) error {
+	if memory != 0 && memory < MinMemory {
+		return usage("a size with a unit: 512M, 4G (at least 16M)", "memory limit %d bytes is below the least a Bench can run in, 16 MiB", memory)
+	}
+	if pids != 0 && pids < MinPids {
+		return usage("at least 2 (none: 0)", "a limit of %d processes is below the least a Bench can run in, %d: its init and the command", pids, MinPids)
 	}
 	return nil
 }
@@ -327,6 +349,13 @@ type ExecResult struct {
 	Stderr    string `json:"stderr,omitempty"`    // with capture: what it wrote to stderr
 	Truncated bool   `json:"truncated,omitempty"` // with capture: an output was longer than MaxOutput
 	TimedOut  bool   `json:"timed_out,omitempty"` // it was killed after timeout_s
+	// OOMKilled says that the kernel's OOM killer killed a process in the Bench, at its memory limit
+	// (MemoryBytes), while the command ran: the command's, as a rule.
+	OOMKilled   bool  `json:"oom_killed,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// NoSpace, when the command failed in a kept Bench while the filesystem of its upper layer (the
+	// store's) had no room left, says which filesystem and how full it is.
+	NoSpace string `json:"no_space,omitempty"`
 }
 
 var envRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`) })
@@ -370,6 +399,16 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 	}
 	er := sandbox.ExecRequest{Argv: argv, Dir: dir}
 	res := &ExecResult{}
+	// The Bench's memory cgroup's OOM kills, before and after: an exec'd command killed at the limit
+	// is named as that, not a bare 137.
+	memcg := sandbox.MemoryCgroup(rec.Pid)
+	kills, _ := sandbox.OOMKills(memcg)
+	defer func() {
+		if after, limit := sandbox.OOMKills(memcg); memcg != "" && after > kills && res.Exit != 0 {
+			res.OOMKilled, res.MemoryBytes = true, limit
+		}
+		res.NoSpace = upperFull(st, rec.Keep, res.Exit)
+	}()
 	if req.Capture {
 		er.Env = req.Env
 		var out, errb *capture

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -13,6 +14,7 @@ import (
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/cache"
 	"toolshed.dev/shed/internal/hint"
+	"toolshed.dev/shed/internal/nospace"
 	"toolshed.dev/shed/proposal"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/records"
@@ -102,8 +104,15 @@ func isDNSError(err error) bool {
 // hintFor suggests what to do about errors that come from packages, which know what went wrong but
 // not what the caller asked.
 func hintFor(err error) string {
+	if h := resourceHint(err); h != "" {
+		return h
+	}
 	if h := hint.Of(err); h != "" { // the package that made the error knew what to do
 		return h
+	}
+	var me *bench.MissingError
+	if errors.As(err, &me) {
+		return fmt.Sprintf("a grant mounts a directory that is there: create it (`mkdir -p %s`), or check the path", shellWord(me.Path))
 	}
 	var be *builder.BuildError
 	if errors.As(err, &be) {
@@ -181,6 +190,48 @@ func hintFor(err error) string {
 		return "the server did not answer in time: check the network to it and run again (what was fetched is kept)"
 	case errors.Is(err, context.Canceled):
 		return "interrupted: nothing half-written was kept; run the command again to finish"
+	}
+	return ""
+}
+
+// shellWord is s as one word of a shell command line that a hint quotes: as is when that is safe.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// nofile is this process's limit on open files.
+func nofile() uint64 {
+	var l unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) != nil {
+		return 0
+	}
+	return l.Cur
+}
+
+// resourceHint is what to do about a resource that ran out (a full disk, a quota, open files, host
+// ids), whatever operation ran into it; "" for any other error.
+func resourceHint(err error) string {
+	var ne *nospace.Error
+	switch {
+	case errors.As(err, &ne):
+		what := "free space there"
+		if ne.Quota {
+			what = "free some of your quota there (`quota -s` shows it)"
+		}
+		return what + ": `shed gc` deletes the store paths no root needs (`shed gc --dry-run` lists them), " +
+			"`shed bench ls` shows kept Benches to remove; or put the store on a larger filesystem (--root, SHED_ROOT). " +
+			"Nothing half-written was kept: run the command again once there is room"
+	case errors.Is(err, sandbox.ErrNoIDs):
+		return "every range of host ids is held by a running Bench, build or warm init: `shed bench ls` lists the Benches, " +
+			"`shed bench rm` ends those you are done with (a supervisor's --warm inits hold some too); or wait for some to end"
+	case errors.Is(err, unix.EMFILE):
+		return fmt.Sprintf("this process may have at most %d open files (RLIMIT_NOFILE): raise it (`ulimit -n 65536` in the shell that starts shed, "+
+			"LimitNOFILE= in the supervisor's systemd unit), then run the command again", nofile())
+	case errors.Is(err, unix.ENFILE):
+		return "the whole system is out of open files (fs.file-max): `sysctl fs.file-nr` shows them; end what holds many, or raise fs.file-max"
 	}
 	return ""
 }

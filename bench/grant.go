@@ -40,6 +40,23 @@ var (
 	ErrGrantGroup = fmt.Errorf("%w", ErrGrant)
 )
 
+// MissingError is a grant of a path that does not exist (or under a file): a grant mounts what is
+// there, it makes nothing on the host.
+type MissingError struct {
+	Path string
+	Err  error // ENOENT or ENOTDIR
+}
+
+func (e *MissingError) Error() string {
+	if errors.Is(e.Err, unix.ENOTDIR) {
+		return fmt.Sprintf("%v: %s: a component of the path is not a directory", ErrGrant, e.Path)
+	}
+	return fmt.Sprintf("%v: %s: no such file or directory", ErrGrant, e.Path)
+}
+
+func (e *MissingError) Is(target error) bool { return target == ErrGrant }
+func (e *MissingError) Unwrap() error        { return e.Err }
+
 // ParseGrant reads --grant HOSTPATH[:BENCHPATH][:ro|rw] (default ro, bench
 // path = host path).
 func ParseGrant(s string) (Grant, error) {
@@ -129,6 +146,9 @@ func resolveGrants(r *recipe.Recipe, asked []Grant, stores []string) ([]resolved
 			closeAll()
 			if errors.Is(err, unix.ELOOP) {
 				return nil, fmt.Errorf("%w: %s: a component of the path is a symlink", ErrGrantSymlink, g.Host)
+			}
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+				return nil, &MissingError{Path: g.Host, Err: err}
 			}
 			return nil, fmt.Errorf("%w: %s: %v", ErrGrant, g.Host, err)
 		}

@@ -16,7 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toolshed.dev/shed/derivation"
+	"toolshed.dev/shed/internal/nospace"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/store"
 	"toolshed.dev/shed/trust"
@@ -229,8 +232,8 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 				return res, ctx.Err()
 			}
 			if err != nil {
-				if b.Offline {
-					return res, err
+				if b.Offline || nospace.Is(err) {
+					return res, nospace.Check(s.Root(), err) // a build here would find no room either
 				}
 				if b.Warn != nil {
 					b.Warn("%v; building it here", err)
@@ -288,7 +291,7 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 			b.builtMu.Unlock()
 		}
 		if err != nil {
-			return res, err
+			return res, nospace.Check(s.Root(), err)
 		}
 	}
 
@@ -339,7 +342,7 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 		})
 		b.end() // after the registration too: hashing a seed's tree takes a while
 		if err != nil {
-			return res, err
+			return res, nospace.Check(s.Root(), err)
 		}
 		if built {
 			b.step("built %s in %s", d.Output.Name(), took(time.Since(start)))
@@ -385,12 +388,16 @@ func epochOf(d *derivation.Derivation) (int64, error) {
 func (b *Builder) build(ctx context.Context, d *derivation.Derivation, lowers []string, byOut map[store.Path]*derivation.Derivation, out, logFile string) error {
 	logf, err := os.Create(logFile)
 	if err != nil {
-		return fmt.Errorf("create build log: %w", err)
+		return nospace.Check(b.Store.Root(), fmt.Errorf("create build log: %w", err))
 	}
 	defer logf.Close()
-	w := io.MultiWriter(logf, b.statusOutput())
+	// The log is on the store's filesystem: when that is full, its writes fail, and the build's
+	// output must still flow (a writer that fails ends the copy from the tool, which then dies of
+	// SIGPIPE, 141, before it says why). The scanner hears the tool say that a disk is full.
+	lw, scan := &bestEffort{w: logf}, &nospace.Scanner{}
+	w := io.MultiWriter(lw, scan, b.statusOutput())
 	if b.BuildOutput != nil {
-		w = io.MultiWriter(logf, b.statusOutput(), b.BuildOutput)
+		w = io.MultiWriter(lw, scan, b.statusOutput(), b.BuildOutput)
 	}
 	fmt.Fprintf(w, "shed: building %s (%s, %s)\n", d.Output, d.Kind, d.Builder)
 	stage := filepath.Dir(out)
@@ -419,9 +426,33 @@ func (b *Builder) build(ctx context.Context, d *derivation.Derivation, lowers []
 		err = fmt.Errorf("%s: builder %s is not available in this version of shed", d.Name, d.Builder)
 	}
 	if err != nil {
+		// A full filesystem is named as such, whoever hit it: shed's own write (ENOSPC), the tool
+		// (its output says so), or neither clearly (a tool that only exits 25) while the store's
+		// filesystem has almost nothing left, measured now, before the stage is removed.
+		seen, quota := scan.Seen()
+		var ne *nospace.Error
+		if !errors.As(err, &ne) && (seen || nospace.Is(err) || nospace.Is(lw.err) || nospace.Full(stage, 1<<20)) {
+			err = nospace.Of(b.Store.Root(), quota || errors.Is(err, unix.EDQUOT), err)
+		}
 		fmt.Fprintf(w, "shed: build failed: %v\n", err)
 		return &BuildError{Path: d.Output, Log: logFile, Err: err}
 	}
+	if lw.err != nil {
+		return nospace.Check(b.Store.Root(), fmt.Errorf("write build log %s: %w", logFile, lw.err))
+	}
 	fmt.Fprintf(w, "shed: built %s\n", d.Output)
 	return nil
+}
+
+// bestEffort writes to w until a write fails, then nothing, and never fails: err is the failure.
+type bestEffort struct {
+	w   io.Writer
+	err error
+}
+
+func (b *bestEffort) Write(p []byte) (int, error) {
+	if b.err == nil {
+		_, b.err = b.w.Write(p)
+	}
+	return len(p), nil
 }

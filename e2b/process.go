@@ -276,10 +276,15 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 		end := &process.ProcessEvent_EndEvent{}
 		switch {
 		case err == nil:
-			code := res.(*app.ExecResult).Exit
+			er := res.(*app.ExecResult)
+			code := er.Exit
 			end.ExitCode, end.Exited, end.Status = int32(code), true, "exit status "+strconv.Itoa(code)
 			if code != 0 {
 				end.Error = &end.Status // as envd says it: the SDK's CommandExitError shows it
+			}
+			if er.OOMKilled {
+				msg := fmt.Sprintf("%s: killed: out of memory (the sandbox's memory limit, %d MiB)", end.Status, er.MemoryBytes>>20)
+				end.Error = &msg
 			}
 		case ctx.Err() != nil:
 			end.ExitCode, end.Status = -1, "signal: killed"

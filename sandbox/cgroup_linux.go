@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -374,4 +375,55 @@ func unwrapErrno(err error) error {
 		return errno
 	}
 	return err
+}
+
+// MemoryCgroup is the memory cgroup a sandbox put its commands in, found from its init's host pid:
+// for a command Exec'd into a running sandbox, to tell whether the OOM killer killed part of it
+// (OOMKills before and after) and at what limit. "" when the sandbox has no memory limit (or no
+// command running to find it by).
+func MemoryCgroup(initPid int) string {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", initPid))
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, child := range strings.Fields(string(b)) {
+			cg, err := os.ReadFile("/proc/" + child + "/cgroup")
+			if err != nil {
+				continue
+			}
+			// v1 "N:memory:/toolshed/NAME", v2 "0::/toolshed/NAME".
+			for _, line := range strings.Split(string(cg), "\n") {
+				parts := strings.SplitN(line, ":", 3)
+				if len(parts) != 3 || !strings.HasPrefix(parts[2], "/"+cgroupParent+"/") {
+					continue
+				}
+				switch {
+				case slices.Contains(strings.Split(parts[1], ","), "memory"):
+					return filepath.Join(cgroupRoot, "memory", parts[2])
+				case parts[0] == "0" && parts[1] == "":
+					if _, err := os.Stat(filepath.Join(cgroupRoot, parts[2], "memory.max")); err == nil {
+						return filepath.Join(cgroupRoot, parts[2])
+					}
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// OOMKills is how many tasks the OOM killer killed in the memory cgroup dir, and its limit in bytes.
+func OOMKills(dir string) (kills int, limit int64) {
+	if dir == "" {
+		return 0, 0
+	}
+	c := &cgroup{dirs: []string{dir}}
+	for _, f := range []string{"memory.limit_in_bytes", "memory.max"} {
+		if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+			limit, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			break
+		}
+	}
+	return c.oomKills(), limit
 }

@@ -229,6 +229,11 @@ func TestBenchGrants(t *testing.T) {
 			t.Errorf("--grant %s: exit %d, want 2 with %q:\n%s", c.grant, r.code, c.want, r.stderr)
 		}
 	}
+	// A directory that is not there is to be made, not a matter of the recipe's bounds.
+	if r := shed(t, root, nil, "bench", "run", "-f", file, "--grant", filepath.Join(bound, "missing"), "--", "true"); !strings.Contains(r.stderr, "shed: hint: ") ||
+		!strings.Contains(r.stderr, "`mkdir -p "+filepath.Join(bound, "missing")+"`") || strings.Contains(r.stderr, "bounds") {
+		t.Errorf("--grant of a missing directory: the hint does not say to make it:\n%s", r.stderr)
+	}
 	// A recipe whose bound is a symlink, or lies under one, opens nothing through it: the bound names
 	// a path, and every component of it must be a real directory.
 	links := t.TempDir()

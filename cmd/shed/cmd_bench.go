@@ -28,8 +28,8 @@ func cmdBench() *cli.Command {
 		&cli.StringFlag{Name: "name", Usage: "the Bench's `NAME` (default: the Workshop's name and a random suffix)"},
 		&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"},
 		&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: app.DefaultRecipe, Usage: "the Workshop's recipe `FILE`"},
-		&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` with a unit: 512M, 4G (at least 16M)"},
-		&cli.Int64Flag{Name: "pids", Usage: "limit on the number of processes, `N`", DefaultText: "none"},
+		&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` with a unit: 512M, 4G (at least 16M; 0: none)"},
+		&cli.StringFlag{Name: "pids", Usage: "limit on the number of processes, `N` (at least 2: the Bench's init and the command)", DefaultText: "none"},
 		&cli.BoolFlag{Name: "verify", Usage: "re-hash the Workshop's layers first and refuse a damaged one (store setting: verify_before_launch)"},
 		substituterFlag,
 	}
@@ -104,7 +104,7 @@ func cmdBench() *cli.Command {
 					&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"},
 					&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "the command's working `DIR` in the Bench (default /root)"},
 					&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "set `NAME=VALUE` for the command (repeatable)"},
-					&cli.DurationFlag{Name: "timeout", Usage: "kill the command after `DURATION` (e.g. 30s; exit 124)"},
+					&cli.StringFlag{Name: "timeout", Usage: "kill the command after `DURATION` (e.g. 30s, 5m; at least 1s, whole seconds; exit 124)"},
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() < 2 {
@@ -117,15 +117,23 @@ func cmdBench() *cli.Command {
 					if len(argv) == 0 {
 						return usageError("bench exec wants a command after BENCH")
 					}
+					timeout, err := durationFlag(c, "timeout", time.Second)
+					if err != nil {
+						return err
+					}
 					res, err := call[app.ExecResult](c, "bench.exec", &app.BenchExecRequest{
 						Bench: c.Args().First(), Argv: argv, TTY: c.Bool("tty"), Term: os.Getenv("TERM"),
-						Cwd: c.String("workdir"), Env: c.StringSlice("env"), TimeoutS: int64(c.Duration("timeout").Seconds())})
+						Cwd: c.String("workdir"), Env: c.StringSlice("env"), TimeoutS: int64(timeout / time.Second)})
 					if err != nil {
 						return err
 					}
 					if res.TimedOut {
-						fmt.Fprintf(c.App.ErrWriter, "shed: the command ran past --timeout %s and was killed\n", c.Duration("timeout"))
+						fmt.Fprintf(c.App.ErrWriter, "shed: the command ran past --timeout %s and was killed\n", timeout)
 					}
+					if res.OOMKilled {
+						warnOOM(c, res.MemoryBytes, res.Exit)
+					}
+					warnNoSpace(c, res.NoSpace, res.Exit)
 					return exitCode(res.Exit)
 				},
 			},
@@ -201,29 +209,44 @@ func benchRun(c *cli.Context, argv []string) error {
 	}
 	req := &app.BenchRunRequest{
 		Workshop: c.String("file"), Argv: argv, Grants: c.StringSlice("grant"), Net: c.String("net"), Offline: c.Bool("offline"),
-		Keep: c.Bool("keep"), Name: c.String("name"), TTY: tty, Term: os.Getenv("TERM"), Pids: c.Int64("pids"), Substituters: c.StringSlice("substituter"),
+		Keep: c.Bool("keep"), Name: c.String("name"), TTY: tty, Term: os.Getenv("TERM"), Substituters: c.StringSlice("substituter"),
 		Verify: c.Bool("verify"),
 	}
-	if m := c.String("memory"); m != "" {
-		n, err := parseMemory(m)
-		if err != nil {
-			return usageError("--memory %q: %v", m, err)
-		}
-		req.MemoryBytes = n
+	var err error
+	if req.MemoryBytes, err = memoryFlag(c, "memory"); err != nil {
+		return err
+	}
+	if req.Pids, err = countFlag(c, "pids", app.MinPids, 0, "the most processes the Bench may have"); err != nil {
+		return err
 	}
 	res, err := call[app.ExitResult](c, "bench.run", req)
 	if err != nil {
 		return err
 	}
 	if res.OOMKilled {
-		limit := "the host's memory: the Bench had no limit of its own"
-		if res.MemoryBytes > 0 {
-			limit = builder.FormatBytes(res.MemoryBytes)
-		}
-		fmt.Fprintf(c.App.ErrWriter, "shed: warning: out of memory: the kernel killed a process of the command at the Bench's memory limit (%s); exit %d\n"+
-			"shed: hint: give the Bench more with --memory (512M, 4G)\n", limit, res.Exit)
+		warnOOM(c, res.MemoryBytes, res.Exit)
 	}
+	warnNoSpace(c, res.NoSpace, res.Exit)
 	return exitCode(res.Exit)
+}
+
+// warnOOM says that the kernel killed the command for memory, at the Bench's limit.
+func warnOOM(c *cli.Context, limit int64, exit int) {
+	at := "the host's memory: the Bench had no limit of its own"
+	if limit > 0 {
+		at = builder.FormatBytes(limit)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "shed: warning: out of memory: the kernel killed a process of the command at the Bench's memory limit (%s); exit %d\n"+
+		"shed: hint: give the Bench more with --memory (512M, 4G)\n", at, exit)
+}
+
+// warnNoSpace says that the command failed with the filesystem of its kept Bench's upper full.
+func warnNoSpace(c *cli.Context, noSpace string, exit int) {
+	if noSpace == "" {
+		return
+	}
+	fmt.Fprintf(c.App.ErrWriter, "shed: warning: the command failed (exit %d) with its disk full: %s\n"+
+		"shed: hint: free space there (`shed gc`, `shed bench rm` of kept Benches you are done with), or keep the Bench on a store of a larger filesystem (--root)\n", exit, noSpace)
 }
 
 // workshopLabel is how a Bench's Workshop is shown: a record as "NAME vN", a recipe file as given.

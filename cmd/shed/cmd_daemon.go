@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/apikey"
@@ -42,11 +43,11 @@ func cmdDaemon() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: api.DefaultSocket, Usage: "the socket's `PATH`"},
 			&cli.StringFlag{Name: "operators-group", Value: "shed-ops", Usage: "`GROUP` whose members are operators"},
-			&cli.StringFlag{Name: "user-memory", Value: "4G", Usage: "the most memory `SIZE` a user's Bench may have (and the limit of one that names none)"},
-			&cli.Int64Flag{Name: "user-pids", Value: 4096, Usage: "the most processes, `N`, a user's Bench may have (and the limit of one that names none)"},
-			&cli.IntFlag{Name: "user-kept", Value: 4, Usage: "the most kept Benches, `N` (--keep), a user may have at once"},
-			&cli.IntFlag{Name: "user-benches", Value: 8, Usage: "the most Benches, `N` (running, created or kept), a user may have at once"},
-			&cli.IntFlag{Name: "warm", Value: 2, Usage: "`N` Bench inits kept started ahead for API creates (each holds one of the 512 id slots)"},
+			&cli.StringFlag{Name: "user-memory", Value: "4G", Usage: "the most memory `SIZE` a user's Bench may have (and the limit of one that names none; at least 16M, 0: no bound)"},
+			&cli.StringFlag{Name: "user-pids", Value: "4096", Usage: "the most processes, `N`, a user's Bench may have (and the limit of one that names none; at least 2, 0: no bound)"},
+			&cli.StringFlag{Name: "user-kept", Value: "4", Usage: "the most kept Benches, `N` (--keep), a user may have at once (0: no bound)"},
+			&cli.StringFlag{Name: "user-benches", Value: "8", Usage: "the most Benches, `N` (running, created or kept), a user may have at once (0: no bound)"},
+			&cli.StringFlag{Name: "warm", Value: "2", Usage: "`N` Bench inits kept started ahead for API creates (each holds one of the 512 id slots; at most 64 with --warm-workshop's)"},
 			&cli.StringSliceFlag{Name: "warm-workshop", Usage: "`NAME=N`: N more inits kept ready for creates of the Workshop record NAME only (repeatable)"},
 			&cli.StringFlag{Name: "e2b", Usage: "also serve the E2B API (control and data plane) on `ADDR` (host:port; docs/agents.md): plain HTTP, so keep it on loopback or behind TLS"},
 		},
@@ -54,26 +55,45 @@ func cmdDaemon() *cli.Command {
 			if os.Geteuid() != 0 {
 				return withHint(exitUsage, errors.New("the supervisor runs as root"), "start it with systemd (docs/supervisor.md) or sudo")
 			}
-			mem, err := parseMemory(c.String("user-memory"))
+			mem, err := memoryFlag(c, "user-memory")
 			if err != nil {
-				return usageError("--user-memory %q: %v", c.String("user-memory"), err)
+				return err
+			}
+			pids, err := countFlag(c, "user-pids", 0, 0, "the most processes a user's Bench may have (0: no bound)")
+			if err == nil && pids > 0 && pids < app.MinPids {
+				err = withHint(exitUsage, fmt.Errorf("--user-pids %d: below the least a Bench runs in, %d (its init and the command)", pids, app.MinPids), "write 0 (no bound) or at least 2, e.g. 4096")
+			}
+			if err != nil {
+				return err
+			}
+			kept, err := countFlag(c, "user-kept", 0, 0, "the most kept Benches a user may have (0: no bound)")
+			if err != nil {
+				return err
+			}
+			benches, err := countFlag(c, "user-benches", 0, 0, "the most Benches a user may have (0: no bound)")
+			if err != nil {
+				return err
+			}
+			warm, err := countFlag(c, "warm", 0, maxWarm, "the Bench inits kept started ahead")
+			if err != nil {
+				return err
 			}
 			svc := service(c)
 			defer svc.FlushAudit() // the counts of refusals dropped, which timers would write soon
-			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: c.Int64("user-pids")}
-			svc.UserKept, svc.UserBenches = c.Int("user-kept"), c.Int("user-benches")
+			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: pids}
+			svc.UserKept, svc.UserBenches = int(kept), int(benches)
 			svc.Socket = c.String("socket")
 			// Benches made by bench.create live in this process, until removed, their lifetime ends
 			// or the supervisor stops (they stop with it: their state is swept at the next start).
 			svc.Detached = &app.Detached{Ctx: c.Context}
 			defer svc.Detached.Wait()
 			perWorkshop := map[string]int{}
-			total := c.Int("warm")
+			total := int(warm)
 			for _, w := range c.StringSlice("warm-workshop") {
 				name, num, _ := strings.Cut(w, "=")
 				n, err := strconv.Atoi(num)
-				if !records.IsName(name) || err != nil || n < 0 {
-					return usageError("--warm-workshop %q: want NAME=N (a record's name, a count)", w)
+				if !records.IsName(name) || err != nil || n < 0 || n > maxWarm {
+					return withHint(exitUsage, fmt.Errorf("--warm-workshop %q: want NAME=N, a record's name and a whole number from 0 to %d", w, maxWarm), "e.g. --warm-workshop jq-tools=2")
 				}
 				perWorkshop[name] = n
 				total += n
@@ -81,14 +101,25 @@ func cmdDaemon() *cli.Command {
 			if total > maxWarm {
 				return usageError("--warm and --warm-workshop keep %d inits ready: at most %d (each holds one of the 512 sandbox id slots)", total, maxWarm)
 			}
-			svc.Pool = app.NewPool(c.Context, c.Int("warm"), perWorkshop)
+			svc.Pool = app.NewPool(c.Context, int(warm), perWorkshop)
 			// The store must open now: a supervisor that cannot serve says so at start, not per request.
 			st, err := store.Open(svc.Root)
 			if err != nil {
 				return err
 			}
 			st.Close()
+			// The E2B port first: a busy one is said before the supervisor says it is on.
+			var eln net.Listener
+			if addr := c.String("e2b"); addr != "" {
+				if eln, err = net.Listen("tcp", addr); err != nil {
+					return listenError("e2b", addr, err)
+				}
+				defer eln.Close()
+			}
 			ln, err := api.Listen(c.String("socket"))
+			if errors.Is(err, api.ErrListening) {
+				return withHint(exitFailure, err, "one supervisor a socket: stop that one first (`systemctl stop shed`, or end its process), or give this one another --socket")
+			}
 			if err != nil {
 				return err
 			}
@@ -106,12 +137,7 @@ func cmdDaemon() *cli.Command {
 				"e2b_conns", b.E2BConns, "e2b_per_peer", b.E2BPerPeer, "e2b_per_user", b.E2BPerUser, "e2b_in_flight", b.E2BInFlight,
 				"propose_conns", b.ProposeConns, "propose_per_bench", b.ProposePerBench, "proxy_conns", b.ProxyConns, "proxy_per_bench", b.ProxyPerBench)
 			fmt.Fprintf(c.App.ErrWriter, "shed: supervisor on %s for the store at %s\n", c.String("socket"), svc.Root)
-			if addr := c.String("e2b"); addr != "" {
-				eln, err := net.Listen("tcp", addr)
-				if err != nil {
-					ln.Close()
-					return withHint(exitUsage, fmt.Errorf("--e2b %s: %w", addr, err), "name a free host:port, e.g. 127.0.0.1:49982")
-				}
+			if eln != nil {
 				if ip := eln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
 					log.Warn("the E2B API is plain HTTP on a non-loopback address: API keys and tokens cross the network in clear; put TLS in front", "addr", eln.Addr().String())
 				}
@@ -127,4 +153,33 @@ func cmdDaemon() *cli.Command {
 			return srv.Serve(c.Context, ln)
 		},
 	}
+}
+
+// listenError says why --NAME ADDR could not be listened on, and names what to do: for a port in use,
+// a port that is free on the same host now (the kernel's pick), or port 0 (any free port).
+func listenError(flag, addr string, err error) error {
+	err = fmt.Errorf("--%s %s: %w", flag, addr, err)
+	host, _, serr := net.SplitHostPort(addr)
+	if serr != nil {
+		return withHint(exitUsage, err, "write HOST:PORT, e.g. 127.0.0.1:49982 (port 0: any free port)")
+	}
+	switch {
+	case errors.Is(err, unix.EADDRINUSE):
+		hint := fmt.Sprintf("another program listens there (`ss -ltnp 'sport = :%s'` names it): name a free port", portOf(addr))
+		if l, lerr := net.Listen("tcp", net.JoinHostPort(host, "0")); lerr == nil {
+			hint += fmt.Sprintf(", e.g. --%s %s", flag, l.Addr())
+			l.Close()
+		}
+		return withHint(exitFailure, err, hint+fmt.Sprintf(", or --%s %s for any free one (the supervisor prints the one it took)", flag, net.JoinHostPort(host, "0")))
+	case errors.Is(err, unix.EADDRNOTAVAIL):
+		return withHint(exitUsage, err, fmt.Sprintf("%s is not an address of this host (`ip -brief address` lists them): e.g. --%s 127.0.0.1:%s", host, flag, portOf(addr)))
+	case errors.Is(err, unix.EACCES):
+		return withHint(exitFailure, err, "ports below 1024 are root's (CAP_NET_BIND_SERVICE): name a port above 1023")
+	}
+	return withHint(exitUsage, err, "name a free HOST:PORT, e.g. 127.0.0.1:49982 (port 0: any free port)")
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -29,13 +27,11 @@ func cmdGC() *cli.Command {
 				return usageError("gc takes no arguments")
 			}
 			req := &app.GCRequest{DryRun: c.Bool("dry-run")}
-			if v := c.String("max-freed"); v != "" {
-				n, err := parseSize(v)
-				if err != nil {
-					return usageError("--max-freed %q: %v", v, err)
-				}
-				req.MaxFreed = n
+			n, err := sizeFlag(c, "max-freed")
+			if err != nil {
+				return err
 			}
+			req.MaxFreed = n
 			res, err := call[app.GCResult](c, "gc", req)
 			if err != nil {
 				return err
@@ -58,49 +54,6 @@ func cmdGC() *cli.Command {
 			return nil
 		},
 	}
-}
-
-// parseMemory is a memory limit: 0 (none), or a size of at least app.MinMemory.
-func parseMemory(s string) (int64, error) {
-	n, err := parseSize(s)
-	if err != nil {
-		return 0, err
-	}
-	if n != 0 && n < app.MinMemory {
-		return 0, fmt.Errorf("%s is below the least a Bench can run in (16M); a number without a unit is bytes: write 512M or 4G", s)
-	}
-	return n, nil
-}
-
-// parseSize reads "123", "10K", "500M", "2G", "1T" (powers of 1024, optional
-// trailing "B" or "iB").
-
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
-	mult := int64(1)
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		case 'T':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			t = t[:len(t)-1]
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("not a size")
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("too large")
-	}
-	return n * mult, nil
 }
 
 func formatSize(n int64) string {

@@ -105,6 +105,8 @@ type (
 		Stderr    string `json:"stderr" jsonschema:"what it wrote to stderr (at most 1 MiB)"`
 		Truncated bool   `json:"truncated,omitempty" jsonschema:"an output was longer and was cut"`
 		TimedOut  bool   `json:"timed_out,omitempty" jsonschema:"it ran past timeout_s and was killed"`
+		OOMKilled bool   `json:"oom_killed,omitempty" jsonschema:"the kernel killed it (or a process it started) for memory, at the Bench's limit"`
+		NoSpace   string `json:"no_space,omitempty" jsonschema:"it failed with the disk of the Bench's upper layer full: which filesystem, how full"`
 	}
 	benchWriteIn struct {
 		Bench   string `json:"bench" jsonschema:"the Bench's name"`
@@ -202,7 +204,7 @@ func (s *mcpServer) server() *mcp.Server {
 			if err != nil {
 				return nil, benchExecOut{}, err
 			}
-			return nil, benchExecOut{ExitCode: res.Exit, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated, TimedOut: res.TimedOut}, nil
+			return nil, benchExecOut{ExitCode: res.Exit, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled, NoSpace: res.NoSpace}, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "bench_write_file", Description: "Write a file in a Bench (missing directories are made)."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in benchWriteIn) (*mcp.CallToolResult, benchWriteOut, error) {
