@@ -133,11 +133,17 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 		},
 		ErrorLog: slog.NewLogLogger(s.log().Handler(), slog.LevelWarn),
 	}
+	// Shutdown lets the requests in flight end (2 s at most, then their connections are closed);
+	// serve returns only after it, so nothing of the server runs on once its caller goes on.
+	shut := make(chan struct{})
 	go func() {
+		defer close(shut)
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = hs.Shutdown(sctx)
+		if hs.Shutdown(sctx) != nil {
+			_ = hs.Close()
+		}
 	}()
 	// Connections are bounded by party, keyed or not: each costs the root daemon a descriptor, a
 	// goroutine and buffers (limits.go).
@@ -149,6 +155,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 		}
 	}})
 	if errors.Is(err, http.ErrServerClosed) {
+		<-shut
 		return nil
 	}
 	return err

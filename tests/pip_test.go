@@ -128,7 +128,9 @@ func TestPipWorkshop(t *testing.T) {
 func TestPipRealizeCounts(t *testing.T) {
 	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
-	root := sharedRoot(t)
+	// A store of its own: in the shared store TestPipWorkshop's realize, beside this one, would find
+	// the wheels this one fetched (the same bytes, the same fixed-output paths) and fetch none.
+	root := seededRoot(t)
 	idx := newPipIndex(t)
 	// python3-six is this test's alone: its .deb is downloaded by the lock, whatever else ran.
 	file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = "pycount"
