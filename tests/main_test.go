@@ -259,6 +259,14 @@ var seedCache struct {
 // seededRoot is a new store whose substituters setting holds seedCache.
 func seededRoot(t *testing.T) string {
 	t.Helper()
+	root := newRoot(t)
+	useSeedCache(t, root)
+	return root
+}
+
+// useSeedCache makes root's store trust seedCache's key and substitute from it.
+func useSeedCache(t *testing.T, root string) {
+	t.Helper()
 	seedCache.once.Do(func() {
 		a := sharedRoot(t)
 		file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), jqRecipe)
@@ -283,7 +291,6 @@ func seededRoot(t *testing.T) string {
 	if seedCache.err != nil {
 		t.Fatal(seedCache.err)
 	}
-	root := newRoot(t)
 	mustShed(t, root, "key", "trust", seedCache.key)
 	cfg := filepath.Join(root, "config.toml")
 	b, err := os.ReadFile(cfg)
@@ -293,7 +300,6 @@ func seededRoot(t *testing.T) string {
 	if err := os.WriteFile(cfg, append(b, fmt.Sprintf("substituters = [%q]\n", "oci-layout:"+seedCache.dir)...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return root
 }
 
 func writeFile(t testing.TB, name, content string) string {
