@@ -117,7 +117,10 @@ func TestNoSpace(t *testing.T) {
 	if r.code == 0 || !regexp.MustCompile(`shed: (warning: the command failed \(exit [0-9]+\) with its disk full|error): (.*: )?no space left on the filesystem of `+regexp.QuoteMeta(root)+` \(tmpfs `).MatchString(r.stderr) {
 		t.Errorf("a kept Bench filling the store's filesystem: exit %d, want the full filesystem named:\n%s", r.code, r.stderr)
 	}
-	mustShed(t, root, "bench", "rm", "filler")
+	// Through a supervisor the kept Bench's own record may be what found no room: then there is none.
+	if r := shed(t, root, nil, "bench", "rm", "filler"); r.code != 0 && !strings.Contains(r.stderr, "no such bench: filler") {
+		t.Errorf("bench rm filler: exit %d\n%s", r.code, r.stderr)
+	}
 	// The same for a command exec'd into a running kept Bench, an agent's usual way.
 	cmd := shedCmd(t, root, "bench", "run", "--offline", "-f", file, "--keep", "--name", "running", "--", "sleep", "1013")
 	if err := cmd.Start(); err != nil {
