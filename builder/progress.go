@@ -15,6 +15,8 @@ import (
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
+
+	"toolshed.dev/shed/internal/nospace"
 )
 
 // ProgressReporter hears about the downloads of one Fetch. Fetch calls it only
@@ -227,17 +229,10 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// FormatBytes renders n in binary units with one decimal: "63.2 KiB".
+// FormatBytes renders n in binary units with one decimal: "63.2 KiB" (nospace's rendering, the one shed uses).
 func FormatBytes(n int64) string {
-	if n < 1024 {
+	if n < 0 {
 		return fmt.Sprintf("%d B", n)
 	}
-	v := float64(n)
-	for _, unit := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		v /= 1024
-		if v < 1024 || unit == "TiB" {
-			return fmt.Sprintf("%.1f %s", v, unit)
-		}
-	}
-	panic("unreachable")
+	return nospace.FormatBytes(uint64(n))
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/builder"
 )
 
 func cmdGC() *cli.Command {
@@ -56,15 +57,4 @@ func cmdGC() *cli.Command {
 	}
 }
 
-func formatSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func formatSize(n int64) string { return builder.FormatBytes(n) }
