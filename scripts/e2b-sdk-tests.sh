@@ -91,13 +91,14 @@ for c in node npm unshare ip; do command -v $c >/dev/null || die "$c is missing"
 CACHE=${E2B_SDK_TESTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shed-e2b-sdk-tests}
 OUT=${E2B_SDK_TESTS_OUT:-$CACHE/out}
 USER_=${E2B_SDK_TESTS_USER:-nobody}
-RUN=$CACHE/run
 mkdir -p "$CACHE" "$OUT"
 CACHE=$(cd "$CACHE" && pwd) OUT=$(cd "$OUT" && pwd)
+# A run directory of its own: two runs at once (of two checkouts) must not share one.
+RUN=$(mktemp -d "$CACHE/run.XXXXXX")
+trap 'rm -rf "$RUN"' EXIT
 rm -f "$OUT"/report*.json "$OUT/daemon.log"
 
-# 1. The SDK, copied out of E2B into CACHE/run/js-sdk: node finds CACHE/node_modules from there.
-rm -rf "$RUN" && mkdir -p "$RUN"
+# 1. The SDK, copied out of E2B into RUN/js-sdk: node finds CACHE/node_modules from there.
 if [ -f "$src/package.json" ] && [ -d "$src/tests" ]; then
 	cp -r "$src" "$RUN/js-sdk"
 elif [ -d "$src/packages/js-sdk" ]; then
@@ -181,6 +182,7 @@ key_id=$(node -p 'JSON.parse(process.argv[1]).id' "$made")
 cleanup() {
 	"$SHED" --root "$STORE" agent key rm "$key_id" >/dev/null || true
 	[ -z "${tmp:-}" ] || rm -rf "$tmp"
+	rm -rf "$RUN"
 }
 trap cleanup EXIT
 
