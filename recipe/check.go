@@ -55,12 +55,13 @@ func (c *checker) line(f field) int { return c.doc.line(c.doc.offset(f)) }
 
 // Keys of each table, in the order the documentation lists them.
 var (
-	topKeys     = []string{"name", "seed", "apt", "pip", "network", "grant"}
+	topKeys     = []string{"name", "seed", "user", "apt", "pip", "network", "grant", "account"}
 	aptKeys     = []string{"mirror", "packages", "source"}
 	sourceKeys  = []string{"url", "suite", "components", "key"}
 	pipKeys     = []string{"index", "packages"}
 	networkKeys = []string{"profile", "allow"}
 	grantKeys   = []string{"path", "mode"}
+	accountKeys = []string{"name", "uid", "home", "shell", "sudo"}
 )
 
 func (c *checker) recipe() *Recipe {
@@ -104,6 +105,7 @@ func (c *checker) recipe() *Recipe {
 		c.network(t, f, &r.Network)
 	}
 	c.grants(root, top, r)
+	c.accounts(root, top, r)
 	return r
 }
 

@@ -35,6 +35,11 @@ type Recipe struct {
 	Pip     Pip
 	Network Network
 	Grants  []Grant
+	// User is the account commands run as by default: "" (root, when the recipe names none), "root",
+	// or one of Accounts. Like a network profile, it shapes Benches, not what is built.
+	User string
+	// Accounts are the accounts the recipe declares ([[account]]), beside root.
+	Accounts []Account
 
 	// lines holds the line of each string the file set, by the field's name as errors give it
 	// ("seed", "apt.packages[1]"): what realize finds wrong later is reported at its line.
