@@ -163,7 +163,18 @@ func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store,
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if !ok {
+		accounts, err := lock.AccountsDiffer(r)
+		switch {
+		case err != nil:
+			return nil, nil, nil, err
+		case accounts && !s.isRecordFile(r.File):
+			// Only the accounts changed: nothing to resolve, the lock records them again.
+			lock.Accounts = recipe.LockAccounts(r)
+			if err := recipe.WriteLock(lockFile, lock); err != nil {
+				return nil, nil, nil, err
+			}
+			c.notice("info", "wrote %s (the recipe's accounts)", lockFile)
+		case !ok:
 			reason = lockFile + " no longer matches " + r.File
 		}
 	}
@@ -195,6 +206,12 @@ func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store,
 		return nil, nil, nil, err
 	}
 	return plan, lock, lb, nil
+}
+
+// isRecordFile says whether file is a Workshop record's recipe (whose lock changes by promotion only).
+func (s *Service) isRecordFile(file string) bool {
+	_, _, isRecord := s.Records().VersionOf(file)
+	return isRecord
 }
 
 // Counts says what a lock holds: "30 packages" or "30 packages, 3 pip packages".

@@ -41,6 +41,9 @@ type Options struct {
 	Net    string   // "recipe" (default) or "none"
 	Keep   bool     // keep the upper after the command exits
 	Argv   []string // the command
+	// User is the account the command runs as: "" is the Workshop's default (its `user`, or root),
+	// "root" is always there, any other one its Workshop declares.
+	User   string
 	Env    []string // extra environment (e.g. TERM)
 	Limits sandbox.Limits
 	Stdio  sandbox.Stdio
@@ -95,6 +98,10 @@ type Record struct {
 	// what users call it, where Workshop is a file of the store (computed, never stored).
 	Record  string `json:"record,omitempty"`
 	Version int    `json:"version,omitempty"`
+	// User is the account commands run as by default ("" is root) and Accounts the ones the Workshop
+	// declares beside root: what a request's user selects among (Account).
+	User     string    `json:"user,omitempty"`
+	Accounts []Account `json:"accounts,omitempty"`
 }
 
 // ErrNoBench is returned for a name or id that matches no Bench.
@@ -157,17 +164,25 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	}()
 
 	rec := &Record{ID: id, Name: name, Owner: opts.Owner, Workshop: r.File, Layers: layers, Argv: opts.Argv, Net: opts.Net, Keep: opts.Keep, Started: time.Now().UTC()}
+	rec.User, rec.Accounts = accountsOf(r)
+	acct, err := rec.Account(opts.User)
+	if err != nil {
+		return 0, err
+	}
 	for _, g := range grants {
 		rec.Grants = append(rec.Grants, g.Grant)
 	}
 	spec := &sandbox.Spec{
 		Hostname: name,
 		Argv:     opts.Argv,
-		Env:      benchEnv(opts),
-		Dir:      "/root",
+		Env:      mergeEnv(benchEnv(opts), accountEnv(acct)),
+		Dir:      acct.Home,
+		UID:      acct.UID,
+		GID:      acct.GID,
 		Limits:   opts.Limits,
 		Control:  controlAddr(s, id),
 	}
+	spec.Root.Setuid = sudoOf(r)
 	for _, l := range layers {
 		spec.Root.Lowers = append(spec.Root.Lowers, s.Location(l))
 	}
@@ -551,6 +566,9 @@ func Exec(ctx context.Context, s *store.Store, nameOrID string, req sandbox.Exec
 	env := benchEnv(Options{})
 	if rec.Net == "recipe" {
 		env = append(env, proxyEnv()...)
+	}
+	if a, ok := rec.accountOfUID(req.UID); ok {
+		env = mergeEnv(env, accountEnv(a))
 	}
 	req.Env = mergeEnv(env, req.Env)
 	return sandbox.Exec(ctx, controlAddr(s, rec.ID), req, stdio)

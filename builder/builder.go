@@ -422,6 +422,8 @@ func (b *Builder) build(ctx context.Context, d *derivation.Derivation, lowers []
 			}
 		}
 		err = b.buildPipLayer(ctx, d, lowers, wheels, stage, out, w)
+	case recipe.BuilderAccountsLayer:
+		err = b.buildAccountsLayer(ctx, d, lowers, stage, out, w)
 	default:
 		err = fmt.Errorf("%s: builder %s is not available in this version of shed", d.Name, d.Builder)
 	}

@@ -50,7 +50,7 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 	if err != nil {
 		return nil, err
 	}
-	lock := &recipe.Lock{Version: recipe.LockVersion, Inputs: fp, Seed: recipe.LockedSeed{Spec: r.Seed.Raw}}
+	lock := &recipe.Lock{Version: recipe.LockVersion, Inputs: fp, Seed: recipe.LockedSeed{Spec: r.Seed.Raw}, Accounts: recipe.LockAccounts(r)}
 	suite := r.Seed.Suite
 	switch r.Seed.Kind {
 	case "debian":

@@ -39,6 +39,8 @@ const (
 	BuilderAptLayer   = "builtin:apt-layer"
 	BuilderPipLayer   = "builtin:pip-layer"
 	BuilderFetch      = "builtin:fetch"
+	// BuilderAccountsLayer makes the recipe's accounts (useradd, a sudoers file) over the layers below.
+	BuilderAccountsLayer = "builtin:accounts-layer"
 )
 
 // Compile turns a recipe into derivations for a store bound to storeDir.
@@ -162,6 +164,27 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 		}
 		if err := layer("pip", BuilderPipLayer, names, written, files); err != nil {
 			return nil, fmt.Errorf("compile %s: pip layer: %w", r.File, err)
+		}
+	}
+	// Accounts are a layer of their own, on top: declaring one builds only it, and the apt and pip
+	// layers below stay the paths other recipes share. Its arguments are the accounts: the layer's
+	// hash changes with any of them. The default user is not an input: it shapes Benches only.
+	if len(r.Accounts) > 0 {
+		var names, args []string
+		for _, a := range r.Accounts {
+			names, args = append(names, a.Name), append(args, a.AccountArg())
+		}
+		d := &derivation.Derivation{
+			Name:    layerName("accounts", names),
+			Kind:    derivation.KindLayer,
+			Builder: BuilderAccountsLayer,
+			Network: "none",
+			Inputs:  []derivation.Input{parent},
+			Args:    args, // in the recipe's order: useradd makes them in it
+			Env:     env,
+		}
+		if _, err := add(d, true); err != nil {
+			return nil, fmt.Errorf("compile %s: accounts layer: %w", r.File, err)
 		}
 	}
 	return plan, nil

@@ -33,6 +33,9 @@ type Lock struct {
 	Seed   LockedSeed    `toml:"seed"`
 	Apt    []LockedDeb   `toml:"apt,omitempty"`
 	Pip    []LockedWheel `toml:"pip,omitempty"`
+	// Accounts are the recipe's accounts, every default filled in: which accounts the Workshop's
+	// layers hold (resolving reads none of them, so they are not in Inputs).
+	Accounts []LockedAccount `toml:"account,omitempty"`
 }
 
 // LockedSeed pins the seed.
@@ -208,6 +211,25 @@ func (l *Lock) Validate() error {
 			return fmt.Errorf("pip[%d].sha256: want 64 lowercase hex digits", i)
 		}
 	}
+	seen = map[string]bool{}
+	for i, a := range l.Accounts {
+		if e := checkAccountName(a.Name); e != nil {
+			return fmt.Errorf("account[%d]: %s", i, e.Msg)
+		}
+		if seen[a.Name] {
+			return fmt.Errorf("account[%d]: %s is listed twice", i, a.Name)
+		}
+		seen[a.Name] = true
+		if a.UID < FirstUID || a.UID > LastUID || a.GID != a.UID {
+			return fmt.Errorf("account[%d]: uid %d, gid %d: want one id from %d to %d", i, a.UID, a.GID, FirstUID, LastUID)
+		}
+		if e := checkAccountPath(a.Home, "home", "/home/"+a.Name); e != nil {
+			return fmt.Errorf("account[%d]: %s", i, e.Msg)
+		}
+		if e := checkAccountPath(a.Shell, "shell", DefaultShell); e != nil {
+			return fmt.Errorf("account[%d]: %s", i, e.Msg)
+		}
+	}
 	return nil
 }
 
@@ -258,7 +280,17 @@ func (l *Lock) Matches(r *Recipe) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return l.Inputs == fp, nil
+	return l.Inputs == fp && slices.Equal(l.Accounts, LockAccounts(r)), nil
+}
+
+// AccountsDiffer reports whether l was resolved from what r declares but for its accounts: the lock
+// then needs its accounts written again, and nothing resolved again.
+func (l *Lock) AccountsDiffer(r *Recipe) (bool, error) {
+	fp, err := Fingerprint(r)
+	if err != nil {
+		return false, err
+	}
+	return l.Inputs == fp && !slices.Equal(l.Accounts, LockAccounts(r)), nil
 }
 
 // DiffLocks describes how two locks differ at the level of packages, one line

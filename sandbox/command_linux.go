@@ -33,10 +33,14 @@ func commandAttr(cfg *initConfig, uid, gid uint32) *syscall.SysProcAttr {
 
 // confine sets what init's locked thread hands to every command it forks: no_new_privs, a session
 // keyring of its own, and the seccomp filter. Called once, just before the main command is forked;
-// init itself needs none of what the filter refuses.
-func confine(rootless bool) *SetupError {
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return &SetupError{Op: "prctl", Detail: "no_new_privs", Err: err}
+// init itself needs none of what the filter refuses. With setuid (Root.Setuid), no no_new_privs: sudo
+// then works in the sandbox; init installs the filter with its own capability (CAP_SYS_ADMIN in its
+// user namespace), and the commands inherit it all the same.
+func confine(rootless, setuid bool) *SetupError {
+	if !setuid {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return &SetupError{Op: "prctl", Detail: "no_new_privs", Err: err}
+		}
 	}
 	// Keyrings belong to uids, not namespaces, and a process inherits its parent's session keyring:
 	// the caller's (a login's, a service's) would be the sandbox's. A new, empty, anonymous one

@@ -504,7 +504,7 @@ func startCommand(cfg *initConfig, stdio [3]uintptr) (int, *SetupError) {
 	if e != nil {
 		return 0, e
 	}
-	if e := confine(cfg.Rootless); e != nil {
+	if e := confine(cfg.Rootless, s.Root.Setuid); e != nil {
 		return 0, e
 	}
 	// Belt and braces after closeInherited: nothing but 0, 1 and 2 reaches the command.

@@ -74,6 +74,10 @@ func mountRoot(r *Root, cfg *initConfig) (int, *SetupError) {
 		}
 	}
 	attr := uint64(noSuidDev)
+	if r.Setuid {
+		// The overlay's own mount decides: a setuid file's owner is one of the sandbox's ids.
+		attr = unix.MOUNT_ATTR_NODEV
+	}
 	switch {
 	case r.UpperTmpfs:
 		tree, e := tmpfsUpper(fs, r.UpperSize, cfg.idmap())

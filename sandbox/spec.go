@@ -89,6 +89,13 @@ type Root struct {
 	// UpperSize caps the tmpfs upper in bytes (a write beyond fails with ENOSPC); 0 is tmpfs's default,
 	// half of RAM. Only with UpperTmpfs. The pages count against Limits.MemoryBytes of the writer.
 	UpperSize int64
+	// Setuid honours the setuid and setgid bits and file capabilities of the root filesystem (the
+	// overlay is mounted without nosuid) and leaves no_new_privs unset for the commands: for a Bench
+	// whose Workshop declares an account with sudo. What a setuid program gains is the sandbox's
+	// root (the file's owner is one of the sandbox's ids), which any command may be anyway (UID 0);
+	// the host's ids stay out of reach, and the seccomp filter applies all the same. Only with Lowers,
+	// and not with Host (the host's setuid programs stay inert).
+	Setuid bool
 }
 
 // Bind mounts a host path into the sandbox, always nosuid and nodev.
@@ -373,6 +380,8 @@ func (r *Root) validate() error {
 		return specErr("root.upperSize", "must not be negative")
 	case r.UpperSize > 0 && !r.UpperTmpfs:
 		return specErr("root.upperSize", "goes only with root.upperTmpfs")
+	case r.Setuid && r.Host:
+		return specErr("root.setuid", "goes only with lowers: the host's setuid programs stay inert")
 	case r.UpperHostIDs && r.Upper == "":
 		return specErr("root.upperHostIDs", "goes only with root.upper")
 	case len(r.Lowers) > MaxLowers:
