@@ -162,6 +162,10 @@ type BenchCreateResult struct {
 	Bench   string    `json:"bench"`   // its name
 	ID      string    `json:"id"`      // its id
 	Expires time.Time `json:"expires"` // when the supervisor removes it
+	// User is the account its commands run as by default ("" is root) and Accounts the ones its
+	// Workshop declares beside root: what a request's user selects among.
+	User     string          `json:"user,omitempty"`
+	Accounts []bench.Account `json:"accounts,omitempty"`
 }
 
 // DefaultLifetime is a created Bench's lifetime when the request names none; MaxLifetime bounds it.
@@ -225,7 +229,8 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 			defer warm.Close() // a no-op once used
 		}
 		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
-			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, Limits: limits, Init: warm,
+			// The hold is shed's, not the agent's: root's, whatever the Workshop's user.
+			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, User: "root", Limits: limits, Init: warm,
 			Reserved: sl.bound,
 			Started: func(rec *bench.Record) {
 				sl.release() // its record counts from now
@@ -243,7 +248,7 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	}()
 	select {
 	case rec := <-started:
-		return &BenchCreateResult{Bench: rec.Name, ID: rec.ID, Expires: expires}, nil
+		return &BenchCreateResult{Bench: rec.Name, ID: rec.ID, Expires: expires, User: rec.User, Accounts: rec.Accounts}, nil
 	case err := <-failed:
 		return nil, err
 	case <-ctx.Done():
@@ -399,6 +404,9 @@ type WriteFilesRequest struct {
 	// path named twice ends as the last names it): at most 4096 (MaxWriteFiles), their contents at
 	// most 8 MiB together (MaxWriteBytes).
 	Files []FileWrite `json:"files"`
+	// User is the account that owns what is written (the files, and the directories made for them),
+	// as envd does for E2B's user: "" is the Bench's default user, "root" is always there.
+	User string `json:"user,omitempty"`
 }
 
 // FileWrite is one file of a bench.write_files.
@@ -461,6 +469,30 @@ func (s *Service) WriteFiles(ctx context.Context, c *Call, req *WriteFilesReques
 		return nil, err
 	}
 	defer st.Close()
+	acct, err := rec.Account(req.User)
+	if err != nil {
+		return nil, err
+	}
+	// As root, tar writes what the Bench's root may; for another account, its files carry the
+	// account's ids (tar, run as root, keeps a header's owner) and the directories made for them are
+	// the account's too (mkdirs), as envd makes them.
+	er := sandbox.ExecRequest{Argv: []string{"tar", "-x", "-f", "-", "-C", "/"}, Dir: "/", Env: agentEnv}
+	if acct.UID != 0 {
+		dirs, size := []string{}, 0
+		seen := map[string]bool{}
+		for i, h := range headers {
+			h.Uid, h.Gid = int(acct.UID), int(acct.GID)
+			if d := path.Dir(paths[i]); !seen[d] {
+				seen[d], size = true, size+len(d)+1
+				dirs = append(dirs, d)
+			}
+		}
+		if size > maxDirArgs {
+			return nil, usage("files in fewer directories a request: send the others in more requests", "the files of one request are in directories of more than %d bytes of names", maxDirArgs)
+		}
+		script := mkdirs + `for d; do mk "$d"; done; exec tar -x -f - -C / --numeric-owner`
+		er = sandbox.ExecRequest{Argv: append([]string{"/bin/sh", "-c", script, "sh"}, dirs...), Dir: "/", Env: ownEnv(acct)}
+	}
 	pr, pw := io.Pipe()
 	defer pr.Close() // and with it a write tar did not read
 	go func() {
@@ -477,7 +509,6 @@ func (s *Service) WriteFiles(ctx context.Context, c *Call, req *WriteFilesReques
 		}
 		pw.CloseWithError(tw.Close())
 	}()
-	er := sandbox.ExecRequest{Argv: []string{"tar", "-x", "-f", "-", "-C", "/"}, Dir: "/", Env: agentEnv}
 	code, _, errb, err := s.execIn(ctx, st, rec, er, pr, 0)
 	if err != nil {
 		return nil, err
@@ -499,6 +530,22 @@ func (r *WriteFilesRequest) summary() string {
 
 // agentEnv is what the commands shed runs in a Bench for files add to its environment.
 var agentEnv = []string{"LC_ALL=C"}
+
+// mkdirs defines mk DIR, which makes DIR and the directories above it that are missing, each given
+// to $OWN (uid:gid) when it is set: what envd does for the directories of a file it writes for a user.
+const mkdirs = `set -e; mk() { [ -d "$1" ] && return 0; mk "$(dirname -- "$1")"; mkdir -- "$1"; [ -z "${OWN:-}" ] || chown -- "$OWN" "$1"; }; `
+
+// maxDirArgs bounds the names of the directories one bench.write_files makes for an account (they
+// are a command's arguments, within the kernel's ARG_MAX).
+const maxDirArgs = 512 << 10
+
+// ownEnv is agentEnv with OWN set to the account's ids, for mkdirs (empty for root: mk leaves owners be).
+func ownEnv(a bench.Account) []string {
+	if a.UID == 0 {
+		return agentEnv
+	}
+	return append(slices.Clone(agentEnv), fmt.Sprintf("OWN=%d:%d", a.UID, a.GID))
+}
 
 // firstLine is the first line of a command's stderr, for an error, at most maxErrLine bytes: the
 // command is the Bench's (its agent may have replaced tar or sh), and its line is in the answer.
@@ -665,6 +712,9 @@ func (s *Service) findIn(ctx context.Context, c *Call, benchName, dir string, ar
 type BenchPathRequest struct {
 	Bench string `json:"bench"` // the Bench, by name or id
 	Path  string `json:"path"`  // absolute, as the Bench sees it
+	// User, for bench.make_dir, is the account that owns the directories made ("" is the Bench's
+	// default user, "root" is always there).
+	User string `json:"user,omitempty"`
 }
 
 // MadeResult says whether an operation made something or found it there.
@@ -674,7 +724,7 @@ type MadeResult struct {
 
 // MakeDir makes a directory of a running Bench and the ones above it, from inside it.
 func (s *Service) MakeDir(ctx context.Context, c *Call, req *BenchPathRequest) (*MadeResult, error) {
-	out, err := s.shIn(ctx, c, req.Bench, `if [ -d "$1" ]; then echo exists; else mkdir -p -- "$1"; fi`, req.Path)
+	out, err := s.shIn(ctx, c, req.Bench, req.User, `if [ -d "$1" ]; then echo exists; else mk "$1"; fi`, req.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -683,7 +733,7 @@ func (s *Service) MakeDir(ctx context.Context, c *Call, req *BenchPathRequest) (
 
 // RemoveFile removes a file of a running Bench, or a directory and all it holds, from inside it.
 func (s *Service) RemoveFile(ctx context.Context, c *Call, req *BenchPathRequest) (*Empty, error) {
-	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || { echo "$1: no such file or directory" >&2; exit 2; }; rm -rf -- "$1"`, req.Path); err != nil {
+	if _, err := s.shIn(ctx, c, req.Bench, "root", `[ -e "$1" ] || [ -L "$1" ] || { echo "$1: no such file or directory" >&2; exit 2; }; rm -rf -- "$1"`, req.Path); err != nil {
 		return nil, err
 	}
 	return &Empty{}, nil
@@ -694,6 +744,7 @@ type MoveFileRequest struct {
 	Bench string `json:"bench"` // the Bench, by name or id
 	From  string `json:"from"`  // absolute, as the Bench sees it
 	To    string `json:"to"`    // the new path, absolute; missing directories are made
+	User  string `json:"user,omitempty"` // the account that owns the directories made ("" is the Bench's default user)
 }
 
 // MoveFile renames a file or directory of a running Bench, from inside it.
@@ -702,16 +753,17 @@ func (s *Service) MoveFile(ctx context.Context, c *Call, req *MoveFileRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.shIn(ctx, c, req.Bench, `mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2"`, req.From, to); err != nil {
+	if _, err := s.shIn(ctx, c, req.Bench, req.User, `mk "$(dirname -- "$2")"; mv -T -- "$1" "$2"`, req.From, to); err != nil {
 		return nil, err
 	}
 	return s.StatFile(ctx, c, &BenchPathRequest{Bench: req.Bench, Path: to})
 }
 
 // shIn runs a short script over paths of the caller's Bench, inside it, as its root; its output
-// comes back, a failure as an error with its first line.
-func (s *Service) shIn(ctx context.Context, c *Call, benchName, script string, paths ...string) (string, error) {
-	args := []string{"/bin/sh", "-c", "set -e; " + script, "sh"}
+// comes back, a failure as an error with its first line. The script may call mk (mkdirs): the
+// directories it makes are user's.
+func (s *Service) shIn(ctx context.Context, c *Call, benchName, user, script string, paths ...string) (string, error) {
+	args := []string{"/bin/sh", "-c", mkdirs + script, "sh"}
 	for _, p := range paths {
 		clean, err := benchFile(p)
 		if err != nil {
@@ -724,7 +776,11 @@ func (s *Service) shIn(ctx context.Context, c *Call, benchName, script string, p
 		return "", err
 	}
 	defer st.Close()
-	code, out, errb, err := s.execIn(ctx, st, rec, sandbox.ExecRequest{Argv: args, Dir: "/", Env: agentEnv}, nil, MaxText)
+	acct, err := rec.Account(user)
+	if err != nil {
+		return "", err
+	}
+	code, out, errb, err := s.execIn(ctx, st, rec, sandbox.ExecRequest{Argv: args, Dir: "/", Env: ownEnv(acct)}, nil, MaxText)
 	if err != nil {
 		return "", err
 	}

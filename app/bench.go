@@ -47,6 +47,9 @@ type BenchRunRequest struct {
 	// Grants are HOSTPATH[:BENCHPATH][:ro|rw], within the recipe's [[grant]] bounds.
 	Grants  []string `json:"grants,omitempty"`
 	Net     string   `json:"net,omitempty"`     // "recipe" (default) or "none"
+	// User is the account the command runs as: "" is the Workshop's `user` (root when it names none),
+	// "root" is always there, any other must be one the Workshop declares ([[account]]).
+	User    string   `json:"user,omitempty"`
 	Offline bool     `json:"offline,omitempty"` // realize without touching the network
 	Keep    bool     `json:"keep,omitempty"`    // keep the upper layer after the command exits (`bench.rm` deletes it)
 	Name    string   `json:"name,omitempty"`    // the Bench's name (default: the Workshop's and a random suffix)
@@ -134,7 +137,7 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	code, err := s.withStdio(ctx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
 		return bench.Run(ctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Grants: grants, Net: req.Net, Keep: req.Keep,
-			Argv: req.Argv, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: events.hook(),
+			Argv: req.Argv, User: req.User, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: events.hook(),
 			Reserved: sl.bound,
 			Started:  func(*bench.Record) { sl.release() }, // its record counts from now
 			Ended:    func(_ int, oomKilled bool) { oom = oomKilled },
@@ -330,7 +333,12 @@ type BenchExecRequest struct {
 	Bench string   `json:"bench"`           // the Bench, by name or id
 	Argv  []string `json:"argv,omitempty"`  // the command and its arguments
 	Shell string   `json:"shell,omitempty"` // or a command line for /bin/sh -c (exactly one of argv and shell)
-	Cwd   string   `json:"cwd,omitempty"`   // its working directory, absolute (default /root)
+	// Cwd is its working directory: absolute, or relative to the user's home ("~" and "~/x" too);
+	// default the home.
+	Cwd string `json:"cwd,omitempty"`
+	// User is the account it runs as: "" is the Bench's default (its Workshop's `user`, or root),
+	// "root" is always there, any other must be one its Workshop declares.
+	User  string   `json:"user,omitempty"`
 	Env   []string `json:"env,omitempty"`   // NAME=VALUE variables added to the Bench's
 	// TimeoutS kills the command after that many seconds (0: none); the result then says timed_out.
 	TimeoutS int64 `json:"timeout_s,omitempty"`
@@ -371,12 +379,8 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 	case len(argv) == 0:
 		return nil, usage("shed bench exec BENCH -- CMD [ARG...]", "bench exec wants a command")
 	}
-	dir := "/root"
-	if req.Cwd != "" {
-		if !path.IsAbs(req.Cwd) {
-			return nil, usage("an absolute directory, as the Bench sees it", "cwd %q", req.Cwd)
-		}
-		dir = path.Clean(req.Cwd)
+	if strings.ContainsRune(req.Cwd, 0) {
+		return nil, usage("a directory, as the Bench sees it", "cwd %q", req.Cwd)
 	}
 	for _, e := range req.Env {
 		if !envRE().MatchString(e) || strings.ContainsRune(e, 0) {
@@ -397,7 +401,15 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 		runCtx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutS)*time.Second)
 		defer cancel()
 	}
-	er := sandbox.ExecRequest{Argv: argv, Dir: dir}
+	acct, err := rec.Account(req.User)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := InHome(req.Cwd, acct.Home)
+	if err != nil {
+		return nil, err
+	}
+	er := sandbox.ExecRequest{Argv: argv, Dir: dir, UID: acct.UID, GID: acct.GID}
 	res := &ExecResult{}
 	// The Bench's memory cgroup's OOM kills, before and after: an exec'd command killed at the limit
 	// is named as that, not a bare 137.
@@ -430,6 +442,22 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 		return nil, err
 	}
 	return res, nil
+}
+
+// InHome makes a path of a Bench absolute as envd does for a user: "" is home, a relative path and
+// "~/x" are under home; "~user" is refused (envd cannot expand it either).
+func InHome(p, home string) (string, error) {
+	switch {
+	case p == "" || p == "~":
+		return home, nil
+	case strings.HasPrefix(p, "~/"):
+		return path.Join(home, p[2:]), nil
+	case strings.HasPrefix(p, "~"):
+		return "", usage("a path, relative to the user's home or absolute (~ is that home; ~user is not expanded)", "path %.64q", p)
+	case path.IsAbs(p):
+		return path.Clean(p), nil
+	}
+	return path.Join(home, p), nil
 }
 
 // BenchRequest names one Bench.
