@@ -170,7 +170,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	sb := &sandbox{
 		id: b.Bench, bench: b.ID, template: req.TemplateID, keyID: k.ID, user: c.User, token: newToken(),
 		started: time.Now().UTC(), envs: req.EnvVars, metadata: req.Metadata, procs: map[uint32]*proc{},
-		files: make(chan struct{}, maxFileOps),
+		files: make(chan struct{}, maxFileOps), defaultUser: b.User, accounts: b.Accounts,
 	}
 	s.add(sb)
 	out := s.describe(sb, &b.Expires)

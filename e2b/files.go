@@ -11,7 +11,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"path"
-	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,17 +19,6 @@ import (
 	"toolshed.dev/shed/e2b/envd/filesystem"
 	"toolshed.dev/shed/e2b/envd/filesystem/filesystemconnect"
 )
-
-// home is where a relative path of the SDK's is: the home of the Bench's one user, root.
-const home = "/root"
-
-// inBench makes a path the SDK sent absolute, as envd does: relative to the user's home.
-func inBench(p string) string {
-	if p == "" || !strings.HasPrefix(p, "/") {
-		return path.Join(home, p)
-	}
-	return p
-}
 
 func connectCode(c app.Code) connect.Code {
 	switch c {
@@ -65,8 +53,9 @@ func (s *Server) dataCaller(w http.ResponseWriter, r *http.Request) (*sandbox, *
 		writeError(w, http.StatusUnauthorized, "%v", errNoSandbox)
 		return nil, nil
 	}
-	if u := r.URL.Query().Get("username"); u != "" && u != "root" {
-		writeError(w, http.StatusBadRequest, "user %q: a Bench has one user, root (of its own user namespace)", u)
+	if _, err := sb.account(r.URL.Query().Get("username")); err != nil {
+		e := app.Classify(err)
+		writeError(w, http.StatusUnauthorized, "invalid username: %v (hint: %s)", e, e.Hint)
 		return nil, nil
 	}
 	return sb, c
@@ -92,7 +81,12 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.read_file", &app.ReadFileRequest{Bench: sb.bench, Path: inBench(r.URL.Query().Get("path"))})
+	p, status, err := sb.filePath(r, r.URL.Query().Get("path"))
+	if err != nil {
+		writeError(w, status, "%v", err)
+		return
+	}
+	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.read_file", &app.ReadFileRequest{Bench: sb.bench, Path: p})
 	if err != nil {
 		writeAppError(w, err)
 		return
@@ -147,7 +141,12 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, "%s: more than %d bytes in one request; write them in parts (and join them with a command)", p, app.MaxWriteBytes)
 			return false
 		}
-		files = append(files, app.FileWrite{Path: inBench(p), Content: string(b)})
+		abs, status, err := sb.filePath(r, p)
+		if err != nil {
+			writeError(w, status, "%v", err)
+			return false
+		}
+		files = append(files, app.FileWrite{Path: abs, Content: string(b)})
 		return true
 	}
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -198,7 +197,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []writeInfo{}
 	if len(files) > 0 {
-		res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.write_files", &app.WriteFilesRequest{Bench: sb.bench, Files: files})
+		res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.write_files", &app.WriteFilesRequest{Bench: sb.bench, Files: files, User: r.URL.Query().Get("username")})
 		if err != nil {
 			writeAppError(w, err)
 			return
@@ -220,7 +219,7 @@ func (fs *filesystemService) do(ctx context.Context, h http.Header, op string, r
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errNoSandbox)
 	}
-	if err := checkUser(h); err != nil {
+	if err := checkUser(sb, h); err != nil {
 		return nil, err
 	}
 	release, err := sb.fileSlot(ctx)
@@ -233,6 +232,15 @@ func (fs *filesystemService) do(ctx context.Context, h http.Header, op string, r
 		return nil, connectError(err)
 	}
 	return res, nil
+}
+
+// path makes an RPC's path absolute for its user (rpcPath), once the sandbox is known.
+func (fs *filesystemService) path(h http.Header, p string) (string, error) {
+	sb := fs.s.sandboxOf(h)
+	if sb == nil {
+		return "", connect.NewError(connect.CodeUnauthenticated, errNoSandbox)
+	}
+	return sb.rpcPath(h, p)
 }
 
 // entryInfo is a Bench's file as envd describes one.
@@ -275,7 +283,11 @@ func (fs *filesystemService) stat(ctx context.Context, h http.Header, p string) 
 }
 
 func (fs *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	e, err := fs.stat(ctx, req.Header(), inBench(req.Msg.GetPath()))
+	p, err := fs.path(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	e, err := fs.stat(ctx, req.Header(), p)
 	if err != nil {
 		return nil, err
 	}
@@ -283,8 +295,12 @@ func (fs *filesystemService) Stat(ctx context.Context, req *connect.Request[file
 }
 
 func (fs *filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
-	p := inBench(req.Msg.GetPath())
-	res, err := fs.do(ctx, req.Header(), "bench.make_dir", func(b string) any { return &app.BenchPathRequest{Bench: b, Path: p} })
+	p, err := fs.path(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	user := basicUser(req.Header())
+	res, err := fs.do(ctx, req.Header(), "bench.make_dir", func(b string) any { return &app.BenchPathRequest{Bench: b, Path: p, User: user} })
 	if err != nil {
 		return nil, err
 	}
@@ -299,8 +315,16 @@ func (fs *filesystemService) MakeDir(ctx context.Context, req *connect.Request[f
 }
 
 func (fs *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
-	from, to := inBench(req.Msg.GetSource()), inBench(req.Msg.GetDestination())
-	res, err := fs.do(ctx, req.Header(), "bench.move_file", func(b string) any { return &app.MoveFileRequest{Bench: b, From: from, To: to} })
+	from, err := fs.path(req.Header(), req.Msg.GetSource())
+	if err != nil {
+		return nil, err
+	}
+	to, err := fs.path(req.Header(), req.Msg.GetDestination())
+	if err != nil {
+		return nil, err
+	}
+	user := basicUser(req.Header())
+	res, err := fs.do(ctx, req.Header(), "bench.move_file", func(b string) any { return &app.MoveFileRequest{Bench: b, From: from, To: to, User: user} })
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +332,10 @@ func (fs *filesystemService) Move(ctx context.Context, req *connect.Request[file
 }
 
 func (fs *filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	p := inBench(req.Msg.GetPath())
+	p, err := fs.path(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
 	res, err := fs.do(ctx, req.Header(), "bench.list_files", func(b string) any {
 		return &app.ListFilesRequest{Bench: b, Path: p, Depth: int(req.Msg.GetDepth())}
 	})
@@ -323,7 +350,10 @@ func (fs *filesystemService) ListDir(ctx context.Context, req *connect.Request[f
 }
 
 func (fs *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	p := inBench(req.Msg.GetPath())
+	p, err := fs.path(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
 	if _, err := fs.do(ctx, req.Header(), "bench.remove_file", func(b string) any { return &app.BenchPathRequest{Bench: b, Path: p} }); err != nil {
 		return nil, err
 	}

@@ -2,14 +2,12 @@ package e2b
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -117,7 +115,7 @@ func (ps *processService) authorize(h http.Header) (*sandbox, *app.Caller, error
 	if err != nil {
 		return nil, nil, connect.NewError(connect.CodeUnauthenticated, errNoSandbox)
 	}
-	if err := checkUser(h); err != nil {
+	if err := checkUser(sb, h); err != nil {
 		return nil, nil, err
 	}
 	return sb, c, nil
@@ -132,19 +130,13 @@ func (ps *processService) selected(h http.Header, sel *process.ProcessSelector) 
 	return sb.find(sel)
 }
 
-// checkUser refuses a command for another user than root: a Bench has one, the root of its own user
-// namespace (no one on the host).
-func checkUser(h http.Header) error {
-	a := h.Get("Authorization")
-	if a == "" {
-		return nil
+// checkUser refuses a request for a user the sandbox's Bench does not have: root and the accounts
+// its Workshop declares are its users.
+func checkUser(sb *sandbox, h http.Header) error {
+	if _, err := sb.account(basicUser(h)); err != nil {
+		return userError(err)
 	}
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(a, "Basic "))
-	name, _, _ := strings.Cut(string(raw), ":")
-	if err != nil || name == "root" {
-		return nil
-	}
-	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("user %q: a Bench runs commands as root (of its own user namespace); leave user unset or use \"root\"", name))
+	return nil
 }
 
 func (ps *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
@@ -171,7 +163,7 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 			env = append(env, k+"="+vars[k])
 		}
 	}
-	p, w, err := ps.s.start(sb, c, m.GetTag(), cfg, env, m.GetStdin())
+	p, w, err := ps.s.start(sb, c, m.GetTag(), cfg, env, m.GetStdin(), basicUser(req.Header()))
 	if err != nil {
 		return err
 	}
@@ -230,7 +222,7 @@ func watch(ctx context.Context, h http.Header, p *proc, w *sub, send func(*proce
 
 // start runs a command in the sandbox's Bench, as one bench.exec of the sandbox's user.
 // The stream that starts it is subscribed before it runs, so that it misses none of its output.
-func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.ProcessConfig, env []string, withStdin bool) (*proc, *sub, error) {
+func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.ProcessConfig, env []string, withStdin bool, user string) (*proc, *sub, error) {
 	sb.mu.Lock()
 	n := len(sb.procs)
 	sb.mu.Unlock()
@@ -266,7 +258,7 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 	p.pid = 1000 + sb.nextPid
 	sb.procs[p.pid] = p
 	sb.mu.Unlock()
-	req := &app.BenchExecRequest{Bench: sb.bench, Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), Env: env}
+	req := &app.BenchExecRequest{Bench: sb.bench, Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), Env: env, User: user}
 	go func() {
 		defer cancel()
 		res, err := s.Service.Do(ctx, &app.Call{Caller: c, IO: io}, "bench.exec", req)

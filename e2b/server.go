@@ -30,6 +30,7 @@ import (
 
 	"toolshed.dev/shed/apikey"
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/e2b/envd/filesystem/filesystemconnect"
 	"toolshed.dev/shed/e2b/envd/process/processconnect"
 )
@@ -75,6 +76,9 @@ type sandbox struct {
 	envs     map[string]string // added to every command's environment
 	metadata map[string]string
 	files    chan struct{} // a slot for each file operation in flight (each may hold MaxText twice)
+	// defaultUser and accounts are its Bench's (users.go).
+	defaultUser string
+	accounts    []bench.Account
 
 	mu      sync.Mutex
 	procs   map[uint32]*proc

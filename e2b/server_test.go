@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"toolshed.dev/shed/apikey"
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/e2b/envd/filesystem"
 	"toolshed.dev/shed/e2b/envd/filesystem/filesystemconnect"
 	"toolshed.dev/shed/e2b/envd/process"
@@ -221,15 +223,26 @@ func TestSlowStreamDropped(t *testing.T) {
 	}
 }
 
-// TestCheckUser: a command or file for another user than root is refused (a Bench has one user).
+// TestCheckUser: a command or file for a user the Bench does not have is refused; root, its
+// declared accounts and no user (its default) are its users.
 func TestCheckUser(t *testing.T) {
-	for auth, ok := range map[string]bool{"": true, "Basic cm9vdDo=": true, "Basic dXNlcjo=": false} {
+	sb := &sandbox{id: "b", defaultUser: "user", accounts: []bench.Account{{Name: "user", UID: 1000, GID: 1000, Home: "/home/user"}}}
+	for auth, ok := range map[string]bool{"": true, "Basic cm9vdDo=": true, "Basic dXNlcjo=": true, "Basic bm9ib2R5Og==": false} {
 		h := http.Header{}
 		if auth != "" {
 			h.Set("Authorization", auth)
 		}
-		if err := checkUser(h); (err == nil) != ok {
+		if err := checkUser(sb, h); (err == nil) != ok {
 			t.Errorf("Authorization %q: %v", auth, err)
+		}
+	}
+	for user, want := range map[string]string{"": "/home/user/x", "root": "/root/x", "user": "/home/user/x"} {
+		h := http.Header{}
+		if user != "" {
+			h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+		}
+		if got, err := sb.rpcPath(h, "x"); got != want || err != nil {
+			t.Errorf("user %q: x is %q (%v), want %q", user, got, err, want)
 		}
 	}
 }
