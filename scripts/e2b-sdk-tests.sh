@@ -14,7 +14,7 @@
 #   E2B_SDK_TESTS_USER    the user the test key acts as (default nobody); the Workshop record `base` allows it
 #
 # Needs: root (a store and Benches), node >= 20 and npm (the npm registry), Debian's mirror the first time a
-# store builds the `base` Workshop (python3 git sudo procps curl: about 45 s), unshare and ip.
+# store builds the `base` Workshop (python3 git sudo procps curl, and E2B's account `user`: about 45 s), unshare and ip.
 # Takes: about 4 minutes on 2 cores: npm install 20 s (the first time), a new store's `base` 45 s, the server run
 # 2 minutes, the offline run 40 s. Exit status: 0 when no test failed, 1 when some did, 2 when it could not run.
 #
@@ -168,10 +168,15 @@ else
 	mkdir -p "$RUN/record"
 	cat >"$RUN/record/workshop.toml" <<'EOF'
 # What E2B's "base" template has that the tests use. No network: allowInternetAccess can only take it away.
+# Its commands run as `user` (home /home/user, passwordless sudo), as E2B's do; root stays available.
 name = "base"
 seed = "debian/bookworm"
+user = "user"
 [apt]
 packages = ["python3", "git", "sudo", "procps", "curl"]
+[[account]]
+name = "user"
+sudo = true
 EOF
 	"$SHED" --root "$STORE" workshop add --allow "$USER_" "$RUN/record/workshop.toml"
 fi

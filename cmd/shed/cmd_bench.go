@@ -26,6 +26,7 @@ func cmdBench() *cli.Command {
 		&cli.BoolFlag{Name: "offline", Usage: "realize without touching the network (the Workshop must be in the store)"},
 		&cli.BoolFlag{Name: "keep", Usage: "keep the Bench's upper layer after the command exits (shed bench rm deletes it)"},
 		&cli.StringFlag{Name: "name", Usage: "the Bench's `NAME` (default: the Workshop's name and a random suffix)"},
+		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run the command as `NAME`: root or an account the Workshop declares (default: the Workshop's user, or root)"},
 		&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"},
 		&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: app.DefaultRecipe, Usage: "the Workshop's recipe `FILE`"},
 		&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` with a unit: 512M, 4G (at least 16M; 0: none)"},
@@ -102,7 +103,8 @@ func cmdBench() *cli.Command {
 				ArgsUsage:    "BENCH -- CMD [ARG...]",
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "attach a pseudo-terminal"},
-					&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "the command's working `DIR` in the Bench (default /root)"},
+					&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "the command's working `DIR` in the Bench, absolute or relative to the user's home (default: that home)"},
+					&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run the command as `NAME`: root or an account the Workshop declares (default: the Workshop's user, or root)"},
 					&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "set `NAME=VALUE` for the command (repeatable)"},
 					&cli.StringFlag{Name: "timeout", Usage: "kill the command after `DURATION` (e.g. 30s, 5m; at least 1s, whole seconds; exit 124)"},
 				},
@@ -123,7 +125,7 @@ func cmdBench() *cli.Command {
 					}
 					res, err := call[app.ExecResult](c, "bench.exec", &app.BenchExecRequest{
 						Bench: c.Args().First(), Argv: argv, TTY: c.Bool("tty"), Term: os.Getenv("TERM"),
-						Cwd: c.String("workdir"), Env: c.StringSlice("env"), TimeoutS: int64(timeout / time.Second)})
+						Cwd: c.String("workdir"), User: c.String("user"), Env: c.StringSlice("env"), TimeoutS: int64(timeout / time.Second)})
 					if err != nil {
 						return err
 					}
@@ -210,7 +212,7 @@ func benchRun(c *cli.Context, argv []string) error {
 	req := &app.BenchRunRequest{
 		Workshop: c.String("file"), Argv: argv, Grants: c.StringSlice("grant"), Net: c.String("net"), Offline: c.Bool("offline"),
 		Keep: c.Bool("keep"), Name: c.String("name"), TTY: tty, Term: os.Getenv("TERM"), Substituters: c.StringSlice("substituter"),
-		Verify: c.Bool("verify"),
+		Verify: c.Bool("verify"), User: c.String("user"),
 	}
 	var err error
 	if req.MemoryBytes, err = memoryFlag(c, "memory"); err != nil {

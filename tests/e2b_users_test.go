@@ -1,0 +1,118 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestE2BUsers: a Workshop that declares E2B's account `user` (home, passwordless sudo) as its
+// default user, driven through the real `e2b` SDK: commands run as user in its home, sudo works
+// without a password, relative paths and ~ resolve against the home, what the API writes is the
+// user's and owners come back as names, root stays available (user: 'root'), and an unknown user is
+// refused, leaving the sandbox working.
+func TestE2BUsers(t *testing.T) {
+	t.Parallel() // see parallelTests in main_test.go
+	requireRoot(t)
+	root := sharedRoot(t)
+	addr := freeLoopback(t)
+	sock, _ := daemonWith(t, root, "--e2b", addr)
+	dir := npmPackage(t, "e2b", "e2b", "2.51.0")
+	client := filepath.Join(dir, "e2b-users.mjs")
+	writeFile(t, client, string(must(os.ReadFile("testdata/e2b-users.mjs"))))
+	uid := nobodyUID(t)
+
+	name := "e2b-users-" + strconv.Itoa(os.Getpid())
+	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = %q
+seed = "debian/bookworm"
+user = "user"
+[apt]
+packages = ["sudo"]
+[[account]]
+name = "user"
+sudo = true
+`, name))
+	if r := via(t, sock, 0, "", "workshop", "add", "--allow", "nobody", f); r.code != 0 {
+		t.Fatalf("workshop add: %s", r.stderr)
+	}
+	made := via(t, sock, 0, "", "--json", "agent", "key", "create", "nobody")
+	var key struct{ Key string }
+	if err := json.Unmarshal([]byte(made.stdout), &key); err != nil {
+		t.Fatalf("agent key create: %v %q %s", err, made.stdout, made.stderr)
+	}
+
+	cmd := exec.Command("node", client, name)
+	cmd.Env = append(os.Environ(), "HOME=/", "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr, "E2B_API_KEY="+key.Key)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the e2b client: %v\n%s\n%s", err, out, stderr.String())
+	}
+	steps := clientSteps(out)
+	type step struct {
+		OK    bool            `json:"ok"`
+		Value json.RawMessage `json:"value"`
+		Error string          `json:"error"`
+	}
+	check := func(n string, want any) {
+		t.Helper()
+		var s step
+		if err := json.Unmarshal(steps[n], &s); err != nil {
+			t.Fatalf("step %s: %v (%s)\nall output:\n%s\n%s", n, err, steps[n], out, stderr.String())
+		}
+		if !s.OK {
+			t.Errorf("step %s: %s", n, s.Error)
+			return
+		}
+		got := any(nil)
+		json.Unmarshal(s.Value, &got)
+		wantJSON, _ := json.Marshal(want)
+		var w any
+		json.Unmarshal(wantJSON, &w)
+		if diff := cmp.Diff(w, got); diff != "" {
+			t.Errorf("step %s (-want +got):\n%s", n, diff)
+		}
+	}
+	refused := func(n, want string) {
+		t.Helper()
+		var s step
+		json.Unmarshal(steps[n], &s)
+		if s.OK || !strings.Contains(s.Error, want) {
+			t.Errorf("step %s: ok %v, error %q, want an error with %q", n, s.OK, s.Error, want)
+		}
+	}
+	type own struct {
+		Path  string `json:"path"`
+		Owner string `json:"owner"`
+		Group string `json:"group"`
+	}
+	check("whoami", "user")
+	check("env", "/home/user /home/user user")
+	check("sudo", "root")
+	check("root", "root /root /root")
+	check("cwd", "/home/user/work/sub")
+	check("write", map[string]string{"path": "/home/user/notes/a.txt", "read": "relative"})
+	check("info", []own{{"/home/user/notes/a.txt", "user", "user"}, {"/home/user/notes", "user", "user"}})
+	check("shell-owner", "user:user\nuser:user\nuser:user\nuser:user")
+	check("list", []own{{"/home/user/notes", "user", "user"}, {"/home/user/work", "user", "user"}})
+	check("rename", own{"/home/user/moved/b.txt", "user", "user"})
+	check("tilde", "relative")
+	check("user-edits", "relativemore")
+	check("root-write", map[string]string{"path": "/root/r.txt", "owner": "root", "group": "root"})
+	check("root-file", "root:root")
+	refused("unknown-command", `no user "nosuchuser"`)
+	refused("unknown-file", `no user "nosuchuser"`)
+	refused("unknown-rpc", `no user "nosuchuser"`)
+	check("after", "user")
+}
