@@ -100,3 +100,43 @@ func TestPackageLines(t *testing.T) {
 		t.Errorf("got apt %v pip %v, want [4 4 4] and [6 6]", apt, pip)
 	}
 }
+
+// TestCompileAccounts: accounts are a layer of their own on top, whose hash changes with each
+// declaration (a name, a uid, a home, a shell, sudo) and not with the default user; the layers below
+// stay the paths a recipe without accounts has.
+func TestCompileAccounts(t *testing.T) {
+	const base = "name = \"x\"\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"sudo\"]\n"
+	without := compile(t, base)
+	with := compile(t, base+"[[account]]\nname = \"user\"\nsudo = true\n")
+	if len(with.Layers) != len(without.Layers)+1 {
+		t.Fatalf("%d layers with an account, %d without: want one more", len(with.Layers), len(without.Layers))
+	}
+	for i, l := range without.Layers {
+		if with.Layers[i] != l {
+			t.Errorf("layer %d: %s with an account, %s without: the layers below must not change", i, with.Layers[i], l)
+		}
+	}
+	top := with.Derivations[len(with.Derivations)-1]
+	if top.Builder != recipe.BuilderAccountsLayer || top.Name != "accounts-user" || len(top.Args) != 1 || top.Args[0] != "user:1000:/home/user:/bin/bash:sudo" {
+		t.Errorf("accounts layer: %s %s %q", top.Name, top.Builder, top.Args)
+	}
+	seen := map[store.Path]string{with.Layers[len(with.Layers)-1]: "user with sudo"}
+	for what, src := range map[string]string{
+		"no sudo":    "[[account]]\nname = \"user\"\n",
+		"other name": "[[account]]\nname = \"agent\"\nsudo = true\n",
+		"other uid":  "[[account]]\nname = \"user\"\nuid = 1001\nsudo = true\n",
+		"other home": "[[account]]\nname = \"user\"\nhome = \"/srv/user\"\nsudo = true\n",
+		"two":        "[[account]]\nname = \"user\"\nsudo = true\n[[account]]\nname = \"agent\"\n",
+	} {
+		p := compile(t, base+src)
+		top := p.Layers[len(p.Layers)-1]
+		if prev, dup := seen[top]; dup {
+			t.Errorf("%s: the accounts layer is %s, as %s's", what, top, prev)
+		}
+		seen[top] = what
+	}
+	user := compile(t, "user = \"user\"\n"+base+"[[account]]\nname = \"user\"\nsudo = true\n")
+	if got, want := user.Layers[len(user.Layers)-1], with.Layers[len(with.Layers)-1]; got != want {
+		t.Errorf("the default user changed the accounts layer: %s, want %s", got, want)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"toolshed.dev/shed/derivation"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/store"
@@ -215,5 +217,55 @@ func TestDiffLocksPip(t *testing.T) {
 	want := []string{"~ pip:shedtest-alpha 2.0 → 1.0", "+ pip:shedtest-gamma 1.0"}
 	if got := recipe.DiffLocks(a, b); !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestLockAccounts: a lock records the recipe's accounts, every default filled in; a lock whose
+// accounts differ no longer matches, and says that only they differ (nothing to resolve again).
+func TestLockAccounts(t *testing.T) {
+	dir := t.TempDir()
+	parse := func(src string) *recipe.Recipe {
+		r, err := recipe.Parse(filepath.Join(dir, "workshop.toml"), []byte(src), recipe.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	const base = "name = \"x\"\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"sudo\"]\n"
+	r := parse(base + "[[account]]\nname = \"user\"\nsudo = true\n")
+	fp, err := recipe.Fingerprint(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "workshop.lock")
+	if err := recipe.WriteLock(file, &recipe.Lock{Version: recipe.LockVersion, Inputs: fp, Accounts: recipe.LockAccounts(r)}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := recipe.LoadLock(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []recipe.LockedAccount{{Name: "user", UID: 1000, GID: 1000, Home: "/home/user", Shell: "/bin/bash", Sudo: true}}
+	if diff := cmp.Diff(want, l.Accounts); diff != "" {
+		t.Errorf("accounts (-want +got):\n%s", diff)
+	}
+	if ok, err := l.Matches(r); !ok || err != nil {
+		t.Errorf("Matches the recipe it was made of: %v %v", ok, err)
+	}
+	other := parse(base + "[[account]]\nname = \"user\"\nuid = 1001\nsudo = true\n")
+	if ok, _ := l.Matches(other); ok {
+		t.Error("a lock matches a recipe whose account has another uid")
+	}
+	if only, _ := l.AccountsDiffer(other); !only {
+		t.Error("AccountsDiffer is false for a recipe whose accounts alone changed")
+	}
+	if only, _ := l.AccountsDiffer(parse(strings.Replace(base, `"sudo"`, `"sudo", "jq"`, 1))); only {
+		t.Error("AccountsDiffer is true for a recipe whose packages changed")
+	}
+	data, _ := os.ReadFile(file)
+	bad := strings.Replace(string(data), "uid = 1000", "uid = 0", 1)
+	os.WriteFile(file, []byte(bad), 0o644)
+	if _, err := recipe.LoadLock(file); err == nil || !strings.Contains(err.Error(), "account[0]") {
+		t.Errorf("a lock with uid 0: %v", err)
 	}
 }

@@ -1008,3 +1008,23 @@ func TestUpperHostIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestSetuid: a Root.Setuid sandbox honours setuid bits (sudo in a Bench whose Workshop declares an
+// account with sudo): its root is mounted without nosuid and its commands have no no_new_privs; a
+// sandbox without it keeps both.
+func TestSetuid(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	for _, setuid := range []bool{false, true} {
+		spec := readOnlySpec(t, "sh", "-c", `grep NoNewPrivs /proc/self/status; grep " / / " /proc/self/mountinfo`)
+		spec.Root.UpperTmpfs, spec.Root.Setuid = true, setuid
+		r := run(t, spec)
+		nnp, nosuid := strings.Contains(r.stdout, "NoNewPrivs:\t1"), strings.Contains(r.stdout, "nosuid")
+		if nnp == setuid || nosuid == setuid {
+			t.Errorf("setuid %v: no_new_privs %v, nosuid root %v:\n%s%s", setuid, nnp, nosuid, r.stdout, r.stderr)
+		}
+	}
+	if err := (&sandbox.Spec{Root: sandbox.Root{Host: true, Setuid: true}, Argv: []string{"/bin/true"}}).Validate(); err == nil || !strings.Contains(err.Error(), "root.setuid") {
+		t.Errorf("a host root with setuid: %v", err)
+	}
+}
