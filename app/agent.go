@@ -741,10 +741,11 @@ func (s *Service) RemoveFile(ctx context.Context, c *Call, req *BenchPathRequest
 
 // MoveFileRequest asks to rename a file of a Bench.
 type MoveFileRequest struct {
-	Bench string `json:"bench"`          // the Bench, by name or id
-	From  string `json:"from"`           // absolute, as the Bench sees it
-	To    string `json:"to"`             // the new path, absolute; missing directories are made
-	User  string `json:"user,omitempty"` // the account that owns the directories made ("" is the Bench's default user)
+	Bench string `json:"bench"` // the Bench, by name or id
+	From  string `json:"from"`  // absolute, as the Bench sees it
+	To    string `json:"to"`    // the new path, absolute; missing directories are made
+
+	User string `json:"user,omitempty"` // the account that owns the directories made ("" is the Bench's default user)
 }
 
 // MoveFile renames a file or directory of a running Bench, from inside it.

@@ -45,14 +45,11 @@ type BenchRunRequest struct {
 	Workshop string   `json:"workshop,omitempty"` // a record's name or a recipe file
 	Argv     []string `json:"argv"`               // the command and its arguments (`shed bench shell` sends a login shell)
 	// Grants are HOSTPATH[:BENCHPATH][:ro|rw], within the recipe's [[grant]] bounds.
-	Grants []string `json:"grants,omitempty"`
-	Net    string   `json:"net,omitempty"` // "recipe" (default) or "none"
-	// User is the account the command runs as: "" is the Workshop's `user` (root when it names none),
-	// "root" is always there, any other must be one the Workshop declares ([[account]]).
-	User    string `json:"user,omitempty"`
-	Offline bool   `json:"offline,omitempty"` // realize without touching the network
-	Keep    bool   `json:"keep,omitempty"`    // keep the upper layer after the command exits (`bench.rm` deletes it)
-	Name    string `json:"name,omitempty"`    // the Bench's name (default: the Workshop's and a random suffix)
+	Grants  []string `json:"grants,omitempty"`
+	Net     string   `json:"net,omitempty"`     // "recipe" (default) or "none"
+	Offline bool     `json:"offline,omitempty"` // realize without touching the network
+	Keep    bool     `json:"keep,omitempty"`    // keep the upper layer after the command exits (`bench.rm` deletes it)
+	Name    string   `json:"name,omitempty"`    // the Bench's name (default: the Workshop's and a random suffix)
 	// TTY gives the command a pseudo-terminal; Term is the caller's TERM for it.
 	TTY          bool     `json:"tty,omitempty"`
 	Term         string   `json:"term,omitempty"`         // the client's TERM, for the terminal (default xterm)
@@ -62,6 +59,9 @@ type BenchRunRequest struct {
 	// Verify re-hashes the Workshop's layers before launch and refuses a damaged one (the store's
 	// verify_before_launch setting does it for every launch).
 	Verify bool `json:"verify,omitempty"`
+	// User is the account the command runs as: "" is the Workshop's `user` (root when it names none),
+	// "root" is always there, any other must be one the Workshop declares ([[account]]).
+	User string `json:"user,omitempty"`
 
 	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
 	slot *Slot
@@ -338,8 +338,8 @@ type BenchExecRequest struct {
 	Cwd string `json:"cwd,omitempty"`
 	// User is the account it runs as: "" is the Bench's default (its Workshop's `user`, or root),
 	// "root" is always there, any other must be one its Workshop declares.
-	User string   `json:"user,omitempty"`
-	Env  []string `json:"env,omitempty"` // NAME=VALUE variables added to the Bench's
+	User  string   `json:"user,omitempty"`
+	Env   []string `json:"env,omitempty"`   // NAME=VALUE variables added to the Bench's
 	// TimeoutS kills the command after that many seconds (0: none); the result then says timed_out.
 	TimeoutS int64 `json:"timeout_s,omitempty"`
 	// Capture returns stdout and stderr in the result (each at most MaxOutput bytes) instead of
