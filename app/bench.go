@@ -333,12 +333,7 @@ type BenchExecRequest struct {
 	Bench string   `json:"bench"`           // the Bench, by name or id
 	Argv  []string `json:"argv,omitempty"`  // the command and its arguments
 	Shell string   `json:"shell,omitempty"` // or a command line for /bin/sh -c (exactly one of argv and shell)
-	// Cwd is its working directory: absolute, or relative to the user's home ("~" and "~/x" too);
-	// default the home.
-	Cwd string `json:"cwd,omitempty"`
-	// User is the account it runs as: "" is the Bench's default (its Workshop's `user`, or root),
-	// "root" is always there, any other must be one its Workshop declares.
-	User  string   `json:"user,omitempty"`
+	Cwd   string   `json:"cwd,omitempty"`   // its working directory: absolute, or relative to the user's home (~ too); default that home
 	Env   []string `json:"env,omitempty"`   // NAME=VALUE variables added to the Bench's
 	// TimeoutS kills the command after that many seconds (0: none); the result then says timed_out.
 	TimeoutS int64 `json:"timeout_s,omitempty"`
@@ -348,6 +343,10 @@ type BenchExecRequest struct {
 	Stdin   string `json:"stdin,omitempty"`
 	TTY     bool   `json:"tty,omitempty"`  // give the command a pseudo-terminal (raw mode and the window size follow the client's stdin when it is a terminal)
 	Term    string `json:"term,omitempty"` // the client's TERM, for that terminal (default xterm)
+
+	// User is the account it runs as: "" is the Bench's default (its Workshop's `user`, or root),
+	// "root" is always there, any other must be one its Workshop declares.
+	User string `json:"user,omitempty"`
 }
 
 // ExecResult is a command's exit code and, when captured, its output.
