@@ -95,7 +95,7 @@ type (
 	benchExecIn struct {
 		Bench    string            `json:"bench" jsonschema:"the Bench's name"`
 		Command  []string          `json:"command" jsonschema:"the command and its arguments, e.g. [\"sh\", \"-c\", \"apt-get install -y git\"]"`
-		Cwd      string            `json:"cwd,omitempty" jsonschema:"its working directory, absolute (default /root)"`
+		Cwd      string            `json:"cwd,omitempty" jsonschema:"its working directory: absolute, or relative to the home of the Bench's user (default: that home)"`
 		Env      map[string]string `json:"env,omitempty" jsonschema:"variables to set"`
 		TimeoutS int64             `json:"timeout_s,omitempty" jsonschema:"kill it after this many seconds (exit code 124)"`
 	}
