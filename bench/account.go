@@ -60,7 +60,7 @@ func (r *Record) Account(name string) (Account, error) {
 		}
 		names = append(names, a.Name)
 	}
-	return Account{}, hint.Wrap(fmt.Errorf("%w: bench %s has no user %q (its accounts: %s)", ErrNoAccount, r.Name, name, strings.Join(names, ", ")),
+	return Account{}, hint.Wrap(fmt.Errorf("%w: bench %s has no user %.64q (its accounts: %s)", ErrNoAccount, r.Name, name, strings.Join(names, ", ")),
 		"name one of them: a Workshop declares its accounts ([[account]] in workshop.toml)")
 }
 

@@ -115,4 +115,22 @@ sudo = true
 	refused("unknown-file", `no user "nosuchuser"`)
 	refused("unknown-rpc", `no user "nosuchuser"`)
 	check("after", "user")
+
+	// The CLI follows the Workshop's user as podman follows an image's USER; --user picks another.
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, "user /home/user /home/user"},
+		{[]string{"--user", "root"}, "root /root /root"},
+		{[]string{"-u", "user"}, "user /home/user /home/user"},
+	} {
+		args := append(append([]string{"bench", "run", "-f", name}, c.flags...), "--", "sh", "-c", `echo "$(id -un) $PWD $HOME"`)
+		if r := via(t, sock, 0, "", args...); r.code != 0 || strings.TrimSpace(r.stdout) != c.want {
+			t.Errorf("shed %s: exit %d, %q, want %q (%s)", strings.Join(args, " "), r.code, r.stdout, c.want, r.stderr)
+		}
+	}
+	if r := via(t, sock, 0, "", "bench", "run", "-f", name, "--user", "nosuchuser", "--", "true"); r.code == 0 || !strings.Contains(r.stderr, `has no user "nosuchuser" (its accounts: root, user)`) {
+		t.Errorf("--user nosuchuser: exit %d, %s", r.code, r.stderr)
+	}
 }
