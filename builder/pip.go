@@ -92,7 +92,8 @@ func pipRules(index string) ([]proxy.Rule, bool, error) {
 // closure with exact versions, file URLs and SHA-256. Nothing is installed.
 func (b *Builder) resolvePip(ctx context.Context, r *recipe.Recipe, lock *recipe.Lock, opts LockOptions) ([]recipe.LockedWheel, error) {
 	base := *r
-	base.Pip.Packages = nil
+	// pip runs over the seed and apt layers only: an accounts layer over them would be built for nothing.
+	base.Pip.Packages, base.Accounts = nil, nil
 	plan, err := recipe.Compile(&base, lock, b.Store.StoreDir())
 	if err != nil {
 		return nil, err
