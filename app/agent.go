@@ -363,6 +363,10 @@ type WriteFileRequest struct {
 	Path    string `json:"path"`           // absolute, as the Bench sees it; missing directories are made
 	Content string `json:"content"`        // the file's bytes
 	Mode    string `json:"mode,omitempty"` // octal, e.g. "0755" (default 0644)
+
+	// User is the account that owns the file and the directories made for it ("" is the Bench's
+	// default user, "root" is always there), as for bench.write_files.
+	User string `json:"user,omitempty"`
 }
 
 // WriteFile writes a file in a running Bench, as its root, from inside: the path is resolved in the
@@ -384,8 +388,12 @@ func (s *Service) WriteFile(ctx context.Context, c *Call, req *WriteFileRequest)
 		return nil, err
 	}
 	defer st.Close()
-	script := `set -e; mkdir -p -- "$(dirname -- "$1")"; cat > "$1"; chmod "$2" -- "$1"`
-	er := sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", script, "sh", p, mode}, Dir: "/", Env: agentEnv}
+	acct, err := rec.Account(req.User)
+	if err != nil {
+		return nil, err
+	}
+	script := mkdirs + `mk "$(dirname -- "$1")"; cat > "$1"; [ -z "${OWN:-}" ] || chown -- "$OWN" "$1"; chmod "$2" -- "$1"`
+	er := sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", script, "sh", p, mode}, Dir: "/", Env: ownEnv(acct)}
 	code, _, errb, err := s.execIn(ctx, st, rec, er, strings.NewReader(req.Content), 0)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"toolshed.dev/shed/api"
+	"toolshed.dev/shed/app"
 )
 
 // TestE2BUsers: a Workshop that declares E2B's account `user` (home, passwordless sudo) as its
@@ -130,6 +134,37 @@ sudo = true
 			t.Errorf("shed %s: exit %d, %q, want %q (%s)", strings.Join(args, " "), r.code, r.stdout, c.want, r.stderr)
 		}
 	}
+	// The socket's file operations (MCP's bench_write_file among them) give what they make to the
+	// Bench's default user too, or to the user named.
+	cl := &api.Client{Socket: sock}
+	ctx := context.Background()
+	var created app.BenchCreateResult
+	if err := cl.Call(ctx, "bench.create", &app.BenchCreateRequest{Workshop: name}, &created); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Call(ctx, "bench.rm", &app.BenchRemoveRequest{Benches: []string{created.Bench}}, &app.Empty{})
+	if created.User != "user" || len(created.Accounts) != 1 || created.Accounts[0].Home != "/home/user" {
+		t.Errorf("bench.create: user %q, accounts %+v", created.User, created.Accounts)
+	}
+	for _, w := range []app.WriteFileRequest{
+		{Bench: created.Bench, Path: "/home/user/one/a.txt", Content: "a"},
+		{Bench: created.Bench, Path: "/srv/two/b.txt", Content: "b", User: "root"},
+	} {
+		if err := cl.Call(ctx, "bench.write_file", &w, &app.Empty{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.Call(ctx, "bench.make_dir", &app.BenchPathRequest{Bench: created.Bench, Path: "/home/user/three/four"}, &app.MadeResult{}); err != nil {
+		t.Fatal(err)
+	}
+	var res app.ExecResult
+	err = cl.Call(ctx, "bench.exec", &app.BenchExecRequest{Bench: created.Bench, Capture: true,
+		Shell: "stat -c '%n %U:%G' one one/a.txt /srv/two /srv/two/b.txt three three/four"}, &res)
+	want := "one user:user\none/a.txt user:user\n/srv/two root:root\n/srv/two/b.txt root:root\nthree user:user\nthree/four user:user\n"
+	if err != nil || res.Stdout != want {
+		t.Errorf("owners of what the socket's operations made: %v %q, want %q (%s)", err, res.Stdout, want, res.Stderr)
+	}
+
 	if r := via(t, sock, 0, "", "bench", "run", "-f", name, "--user", "nosuchuser", "--", "true"); r.code == 0 || !strings.Contains(r.stderr, `has no user "nosuchuser" (its accounts: root, user)`) {
 		t.Errorf("--user nosuchuser: exit %d, %s", r.code, r.stderr)
 	}
