@@ -51,7 +51,7 @@ func TestDaemonBusyE2BPort(t *testing.T) {
 // whoever hit it: the seed build's tools (mmdebstrap), shed's own writes (store add), a kept Bench's
 // command. The store stays valid, and once the filesystem has room again the same command succeeds.
 func TestNoSpace(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	mnt := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
@@ -169,7 +169,7 @@ func TestOpenFilesLimit(t *testing.T) {
 // TestExecOOM: a command exec'd into a running Bench and killed at the Bench's memory limit is
 // named as killed for memory, with the limit; a kill -9 that is not the limit says nothing of memory.
 func TestExecOOM(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
