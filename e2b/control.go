@@ -306,7 +306,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.describe(sb, rec.Expires))
 }
 
-// connect answers as create did, for a running sandbox (E2B resumes a paused one; shed has none).
+// connect answers as create did, for a running sandbox (E2B resumes a paused one; shed has none);
+// one that is not running is a 404, the SDK's SandboxNotFoundError.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	c, sb, rec := s.lookup(w, r)
 	if sb == nil {
@@ -317,7 +318,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&body)
 	out := s.describe(sb, rec.Expires)
-	if body.Timeout != nil {
+	// E2B's connect only ever extends a sandbox's life ("TTL is only extended"); setTimeout may
+	// shorten it.
+	if body.Timeout != nil && rec.Expires != nil && (time.Now().Add(time.Duration(*body.Timeout)*time.Second).Truncate(time.Second).After(*rec.Expires)) {
 		exp, ok := s.extend(w, r, c, sb, *body.Timeout)
 		if !ok {
 			return
@@ -375,15 +378,6 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, c *app.Caller, s
 	}
 	exp := res.(*app.BenchCreateResult).Expires
 	return &exp, true
-}
-
-// unsupported answers the E2B endpoints shed does not serve (pause, resume, snapshots, metrics,
-// templates, network updates) with what to do instead.
-func (s *Server) unsupported(w http.ResponseWriter, r *http.Request) {
-	if s.authorized(w, r) == nil {
-		return
-	}
-	writeError(w, http.StatusNotImplemented, "%s %s is not supported by shed's E2B API: docs/agents.md lists what is", r.Method, r.URL.Path)
 }
 
 func unescape(s string) string {
