@@ -79,6 +79,7 @@ type sandbox struct {
 	mu      sync.Mutex
 	procs   map[uint32]*proc
 	nextPid uint32
+	killed  atomic.Bool // set by kill, before its commands are stopped
 }
 
 // Handler is the API's HTTP handler: the control plane, envd's HTTP API and its Connect services.
