@@ -475,6 +475,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	}
 	sb.killAll()
 	if _, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.rm", &app.BenchRemoveRequest{Benches: []string{sb.bench}}); err != nil {
+		sb.killed.Store(false) // it still runs
 		writeAppError(w, err)
 		return
 	}

@@ -17,7 +17,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, c, err := s.byToken(r.Header)
-	if err != nil || !s.benchRunning(r.Context(), c, sb.bench) {
+	// A sandbox being killed is not running from the moment its commands are stopped: their broken
+	// streams make the SDK ask at once, before its Bench is gone.
+	if err != nil || sb.killed.Load() || !s.benchRunning(r.Context(), c, sb.bench) {
 		writeError(w, http.StatusBadGateway, "%v", errNoSandbox)
 		return
 	}
