@@ -577,11 +577,9 @@ type FileEntry struct {
 	Group    string    `json:"group"`            // its group's
 	Modified time.Time `json:"modified"`         // its last change
 	Target   string    `json:"target,omitempty"` // a symlink's target
-	// What a symlink resolves to, inside the Bench (unset if nothing: dangling, a loop): its
-	// absolute path, type ("file", "dir", "other") and permission bits.
-	Resolved   string `json:"resolved,omitempty"`
-	TargetType string `json:"target_type,omitempty"`
-	TargetMode uint32 `json:"target_mode,omitempty"`
+	Resolved   string `json:"resolved,omitempty"`    // a symlink's target resolved inside the Bench, absolute (unset if it resolves to nothing)
+	TargetType string `json:"target_type,omitempty"` // what it resolves to: "file", "dir" or "other"
+	TargetMode uint32 `json:"target_mode,omitempty"` // and that file's permission bits
 }
 
 // ListFilesResult is a directory's entries, sorted by path.
