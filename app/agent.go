@@ -568,18 +568,20 @@ type ListFilesRequest struct {
 
 // FileEntry is one file of a Bench, as `find -printf` inside it tells.
 type FileEntry struct {
-	Name       string    `json:"name"`                  // its name in its directory
-	Path       string    `json:"path"`                  // its absolute path
-	Type       string    `json:"type"`                  // "file", "dir", "symlink" or "other"
-	Size       int64     `json:"size"`                  // bytes
-	Mode       uint32    `json:"mode"`                  // permission bits (07777)
-	Owner      string    `json:"owner"`                 // its owner's name in the Bench
-	Group      string    `json:"group"`                 // its group's
-	Modified   time.Time `json:"modified"`              // its last change
-	Target     string    `json:"target,omitempty"`      // a symlink's target
-	Resolved   string    `json:"resolved,omitempty"`    // a symlink's target resolved inside the Bench, absolute (unset if it resolves to nothing)
-	TargetType string    `json:"target_type,omitempty"` // what it resolves to: "file", "dir" or "other"
-	TargetMode uint32    `json:"target_mode,omitempty"` // and that file's permission bits
+	Name     string    `json:"name"`             // its name in its directory
+	Path     string    `json:"path"`             // its absolute path
+	Type     string    `json:"type"`             // "file", "dir", "symlink" or "other"
+	Size     int64     `json:"size"`             // bytes
+	Mode     uint32    `json:"mode"`             // permission bits (07777)
+	Owner    string    `json:"owner"`            // its owner's name in the Bench
+	Group    string    `json:"group"`            // its group's
+	Modified time.Time `json:"modified"`         // its last change
+	Target   string    `json:"target,omitempty"` // a symlink's target
+
+	// What a symlink resolves to (unset if nothing: dangling, a loop).
+	Resolved   string `json:"resolved,omitempty"`    // its target resolved inside the Bench, absolute
+	TargetType string `json:"target_type,omitempty"` // what it resolves to: "file", "dir" or "other"
+	TargetMode uint32 `json:"target_mode,omitempty"` // and that file's permission bits
 }
 
 // ListFilesResult is a directory's entries, sorted by path.
