@@ -11,6 +11,7 @@ import (
 	"toolshed.dev/shed/apikey"
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/e2b/envd/filesystem"
+	"toolshed.dev/shed/e2b/envd/process"
 )
 
 // TestEntryInfoAsEnvd: a directory's mode is its permission bits (493, not Go's ModeDir bit); a
@@ -174,4 +175,25 @@ func TestRefusalRowsNotServed(t *testing.T) {
 		}
 	}()
 	(&Server{}).Handler()
+}
+
+// TestGoneCommandBreaksStream: a command that ended with its sandbox sends what it wrote, then its
+// stream breaks (net/http's abort) instead of sending an end the SDK would read as an exit.
+func TestGoneCommandBreaksStream(t *testing.T) {
+	p := &proc{subs: map[*sub]struct{}{}, done: make(chan struct{})}
+	w, _ := p.subscribe()
+	p.publish(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: &process.ProcessEvent_DataEvent{}}})
+	p.end, p.gone = &process.ProcessEvent{Event: &process.ProcessEvent_End{End: &process.ProcessEvent_EndEvent{ExitCode: -1}}}, true
+	close(p.done)
+	var sent []*process.ProcessEvent
+	err := watch(t.Context(), http.Header{}, p, w, func(ev *process.ProcessEvent) error { sent = append(sent, ev); return nil })
+	if err != errSandboxGone || len(sent) != 1 || sent[0].GetData() == nil {
+		t.Errorf("watch of a gone command: %v after %v, want its output then errSandboxGone", err, sent)
+	}
+	defer func() {
+		if r := recover(); r != http.ErrAbortHandler {
+			t.Errorf("abortIfGone: %v, want a panic with http.ErrAbortHandler", r)
+		}
+	}()
+	_ = abortIfGone(err)
 }
