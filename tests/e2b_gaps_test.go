@@ -21,7 +21,7 @@ import (
 // the killed sandbox is not running, cannot be connected to or forked (SandboxNotFoundError); a
 // timeout set shorter ends the sandbox.
 func TestE2BGaps(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	addr := freeLoopback(t)
