@@ -145,6 +145,8 @@ func benchNamed(req any) string {
 		return r.Bench
 	case *SetLifetimeRequest:
 		return r.Bench
+	case *SetNetworkRequest:
+		return r.Bench
 	case *BenchRemoveRequest:
 		if len(r.Benches) == 1 {
 			return r.Benches[0]
@@ -188,6 +190,9 @@ func entryOf(c *Call, op string, req, res any, err error) audit.Entry {
 		e.Workshop, e.Bench = r.Workshop, r.Name
 	case *BenchCreateRequest:
 		e.Workshop, e.Bench = r.Workshop, r.Name
+		if len(r.NetAllow)+len(r.NetDeny) > 0 {
+			e.Detail = netSummary(r.NetAllow, r.NetDeny)
+		}
 	case *BenchExecRequest:
 		e.Bench = r.Bench
 	case *BenchRequest:
@@ -202,6 +207,8 @@ func entryOf(c *Call, op string, req, res any, err error) audit.Entry {
 		e.Bench, e.Detail = r.Bench, r.From+" -> "+r.To
 	case *SetLifetimeRequest:
 		e.Bench, e.Detail = r.Bench, fmt.Sprintf("lifetime %ds", r.LifetimeS)
+	case *SetNetworkRequest:
+		e.Bench, e.Detail = r.Bench, netSummary(r.Allow, r.Deny)
 	case *BenchRemoveRequest:
 		if len(r.Benches) == 1 {
 			e.Bench = r.Benches[0]
