@@ -93,6 +93,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
 	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
+	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
 	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupported)
 	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupported)
 	mux.HandleFunc("/templates/", s.unsupported)
