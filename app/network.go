@@ -11,6 +11,7 @@ import (
 
 func init() {
 	op("bench.set_network", (*Service).SetNetwork)
+	op("bench.network", (*Service).Network)
 }
 
 // SetNetworkRequest replaces a running Bench's network rules: E2B's allowOut and denyOut, within the
@@ -52,6 +53,25 @@ func (s *Service) SetNetwork(ctx context.Context, c *Call, req *SetNetworkReques
 		return nil, err
 	}
 	res := &NetworkResult{Bench: rec.Name, ID: rec.ID, Allow: []string{}, Deny: []string{}, Cut: n}
+	if rules != nil {
+		res.Allow, res.Deny = rules.Allow, rules.Deny
+	}
+	return res, nil
+}
+
+// Network returns the network rules in force in a running Bench (none: its profile alone).
+func (s *Service) Network(ctx context.Context, c *Call, req *BenchRequest) (*NetworkResult, error) {
+	st, rec, err := s.runningBench(c, req.Bench)
+	if err != nil {
+		return nil, err
+	}
+	st.Close()
+	rules, ok := bench.Network(rec.ID)
+	if !ok {
+		return nil, fail(CodeFailed, fmt.Errorf("bench %s: %w", rec.Name, bench.ErrNotHere),
+			"a Bench of `shed bench run` without the supervisor has its rules from its launch: launch it through `shed daemon`")
+	}
+	res := &NetworkResult{Bench: rec.Name, ID: rec.ID, Allow: []string{}, Deny: []string{}}
 	if rules != nil {
 		res.Allow, res.Deny = rules.Allow, rules.Deny
 	}

@@ -42,6 +42,7 @@ var Roles = map[string][]app.Role{
 	"bench.move_file":     {app.Operator, app.User},
 	"bench.set_lifetime":  {app.Operator, app.User},
 	"bench.set_network":   {app.Operator, app.User},
+	"bench.network":       {app.Operator, app.User},
 	"workshop.launchable": {app.Operator, app.User},
 	"audit.ls":            {app.Operator},
 	"agent.key_create":    {app.Operator},

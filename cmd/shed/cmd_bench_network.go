@@ -14,19 +14,20 @@ func cmdBenchNetwork() *cli.Command {
 	return &cli.Command{
 		Name:         "network",
 		BashComplete: completeBenches,
-		Usage:        "replace a running Bench's network rules, within its recipe's network profile",
+		Usage:        "show or replace a running Bench's network rules, within its recipe's network profile",
 		Description: "The rules narrow what the recipe's [network] allows, for this Bench only. An entry is an IP address,\n" +
 			"a CIDR block, a name, *.name (its subdomains) or 0.0.0.0/0 (everything). --allow wins over --deny;\n" +
-			"what neither names is allowed. Every run replaces all the rules (none: the profile alone); they apply\n" +
-			"to the next connection and cut the connections open that they deny. An --allow entry that names\n" +
-			"nothing of the profile is refused, and the rules stay as they were.\n\n" +
+			"what neither names is allowed. A change replaces all the rules; it applies to the next connection\n" +
+			"and cuts the connections open that the new rules deny. An --allow entry that names nothing of the\n" +
+			"profile is refused, and the rules stay as they were. Without flags, the rules in force are shown.\n\n" +
 			"   shed bench network NAME --deny 0.0.0.0/0 --allow deb.debian.org   # only the mirror\n" +
-			"   shed bench network NAME                                           # the profile again",
+			"   shed bench network NAME --clear                                   # the profile alone again",
 		ArgsUsage: "BENCH",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "allow", Usage: "allow `ENTRY`, over any --deny (repeatable)"},
 			&cli.StringSliceFlag{Name: "deny", Usage: "deny `ENTRY` (repeatable; 0.0.0.0/0: all that --allow does not name)"},
 			&cli.BoolFlag{Name: "no-internet", Usage: "deny everything --allow does not name (as --deny 0.0.0.0/0)"},
+			&cli.BoolFlag{Name: "clear", Usage: "remove every rule: the recipe's network profile alone"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -36,7 +37,18 @@ func cmdBenchNetwork() *cli.Command {
 			if c.Bool("no-internet") {
 				deny = append(deny, "0.0.0.0/0")
 			}
-			res, err := call[app.NetworkResult](c, "bench.set_network", &app.SetNetworkRequest{Bench: c.Args().First(), Allow: c.StringSlice("allow"), Deny: deny})
+			allow := c.StringSlice("allow")
+			change := len(allow) > 0 || len(deny) > 0
+			if change && c.Bool("clear") {
+				return usageError("bench network: --clear removes every rule: give it alone, or --allow/--deny alone")
+			}
+			var res *app.NetworkResult
+			var err error
+			if change || c.Bool("clear") {
+				res, err = call[app.NetworkResult](c, "bench.set_network", &app.SetNetworkRequest{Bench: c.Args().First(), Allow: allow, Deny: deny})
+			} else {
+				res, err = call[app.NetworkResult](c, "bench.network", &app.BenchRequest{Bench: c.Args().First()})
+			}
 			if err != nil {
 				return err
 			}
