@@ -54,7 +54,7 @@ func (s *Service) SetNetwork(ctx context.Context, c *Call, req *SetNetworkReques
 	}
 	res := &NetworkResult{Bench: rec.Name, ID: rec.ID, Allow: []string{}, Deny: []string{}, Cut: n}
 	if rules != nil {
-		res.Allow, res.Deny = rules.Allow, rules.Deny
+		res.Allow, res.Deny = append(res.Allow, rules.Allow...), append(res.Deny, rules.Deny...)
 	}
 	return res, nil
 }
@@ -73,7 +73,7 @@ func (s *Service) Network(ctx context.Context, c *Call, req *BenchRequest) (*Net
 	}
 	res := &NetworkResult{Bench: rec.Name, ID: rec.ID, Allow: []string{}, Deny: []string{}}
 	if rules != nil {
-		res.Allow, res.Deny = rules.Allow, rules.Deny
+		res.Allow, res.Deny = append(res.Allow, rules.Allow...), append(res.Deny, rules.Deny...)
 	}
 	return res, nil
 }

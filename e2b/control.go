@@ -304,11 +304,11 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*app.Caller, *s
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	_, sb, rec := s.lookup(w, r)
+	c, sb, rec := s.lookup(w, r)
 	if sb == nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, s.describe(sb, rec.Expires))
+	writeJSON(w, http.StatusOK, s.detail(r, c, sb, s.describe(sb, rec.Expires)))
 }
 
 // connect answers as create did, for a running sandbox (E2B resumes a paused one; shed has none).

@@ -103,3 +103,25 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	}
 	writeError(w, http.StatusBadRequest, "%s", msg)
 }
+
+// sandboxDetail is E2B's SandboxDetail: the sandbox and its network rules in force.
+type sandboxDetail struct {
+	sandboxJSON
+	Network *networkInfo `json:"network,omitempty"`
+}
+
+type networkInfo struct {
+	AllowOut []string `json:"allowOut"`
+	DenyOut  []string `json:"denyOut"`
+}
+
+// detail adds the Bench's network rules (bench.network) to what describe says; rules that cannot be
+// read (the Bench ended meanwhile) are left out rather than failing the info.
+func (s *Server) detail(r *http.Request, c *app.Caller, sb *sandbox, out sandboxJSON) sandboxDetail {
+	d := sandboxDetail{sandboxJSON: out}
+	if res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.network", &app.BenchRequest{Bench: sb.bench}); err == nil {
+		n := res.(*app.NetworkResult)
+		d.Network = &networkInfo{AllowOut: n.Allow, DenyOut: n.Deny}
+	}
+	return d
+}

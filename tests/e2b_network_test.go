@@ -127,6 +127,7 @@ allow = ["%s:8000", "%s:8000"]
 	fails("refused-create", `allow entry 0 ("203.0.113.9")`, profile)
 	ok("create", name)
 	ok("create-rules", reach(true, false))
+	ok("info", `{"allowOut":[],"denyOut":["`+b+`"]}`)
 	ok("open", "open")
 	fails("bad-cidr", `deny entry 0 ("8.8.8.8/33"): malformed CIDR block`)
 	fails("bad-profile", `allow entry 1 ("203.0.113.9")`, profile)
@@ -138,6 +139,7 @@ allow = ["%s:8000", "%s:8000"]
 		t.Errorf("update: a cut connection ended with exit 0 (%s): a cut must not look complete", s.Value)
 	}
 	ok("after-update", reach(false, true))
+	ok("info-after", `{"allowOut":["`+b+`"],"denyOut":["0.0.0.0/0"]}`)
 	ok("clear", reach(true, true))
 	ok("internet-off", reach(false, false))
 	ok("kill", "")

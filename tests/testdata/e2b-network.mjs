@@ -33,6 +33,7 @@ if (!sandbox) process.exit(0);
 const reach = async () => (await sandbox.commands.run(
   `for h in ${A} ${B}; do curl -s -w ' %{http_code}\\n' http://$h:8000/fast; done`)).stdout;
 await attempt("create-rules", reach);
+await attempt("info", async () => (await sandbox.getInfo()).network);
 
 // Two connections that stay open: a slow response through the proxy, and the same through a CONNECT
 // tunnel (curl -p). Each writes its body as it comes and its exit code when it ends.
@@ -74,6 +75,7 @@ await attempt("update", async () => {
   throw new Error("the open connections were not cut");
 });
 await attempt("after-update", reach);
+await attempt("info-after", async () => (await sandbox.getInfo()).network);
 // E2B: a field left out is cleared; the profile alone is left.
 await attempt("clear", async () => { await sandbox.updateNetwork({}); return reach(); });
 await attempt("internet-off", async () => { await sandbox.updateNetwork({ allowInternetAccess: false }); return reach(); });
