@@ -153,6 +153,10 @@ type BenchCreateRequest struct {
 	MemoryBytes int64  `json:"memory_bytes,omitempty"` // memory limit in bytes (0: none, or the users' bound)
 	Pids        int64  `json:"pids,omitempty"`         // limit on the number of processes (0: none, or the users' bound)
 
+	// NetAllow and NetDeny narrow the recipe's network profile for this Bench (as bench.set_network).
+	NetAllow []string `json:"net_allow,omitempty"`
+	NetDeny  []string `json:"net_deny,omitempty"`
+
 	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
 	slot *Slot
 }
@@ -193,6 +197,10 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		return nil, err
 	}
 	limits := s.limitsFor(c, sandbox.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids})
+	rules, err := bench.NetworkRules(req.NetAllow, req.NetDeny)
+	if err != nil {
+		return nil, err
+	}
 	w, err := s.realize(ctx, c, req.Workshop, false, nil)
 	if err != nil {
 		return nil, err
@@ -225,7 +233,7 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 			defer warm.Close() // a no-op once used
 		}
 		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
-			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, Limits: limits, Init: warm,
+			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Rules: rules, Argv: holdArgv, Limits: limits, Init: warm,
 			Reserved: sl.bound,
 			Started: func(rec *bench.Record) {
 				sl.release() // its record counts from now

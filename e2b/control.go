@@ -159,12 +159,19 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "template %q: no Workshop record of that name that %s may launch (`shed workshop ls` lists them; an operator allows one with `shed workshop allow NAME USER`)", req.TemplateID, c.User)
 		return
 	}
-	net := ""
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
-		net = "none"
+	// The Bench's own network rules, within its Workshop's network profile (internet access off is
+	// E2B's denyOut 0.0.0.0/0: the proxy stays, so that an update can open it again).
+	nw, msg := parseNetwork(req.Network, "network")
+	var allow, deny []string
+	if msg == "" {
+		allow, deny, msg = nw.rules("network", req.AllowInternetAccess)
+	}
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, "%s", msg)
+		return
 	}
 	created, err := s.Service.Do(r.Context(), call, "bench.create", &app.BenchCreateRequest{
-		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: timeout, Net: net,
+		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: timeout, NetAllow: allow, NetDeny: deny,
 	})
 	if err != nil {
 		writeAppError(w, err)
@@ -190,8 +197,6 @@ func unsupportedCreate(r *newSandbox) string {
 		return "templateID: name a Workshop record (`shed workshop ls`)"
 	case r.AutoPause != nil && *r.AutoPause, set(r.AutoResume), set(r.AutoPauseMemory):
 		return "pausing is not supported: a Bench ends at its timeout (docs/agents.md)"
-	case set(r.Network):
-		return "network rules are not supported per sandbox: a Workshop's network profile decides (allowInternetAccess: false gives none)"
 	case set(r.IAM):
 		return "iam tokens are not supported"
 	case set(r.VolumeMounts) && strings.TrimSpace(string(r.VolumeMounts)) != "[]":
@@ -435,11 +440,11 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*app.Caller, *s
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	_, sb, rec := s.lookup(w, r)
+	c, sb, rec := s.lookup(w, r)
 	if sb == nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, s.describe(sb, rec.Expires))
+	writeJSON(w, http.StatusOK, s.detail(r, c, sb, s.describe(sb, rec.Expires)))
 }
 
 // connect answers as create did, for a running sandbox (E2B resumes a paused one; shed has none);

@@ -32,7 +32,6 @@ var refusedRoutes = []refusal{
 	{"POST /sandboxes/{id}/fork", "forking a sandbox is not supported yet: create another from the same template"},
 	{"POST /sandboxes/{id}/snapshots", "snapshots are not supported yet: a Workshop's recipe is what a sandbox is made from"},
 	{"GET /sandboxes/{id}/metrics", "sandbox metrics are not supported yet"},
-	{"PUT /sandboxes/{id}/network", "network rules are not supported per sandbox: the Workshop's network profile decides"},
 	{"GET /sandboxes/{id}/logs", "sandbox logs are not supported: `shed bench logs` shows a Bench's"},
 	{"GET /v2/sandboxes/{id}/logs", "sandbox logs are not supported: `shed bench logs` shows a Bench's"},
 	{"GET /sandboxes/metrics", "sandbox metrics are not supported yet"},

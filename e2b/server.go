@@ -96,6 +96,7 @@ func (s *Server) Handler() http.Handler {
 	// The SDK's connect is POST /sandboxes/{id}/connect (older ones: /v2/...).
 	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
+	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
 	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	s.refuse(mux) // refusals.go: what shed does not serve, each with its reason

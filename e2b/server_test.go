@@ -81,7 +81,7 @@ func do(t *testing.T, hs *httptest.Server, method, path, key, body string) (int,
 }
 
 // TestControlPlaneRefusals: no key, a wrong key, a template that is no record the user may launch,
-// what shed does not do (pause, network rules, volumes, an MCP gateway), another user's or an
+// what shed does not do (pause, network transforms, volumes, an MCP gateway), malformed network rules, another user's or an
 // unknown sandbox: each is refused with its status and a message that says what to do, and nothing
 // is created.
 func TestControlPlaneRefusals(t *testing.T) {
@@ -98,7 +98,12 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"unknown template", "POST", "/v2/sandboxes", key, `{"templateID":"nope"}`, 404, "shed workshop allow"},
 		{"a file as template", "POST", "/v2/sandboxes", key, `{"templateID":"/etc/shadow"}`, 404, "no Workshop record"},
 		{"pause", "POST", "/v2/sandboxes", key, `{"templateID":"tools","autoPause":true}`, 400, "pausing"},
-		{"network rules", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowOut":["1.1.1.1"]}}`, 400, "network profile"},
+		{"malformed CIDR", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowOut":["8.8.8.8/33"]}}`, 400, `allow entry 0 (\"8.8.8.8/33\"): malformed CIDR block`},
+		{"malformed name", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"denyOut":["1.1.1.1","a b"]}}`, 400, `deny entry 1 (\"a b\")`},
+		{"network transforms", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"rules":{"x.test":[{"transform":{"headers":{"A":"b"}}}]}}}`, 400, "network.rules"},
+		{"egress proxy", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"egressProxy":{"address":"p:1080"}}}`, 400, "SOCKS5"},
+		{"unknown network field", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowout":["1.1.1.1"]}}`, 400, "network.allowout: unknown field"},
+		{"network unknown", "PUT", "/sandboxes/tools-000000/network", key, `{}`, 404, "not found"},
 		{"volumes", "POST", "/v2/sandboxes", key, `{"templateID":"tools","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volume"},
 		{"bad env", "POST", "/v2/sandboxes", key, `{"templateID":"tools","envVars":{"A=B":"c"}}`, 400, "not a variable name"},
 		{"timeout too long", "POST", "/v2/sandboxes", key, `{"templateID":"tools","timeout":18446744074}`, 400, "from 1 to 86400"},
