@@ -161,6 +161,7 @@ func cmdBench() *cli.Command {
 					return nil
 				},
 			},
+			cmdBenchNetwork(),
 			{
 				Name:         "rm",
 				BashComplete: completeBenches,
