@@ -24,7 +24,7 @@ import (
 // user's and owners come back as names, root stays available (user: 'root'), and an unknown user is
 // refused, leaving the sandbox working.
 func TestE2BUsers(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	addr := freeLoopback(t)
