@@ -44,9 +44,6 @@ type Options struct {
 	Rules  *proxy.Filter
 	Keep   bool     // keep the upper after the command exits
 	Argv   []string // the command
-	// User is the account the command runs as: "" is the Workshop's default (its `user`, or root),
-	// "root" is always there, any other one its Workshop declares.
-	User   string
 	Env    []string // extra environment (e.g. TERM)
 	Limits sandbox.Limits
 	Stdio  sandbox.Stdio
@@ -69,6 +66,9 @@ type Options struct {
 	// Propose, if set, is served inside the Bench at ProposeSocket: an agent there can ask for a
 	// proposal made from this Bench (POST /propose), and nothing else. It returns the text to answer.
 	Propose func(ctx context.Context, bench string) (string, error)
+	// User is the account the command runs as: "" is the Workshop's default (its `user`, or root),
+	// "root" is always there, any other one its Workshop declares.
+	User string
 }
 
 // ProposeSocket is where a Bench's agent finds the propose endpoint (HTTP over a unix socket):
