@@ -79,6 +79,8 @@ type sandbox struct {
 	mu      sync.Mutex
 	procs   map[uint32]*proc
 	nextPid uint32
+
+	watch watches // its directory watches (watch.go)
 }
 
 // Handler is the API's HTTP handler: the control plane, envd's HTTP API and its Connect services.

@@ -40,6 +40,7 @@ var Roles = map[string][]app.Role{
 	"bench.make_dir":      {app.Operator, app.User},
 	"bench.remove_file":   {app.Operator, app.User},
 	"bench.move_file":     {app.Operator, app.User},
+	"bench.watch_dir":     {app.Operator, app.User},
 	"bench.set_lifetime":  {app.Operator, app.User},
 	"workshop.launchable": {app.Operator, app.User},
 	"audit.ls":            {app.Operator},
