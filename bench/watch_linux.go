@@ -123,7 +123,7 @@ func OpenWatch(rec *Record, dir string, opts WatchOptions) (*DirWatch, error) {
 	}
 	w := &DirWatch{dir: dir, opts: opts, root: root, init: pidf, dirs: map[int32]*watchedDir{},
 		queue: make(chan rawEvent, watchQueue), failed: make(chan error, 1)}
-	fd, err := unix.Openat2(root, strings.TrimPrefix(dir, "/"), &unix.OpenHow{
+	fd, err := unix.Openat2(root, inRoot(dir), &unix.OpenHow{
 		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
 	if err != nil {
 		unix.Close(root)

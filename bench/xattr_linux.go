@@ -38,8 +38,17 @@ func benchRoot(rec *Record) (int, error) {
 
 // openIn opens p (absolute, as the Bench names it) under root, the file itself if it is a symlink.
 func openIn(root int, p string) (int, error) {
-	return unix.Openat2(root, strings.TrimPrefix(p, "/"), &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+	return unix.Openat2(root, inRoot(p), &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+}
+
+// inRoot is an absolute path of a Bench relative to its root ("." for the root itself: openat2
+// takes no empty path).
+func inRoot(p string) string {
+	if rel := strings.TrimLeft(p, "/"); rel != "" {
+		return rel
+	}
+	return "."
 }
 
 // Metadata returns the metadata of each of paths of the running Bench rec (nil for a file with none,

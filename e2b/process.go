@@ -303,6 +303,7 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 			}
 		case ctx.Err() != nil:
 			end.ExitCode, end.Status = -1, "signal: killed"
+			end.Error = &end.Status // as envd says it (its Wait's error)
 		default:
 			e := app.Classify(err)
 			msg := e.Error()

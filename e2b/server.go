@@ -112,7 +112,7 @@ func (s *Server) Handler() http.Handler {
 		},
 	} {
 		path, handler := h()
-		mux.Handle(path, handler)
+		mux.Handle(path, boundedMessages(handler))
 	}
 	// Refusals are not logged one by one (guard counts them): a flood must not flood the log too.
 	return s.guard(s.logged(mux))

@@ -79,12 +79,13 @@ func TestE2BEnvd(t *testing.T) {
 		}
 	}
 	ok("pty", `{"pid":true,"exit":0,"abc":true,"cols80":true,"cols100":true,"lines30":true,"tty":true,"second":true}`)
-	ok("pty-huge", `"errors":["InvalidArgumentError: 3: [invalid_argument] input of 2097152 bytes: at most 1048576 bytes a message; send it in parts",`,
+	ok("pty-huge", `"errors":["InvalidArgumentError: [invalid_argument] input of 2097152 bytes: at most 1048576 bytes a message; send it in parts",`+
+		`"InvalidArgumentError: [invalid_argument] a request of `, `bytes: at most 4194304 bytes a message (at most 1048576 of input); send it in parts"]`,
 		`"alive":true,"exit":0,"run":"ok\n"`)
 	if s := get("pty-huge"); strings.Contains(string(s.Value), "accepted") {
 		t.Errorf("pty-huge: a write over the bound was accepted: %s", s.Value)
 	}
-	ok("pty-kill", `{"killed":true,"end":"`, `"again":false,"none":false}`)
+	ok("pty-kill", `{"killed":true,"end":"CommandExitError: signal: killed","again":false,"none":false}`)
 	ok("watch", `"created":{"type":"create","name":"a.txt","entry":{"path":"/root/w/a.txt","type":"file"}}`,
 		`"nested":{"type":"write","name":"sub/b.txt","entry":{"path":"/root/w/sub/b.txt","type":"file"}}`,
 		`"removed":{"type":"remove","name":"a.txt"}`)

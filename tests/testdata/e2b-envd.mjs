@@ -31,18 +31,18 @@ await attempt("pty", async () => {
   let first = "";
   const t = await sandbox.pty.create({ cols: 80, rows: 24, envs: { ABC: "123" }, onData: (d) => { first += Buffer.from(d).toString(); } });
   await sandbox.pty.sendInput(t.pid, bytes("echo A$ABC; tput cols; tty\n"));
-  await until(() => first.includes("A123") && /\n80\r?\n/.test(first));
+  await until(() => first.includes("A123") && /[\r\n]80\r?\n/.test(first));
   await sandbox.pty.resize(t.pid, { cols: 100, rows: 30 });
   await sandbox.pty.sendInput(t.pid, bytes("tput cols; tput lines\n"));
-  await until(() => /\n100\r?\n/.test(first));
+  await until(() => /[\r\n]100\r?\n/.test(first));
   await t.disconnect();
   let second = "";
   const again = await sandbox.pty.connect(t.pid, { onData: (d) => { second += Buffer.from(d).toString(); } });
   await sandbox.pty.sendInput(t.pid, bytes("echo B$ABC\nexit\n"));
   await again.wait();
   return {
-    pid: t.pid === again.pid, exit: again.exitCode, abc: first.includes("A123"), cols80: /\n80\r?\n/.test(first),
-    cols100: /\n100\r?\n/.test(first), lines30: /\n30\r?\n/.test(first), tty: /\/dev\/pts\/\d+/.test(first), second: second.includes("B123"),
+    pid: t.pid === again.pid, exit: again.exitCode, abc: first.includes("A123"), cols80: /[\r\n]80\r?\n/.test(first),
+    cols100: /[\r\n]100\r?\n/.test(first), lines30: /[\r\n]30\r?\n/.test(first), tty: /\/dev\/pts\/\d+/.test(first), second: second.includes("B123"),
   };
 });
 
