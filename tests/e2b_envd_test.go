@@ -93,6 +93,7 @@ func TestE2BEnvd(t *testing.T) {
 	fails("watch-file", "not a directory")
 	fails("watch-escape", "FileNotFoundError")
 	ok("watch-root", `"top":"watched"`, `"after":"ok\n"`)
+	t.Logf("watch-root: %s", get("watch-root").Value)
 	ok("metadata", `{"written":{"author":"shed","purpose":"test"},"info":{"author":"shed","purpose":"test"},"listed":{"author":"shed","purpose":"test"},"moved":{"author":"shed","purpose":"test"},"over":null,"after":null}`)
 	ok("sigterm", `{"status":200,"exit":7,"caught":true}`)
 	ok("after", `"alive\n"`)
