@@ -578,17 +578,16 @@ type ListFilesRequest struct {
 
 // FileEntry is one file of a Bench, as `find -printf` inside it tells.
 type FileEntry struct {
-	Name     string    `json:"name"`             // its name in its directory
-	Path     string    `json:"path"`             // its absolute path
-	Type     string    `json:"type"`             // "file", "dir", "symlink" or "other"
-	Size     int64     `json:"size"`             // bytes
-	Mode     uint32    `json:"mode"`             // permission bits (07777)
-	Owner    string    `json:"owner"`            // its owner's name in the Bench
-	Group    string    `json:"group"`            // its group's
-	Modified time.Time `json:"modified"`         // its last change
-	Target   string    `json:"target,omitempty"` // a symlink's target
-	// Metadata is the file's metadata (bench.write_files'), if it has any.
-	Metadata map[string]string `json:"metadata,omitempty"`
+	Name     string            `json:"name"`               // its name in its directory
+	Path     string            `json:"path"`               // its absolute path
+	Type     string            `json:"type"`               // "file", "dir", "symlink" or "other"
+	Size     int64             `json:"size"`               // bytes
+	Mode     uint32            `json:"mode"`               // permission bits (07777)
+	Owner    string            `json:"owner"`              // its owner's name in the Bench
+	Group    string            `json:"group"`              // its group's
+	Modified time.Time         `json:"modified"`           // its last change
+	Target   string            `json:"target,omitempty"`   // a symlink's target
+	Metadata map[string]string `json:"metadata,omitempty"` // its metadata (bench.write_files'), if it has any
 }
 
 // ListFilesResult is a directory's entries, sorted by path.

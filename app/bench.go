@@ -349,9 +349,8 @@ type BenchExecRequest struct {
 	Stdin   string `json:"stdin,omitempty"`
 	TTY     bool   `json:"tty,omitempty"`  // give the command a pseudo-terminal (raw mode and the window size follow the client's stdin when it is a terminal)
 	Term    string `json:"term,omitempty"` // the client's TERM, for that terminal (default xterm)
-	// Rows and Cols size the terminal when the client's stdin is not one (0: unset).
-	Rows uint16 `json:"rows,omitempty"`
-	Cols uint16 `json:"cols,omitempty"`
+	Rows    uint16 `json:"rows,omitempty"` // the terminal's rows when the client's stdin is not a terminal (0: unset)
+	Cols    uint16 `json:"cols,omitempty"` // its columns, likewise
 }
 
 // ExecResult is a command's exit code and, when captured, its output.

@@ -45,14 +45,14 @@ func (s *Service) WatchDir(ctx context.Context, c *Call, req *WatchDirRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if c.IO == nil || c.IO.Watch == nil {
-		return nil, usage("watch from a client that streams events (the E2B API)", "bench.watch_dir has nowhere to send events")
-	}
 	st, rec, err := s.runningBench(c, req.Bench)
 	if err != nil {
 		return nil, err
 	}
 	st.Close() // the watch reads the running Bench's root, not the store
+	if c.IO == nil || c.IO.Watch == nil {
+		return nil, usage("watch from a client that streams events (the E2B API)", "bench.watch_dir has nowhere to send events")
+	}
 	w, err := bench.OpenWatch(rec, p, bench.WatchOptions{Recursive: req.Recursive, Entry: req.Entry, NetworkMounts: req.NetworkMounts})
 	if err != nil {
 		var we *bench.WatchError

@@ -149,6 +149,8 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		return ownBench(s, caller, r.Bench)
 	case *app.MoveFileRequest:
 		return ownBench(s, caller, r.Bench)
+	case *app.WatchDirRequest:
+		return ownBench(s, caller, r.Bench)
 	case *app.SetLifetimeRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.WhyRequest:
