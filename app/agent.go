@@ -578,15 +578,21 @@ type ListFilesRequest struct {
 
 // FileEntry is one file of a Bench, as `find -printf` inside it tells.
 type FileEntry struct {
-	Name     string            `json:"name"`               // its name in its directory
-	Path     string            `json:"path"`               // its absolute path
-	Type     string            `json:"type"`               // "file", "dir", "symlink" or "other"
-	Size     int64             `json:"size"`               // bytes
-	Mode     uint32            `json:"mode"`               // permission bits (07777)
-	Owner    string            `json:"owner"`              // its owner's name in the Bench
-	Group    string            `json:"group"`              // its group's
-	Modified time.Time         `json:"modified"`           // its last change
-	Target   string            `json:"target,omitempty"`   // a symlink's target
+	Name     string    `json:"name"`             // its name in its directory
+	Path     string    `json:"path"`             // its absolute path
+	Type     string    `json:"type"`             // "file", "dir", "symlink" or "other"
+	Size     int64     `json:"size"`             // bytes
+	Mode     uint32    `json:"mode"`             // permission bits (07777)
+	Owner    string    `json:"owner"`            // its owner's name in the Bench
+	Group    string    `json:"group"`            // its group's
+	Modified time.Time `json:"modified"`         // its last change
+	Target   string    `json:"target,omitempty"` // a symlink's target
+
+	// What a symlink resolves to (unset if nothing: dangling, a loop).
+	Resolved   string `json:"resolved,omitempty"`    // its target resolved inside the Bench, absolute
+	TargetType string `json:"target_type,omitempty"` // what it resolves to: "file", "dir" or "other"
+	TargetMode uint32 `json:"target_mode,omitempty"` // and that file's permission bits
+
 	Metadata map[string]string `json:"metadata,omitempty"` // its metadata (bench.write_files'), if it has any
 }
 
@@ -669,6 +675,7 @@ func (s *Service) findIn(ctx context.Context, c *Call, benchName, dir string, ar
 		})
 	}
 	slices.SortFunc(entries, func(a, b FileEntry) int { return strings.Compare(a.Path, b.Path) })
+	s.resolveLinks(ctx, st, rec, entries)
 	paths := make([]string, len(entries))
 	for i := range entries {
 		paths[i] = entries[i].Path
@@ -701,9 +708,20 @@ func (s *Service) MakeDir(ctx context.Context, c *Call, req *BenchPathRequest) (
 	return &MadeResult{Created: out != "exists\n"}, nil
 }
 
+// RemoveFileRequest names a path of a Bench to remove.
+type RemoveFileRequest struct {
+	Bench     string `json:"bench"`                // the Bench, by name or id
+	Path      string `json:"path"`                 // absolute, as the Bench sees it
+	MissingOK bool   `json:"missing_ok,omitempty"` // a path that is not there is removed already (envd's, rm -f's answer), not an error
+}
+
 // RemoveFile removes a file of a running Bench, or a directory and all it holds, from inside it.
-func (s *Service) RemoveFile(ctx context.Context, c *Call, req *BenchPathRequest) (*Empty, error) {
-	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || { echo "$1: no such file or directory" >&2; exit 2; }; rm -rf -- "$1"`, req.Path); err != nil {
+func (s *Service) RemoveFile(ctx context.Context, c *Call, req *RemoveFileRequest) (*Empty, error) {
+	missing := `{ echo "$1: no such file or directory" >&2; exit 2; }`
+	if req.MissingOK {
+		missing = "exit 0"
+	}
+	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || `+missing+`; rm -rf -- "$1"`, req.Path); err != nil {
 		return nil, err
 	}
 	return &Empty{}, nil

@@ -17,7 +17,7 @@ import (
 // and the whole tree), file metadata (written, read, listed, renamed, cleared by an overwrite) and a
 // SIGTERM the command catches. One daemon, one record, one sandbox.
 func TestE2BEnvd(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	addr := freeLoopback(t)
