@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"toolshed.dev/shed/audit"
@@ -75,6 +76,13 @@ type IO struct {
 	Stdout, Stderr io.Writer
 	// Resize receives when the caller's terminal was resized (through the daemon, the client tells).
 	Resize <-chan struct{}
+	// Winsize gives a command's terminal its sizes when the caller's stdin is not a terminal (the
+	// E2B API's pty: its client tells the size); the first is BenchExecRequest's Rows and Cols.
+	Winsize <-chan sandbox.Winsize
+	// Signal delivers signals for a command (bench.exec) to its process.
+	Signal <-chan syscall.Signal
+	// Watch receives a bench.watch_dir's events.
+	Watch *WatchIO
 	// Progress draws build progress; nil draws none.
 	Progress builder.ProgressReporter
 	// Notice receives what the caller should know as it happens (what is being locked, warnings).

@@ -59,13 +59,9 @@ var refusedRoutes = []refusal{
 	{"/files/compose", "composing files is not supported: write the whole file, or join parts with a command"},
 }
 
-// refusedRPCs are envd RPCs (of services shed serves) that shed refuses.
-var refusedRPCs = []refusal{
-	{"/filesystem.Filesystem/WatchDir", "watching a directory is not supported yet: list it again, or run inotifywait as a command"},
-	{"/filesystem.Filesystem/CreateWatcher", "watching a directory is not supported yet: list it again, or run inotifywait as a command"},
-	{"/filesystem.Filesystem/GetWatcherEvents", "watching a directory is not supported yet: list it again, or run inotifywait as a command"},
-	{"/filesystem.Filesystem/RemoveWatcher", "watching a directory is not supported yet: list it again, or run inotifywait as a command"},
-}
+// refusedRPCs are envd RPCs (of services shed serves) that shed refuses: none today (the watcher
+// RPCs are served, watch.go); a row names a procedure and why.
+var refusedRPCs = []refusal{}
 
 // envdServices are the services whose procedures a refused RPC must not be one of.
 var envdServices = []protoreflect.ServiceDescriptor{

@@ -34,10 +34,10 @@ import (
 	"toolshed.dev/shed/e2b/envd/process/processconnect"
 )
 
-// EnvdVersion is the envd version the sandboxes report: the SDK turns features on by it. 0.5.7 has
-// what this package serves (a closable stdin, octet-stream uploads) and not what it does not (file
-// metadata is 0.6.2).
-const EnvdVersion = "0.5.7"
+// EnvdVersion is the envd version the sandboxes report: the SDK turns features on by it. 0.6.4 is
+// the first with all that this package serves: file metadata (0.6.2), entries in watch events
+// (0.6.3) and watches allowed on network mounts (0.6.4); the SDK gates nothing later.
+const EnvdVersion = "0.6.4"
 
 // DefaultTimeout is a sandbox's lifetime when create names none (E2B's default).
 const DefaultTimeout = 300 * time.Second
@@ -80,6 +80,8 @@ type sandbox struct {
 	procs   map[uint32]*proc
 	nextPid uint32
 	killed  atomic.Bool // set by kill, before its commands are stopped
+
+	watch watches // its directory watches (watch.go)
 }
 
 // Handler is the API's HTTP handler: the control plane, envd's HTTP API and its Connect services.
@@ -113,7 +115,7 @@ func (s *Server) Handler() http.Handler {
 		},
 	} {
 		path, handler := h()
-		mux.Handle(path, handler)
+		mux.Handle(path, boundedMessages(handler))
 	}
 	// Refusals are not logged one by one (guard counts them): a flood must not flood the log too.
 	return s.guard(s.logged(mux))

@@ -40,6 +40,7 @@ var Roles = map[string][]app.Role{
 	"bench.make_dir":      {app.Operator, app.User},
 	"bench.remove_file":   {app.Operator, app.User},
 	"bench.move_file":     {app.Operator, app.User},
+	"bench.watch_dir":     {app.Operator, app.User},
 	"bench.set_lifetime":  {app.Operator, app.User},
 	"bench.set_network":   {app.Operator, app.User},
 	"bench.network":       {app.Operator, app.User},
@@ -149,6 +150,8 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 	case *app.BenchPathRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.MoveFileRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.WatchDirRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.SetLifetimeRequest:
 		return ownBench(s, caller, r.Bench)

@@ -99,6 +99,7 @@ func requests() map[string]any {
 		"bench.make_dir":      &app.BenchPathRequest{Bench: "someones", Path: "/root/x"},
 		"bench.remove_file":   &app.BenchPathRequest{Bench: "someones", Path: "/root"},
 		"bench.move_file":     &app.MoveFileRequest{Bench: "someones", From: "/root", To: "/tmp/r"},
+		"bench.watch_dir":     &app.WatchDirRequest{Bench: "someones", Path: "/root", Recursive: true},
 		"bench.set_lifetime":  &app.SetLifetimeRequest{Bench: "someones", LifetimeS: 86400},
 		"bench.set_network":   &app.SetNetworkRequest{Bench: "someones", Deny: []string{"0.0.0.0/0"}},
 		"bench.network":       &app.BenchRequest{Bench: "someones"},

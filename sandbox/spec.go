@@ -9,6 +9,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // MaxLowers is the kernel's limit on overlay lower layers (OVL_MAX_STACK).
@@ -159,6 +160,9 @@ type Stdio struct {
 	// inside. Stdin is copied to the terminal and everything the command prints to Stdout; Stderr is
 	// then only for init's own last-resort messages (an *os.File, or unused).
 	Terminal *Terminal
+	// Signal, for Exec, delivers signals for the command (its process, not its group, as kill(2) with
+	// its pid); the executor stops reading it when the command ends.
+	Signal <-chan syscall.Signal
 }
 
 // Terminal is the window size of a Stdio's pseudo-terminal.
