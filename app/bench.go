@@ -303,6 +303,7 @@ func (s *Service) BenchList(ctx context.Context, c *Call, req *BenchListRequest)
 		}
 		r.Record, r.Version, _ = s.Records().VersionOf(r.Workshop)
 	}
+	s.withMetrics(recs)
 	return &BenchListResult{Benches: recs}, nil
 }
 

@@ -93,6 +93,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
 	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.metrics)
+	mux.HandleFunc("GET /sandboxes/metrics", s.listMetrics)
 	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupported)
 	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupported)
 	mux.HandleFunc("/templates/", s.unsupported)

@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/metrics"
 	"toolshed.dev/shed/records"
 )
 
@@ -110,11 +111,30 @@ type (
 		Benches []mcpBench `json:"benches" jsonschema:"your Benches"`
 	}
 	mcpBench struct {
-		Name     string `json:"name"`
-		Workshop string `json:"workshop" jsonschema:"its Workshop record's name, as workshop_list and bench_create name it (empty: an operator's recipe file, not a record)"`
-		Version  int    `json:"version,omitempty" jsonschema:"the record's version it was made of"`
-		Running  bool   `json:"running"`
-		Started  string `json:"started" jsonschema:"when it started (RFC 3339)"`
+		Name     string     `json:"name"`
+		Workshop string     `json:"workshop" jsonschema:"its Workshop record's name, as workshop_list and bench_create name it (empty: an operator's recipe file, not a record)"`
+		Version  int        `json:"version,omitempty" jsonschema:"the record's version it was made of"`
+		Running  bool       `json:"running"`
+		Started  string     `json:"started" jsonschema:"when it started (RFC 3339)"`
+		Metrics  *mcpMetric `json:"metrics,omitempty" jsonschema:"a running Bench's newest reading of its use (bench_metrics has its history)"`
+	}
+	mcpMetric struct {
+		Time       string  `json:"time" jsonschema:"when it was read (RFC 3339)"`
+		CPUCount   int     `json:"cpu_count" jsonschema:"the cpus the Bench may run on"`
+		CPUUsedPct float64 `json:"cpu_used_pct" jsonschema:"its cpu use since the reading before (about 5 s), in % of all its cpus"`
+		MemUsed    int64   `json:"mem_used" jsonschema:"memory in use, bytes"`
+		MemCache   int64   `json:"mem_cache" jsonschema:"page cache, bytes (the files written in the Bench are in it)"`
+		MemTotal   int64   `json:"mem_total" jsonschema:"its memory limit, bytes: past it the kernel kills a process of it"`
+		DiskUsed   int64   `json:"disk_used" jsonschema:"bytes written in the Bench (its upper layer)"`
+		DiskTotal  int64   `json:"disk_total" jsonschema:"how many bytes may be written in it, in all"`
+	}
+	benchMetricsIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench's name"`
+		Start int64  `json:"start,omitempty" jsonschema:"from this unix time in seconds (default: the Bench's start)"`
+		End   int64  `json:"end,omitempty" jsonschema:"to this unix time in seconds (default: now)"`
+	}
+	benchMetricsOut struct {
+		Samples []mcpMetric `json:"samples" jsonschema:"its readings, oldest first, every 5 s (coarser for a Bench that ran long: at most 360)"`
 	}
 	benchIn struct {
 		Bench string `json:"bench" jsonschema:"the Bench's name"`
@@ -212,7 +232,29 @@ func (s *Server) server() *sdk.Server {
 			}
 			for _, b := range res.Benches {
 				// The record's name, never its file (a path of the store's): users and agents name records.
-				out.Benches = append(out.Benches, mcpBench{b.Name, b.Record, b.Version, b.Running, b.Started.Format(time.RFC3339)})
+				mb := mcpBench{Name: b.Name, Workshop: b.Record, Version: b.Version, Running: b.Running, Started: b.Started.Format(time.RFC3339)}
+				if b.Metrics != nil {
+					m := metricOf(*b.Metrics)
+					mb.Metrics = &m
+				}
+				out.Benches = append(out.Benches, mb)
+			}
+			return nil, out, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_metrics", Description: "What a running Bench uses over time: cpu, memory and the disk of what was written in it, read every 5 s."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchMetricsIn) (*sdk.CallToolResult, benchMetricsOut, error) {
+			out := benchMetricsOut{Samples: []mcpMetric{}}
+			res, err := call[app.BenchMetricsResult](s, ctx, "bench.metrics", &app.BenchMetricsRequest{Benches: []string{in.Bench}, Start: in.Start, End: in.End})
+			if err != nil {
+				return nil, out, err
+			}
+			for _, b := range res.Benches {
+				if !b.Running {
+					return nil, out, fmt.Errorf("bench %s is not running: a Bench has metrics while it runs (not_found)", b.Bench)
+				}
+				for _, x := range b.Samples {
+					out.Samples = append(out.Samples, metricOf(x))
+				}
 			}
 			return nil, out, nil
 		})
@@ -232,4 +274,9 @@ func (s *Server) server() *sdk.Server {
 			return nil, benchProposeOut{Proposal: res.Proposal.ID, Diff: res.Diff}, nil
 		})
 	return srv
+}
+
+func metricOf(x metrics.Sample) mcpMetric {
+	return mcpMetric{Time: x.Time.Format(time.RFC3339), CPUCount: x.CPUCount, CPUUsedPct: x.CPUUsedPct,
+		MemUsed: x.MemUsed, MemCache: x.MemCache, MemTotal: x.MemTotal, DiskUsed: x.DiskUsed, DiskTotal: x.DiskTotal}
 }

@@ -41,6 +41,7 @@ var Roles = map[string][]app.Role{
 	"bench.remove_file":   {app.Operator, app.User},
 	"bench.move_file":     {app.Operator, app.User},
 	"bench.set_lifetime":  {app.Operator, app.User},
+	"bench.metrics":       {app.Operator, app.User},
 	"workshop.launchable": {app.Operator, app.User},
 	"audit.ls":            {app.Operator},
 	"agent.key_create":    {app.Operator},
@@ -166,6 +167,13 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		return ownBench(s, caller, r.Bench)
 	case *app.BenchRequest:
 		return ownBench(s, caller, r.Bench)
+	case *app.BenchMetricsRequest:
+		for _, b := range r.Benches {
+			if err := ownBench(s, caller, b); err != nil {
+				return err
+			}
+		}
+		return nil
 	case *app.BenchRemoveRequest:
 		for _, b := range r.Benches {
 			if err := ownBench(s, caller, b); err != nil {
