@@ -23,7 +23,7 @@ const MaxMetricsBenches = 100
 // BenchMetricsRequest asks for what Benches use: each one's samples from Start to End, or only its
 // newest (Latest).
 type BenchMetricsRequest struct {
-	Benches []string `json:"benches"`          // by name or id, 1 to MaxMetricsBenches
+	Benches []string `json:"benches"`          // by name or id, 1 to 100, the caller's own (an operator's: any)
 	Start   int64    `json:"start,omitempty"`  // unix seconds, from (0: the Bench's start)
 	End     int64    `json:"end,omitempty"`    // unix seconds, to (0: now)
 	Latest  bool     `json:"latest,omitempty"` // only each one's newest sample (Start and End unused)
@@ -31,7 +31,7 @@ type BenchMetricsRequest struct {
 
 // BenchMetricsResult is the samples of each Bench asked for, in the request's order.
 type BenchMetricsResult struct {
-	Benches []BenchMetrics `json:"benches"`
+	Benches []BenchMetrics `json:"benches"` // each Bench asked for: bench (its name), id, running, samples (oldest first; each time, cpu_count, cpu_used_pct, mem_used, mem_cache, mem_total, disk_used, disk_total: docs/agents.md#metrics)
 }
 
 // BenchMetrics is one Bench's samples, oldest first.

@@ -9,6 +9,7 @@
 package metrics
 
 import (
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -46,7 +47,7 @@ type sample struct {
 
 func (x sample) export() Sample {
 	return Sample{
-		Time: time.Unix(x.t, 0).UTC(), CPUCount: int(x.cpus), CPUUsedPct: float64(x.pct),
+		Time: time.Unix(x.t, 0).UTC(), CPUCount: int(x.cpus), CPUUsedPct: math.Round(float64(x.pct)*100) / 100,
 		MemUsed: x.mem, MemCache: x.cache, MemTotal: x.memTotal, DiskUsed: x.disk, DiskTotal: x.diskTotal,
 	}
 }
@@ -88,7 +89,7 @@ func (h *History) Add(now, started time.Time, u sandbox.Usage) {
 	pct := 0.0
 	if wall := now.Sub(since); wall > 0 && u.CPUCount > 0 && u.CPUNanos >= base {
 		pct = float64(u.CPUNanos-base) / float64(wall) / float64(u.CPUCount) * 100
-		pct = min(float64(int64(pct*100+0.5))/100, 100) // two decimals, as envd's
+		pct = min(math.Round(pct*100)/100, 100) // two decimals, as envd's
 	}
 	h.prevCPU, h.prevTime = u.CPUNanos, now
 	x := sample{t: now.Unix(), pct: float32(pct), cpus: uint16(min(u.CPUCount, 1<<16-1)), n: 1,

@@ -78,7 +78,7 @@ func TestMCP(t *testing.T) {
 		}
 		return r
 	}
-	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_propose","bench_read_file","bench_remove","bench_write_file","workshop_list"]` {
+	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_metrics","bench_propose","bench_read_file","bench_remove","bench_write_file","workshop_list"]` {
 		t.Errorf("tools: %s", got)
 	}
 	if r := step("workshops"); r.Error || !strings.Contains(fmt.Sprint(r.Data), name) {
