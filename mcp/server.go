@@ -128,6 +128,29 @@ type (
 		DiskUsed   int64   `json:"disk_used" jsonschema:"bytes written in the Bench (its upper layer)"`
 		DiskTotal  int64   `json:"disk_total" jsonschema:"how many bytes may be written in it, in all"`
 	}
+	benchListFilesIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench's name"`
+		Path  string `json:"path" jsonschema:"an absolute directory in the Bench"`
+		Depth int    `json:"depth,omitempty" jsonschema:"how many levels down to list (default 1: the directory's own entries; at most 16)"`
+	}
+	benchListFilesOut struct {
+		Entries []mcpFile `json:"entries" jsonschema:"the entries, sorted by path"`
+	}
+	benchPathIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench's name"`
+		Path  string `json:"path" jsonschema:"an absolute path in the Bench"`
+	}
+	mcpFile struct {
+		Name     string `json:"name" jsonschema:"its name in its directory"`
+		Path     string `json:"path" jsonschema:"its absolute path"`
+		Type     string `json:"type" jsonschema:"file, dir, symlink or other"`
+		Size     int64  `json:"size" jsonschema:"bytes"`
+		Mode     uint32 `json:"mode" jsonschema:"permission bits (e.g. 493 is 0755)"`
+		Owner    string `json:"owner" jsonschema:"its owner's name in the Bench"`
+		Group    string `json:"group" jsonschema:"its group's name"`
+		Modified string `json:"modified" jsonschema:"its last change (RFC 3339)"`
+		Target   string `json:"target,omitempty" jsonschema:"a symlink's target"`
+	}
 	benchMetricsIn struct {
 		Bench string `json:"bench" jsonschema:"the Bench's name"`
 		Start int64  `json:"start,omitempty" jsonschema:"from this unix time in seconds (default: the Bench's start)"`
@@ -223,6 +246,26 @@ func (s *Server) server() *sdk.Server {
 			}
 			return nil, benchReadOut{Content: res.Content}, nil
 		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_list_files", Description: "List a directory of a Bench: each entry's name, path, type, size, mode, owner, group and last change."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchListFilesIn) (*sdk.CallToolResult, benchListFilesOut, error) {
+			out := benchListFilesOut{Entries: []mcpFile{}}
+			res, err := call[app.ListFilesResult](s, ctx, "bench.list_files", &app.ListFilesRequest{Bench: in.Bench, Path: in.Path, Depth: in.Depth})
+			if err != nil {
+				return nil, out, err
+			}
+			for _, e := range res.Entries {
+				out.Entries = append(out.Entries, fileOf(e))
+			}
+			return nil, out, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_stat_file", Description: "Describe one file of a Bench (a symlink itself, not its target)."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchPathIn) (*sdk.CallToolResult, mcpFile, error) {
+			res, err := call[app.FileEntry](s, ctx, "bench.stat_file", &app.BenchPathRequest{Bench: in.Bench, Path: in.Path})
+			if err != nil {
+				return nil, mcpFile{}, err
+			}
+			return nil, fileOf(*res), nil
+		})
 	sdk.AddTool(srv, &sdk.Tool{Name: "bench_list", Description: "List your Benches."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, _ benchListIn) (*sdk.CallToolResult, benchListOut, error) {
 			res, err := call[app.BenchListResult](s, ctx, "bench.ls", &app.BenchListRequest{})
@@ -279,4 +322,9 @@ func (s *Server) server() *sdk.Server {
 func metricOf(x metrics.Sample) mcpMetric {
 	return mcpMetric{Time: x.Time.Format(time.RFC3339), CPUCount: x.CPUCount, CPUUsedPct: x.CPUUsedPct,
 		MemUsed: x.MemUsed, MemCache: x.MemCache, MemTotal: x.MemTotal, DiskUsed: x.DiskUsed, DiskTotal: x.DiskTotal}
+}
+
+func fileOf(e app.FileEntry) mcpFile {
+	return mcpFile{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, Owner: e.Owner, Group: e.Group,
+		Modified: e.Modified.Format(time.RFC3339), Target: e.Target}
 }

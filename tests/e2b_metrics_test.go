@@ -20,7 +20,7 @@ import (
 // busy (disk, memory, cpu), gets none for a range before the sandbox existed, a bounded answer for ten
 // years, clear 400s for a range backwards and numbers that are none, and the newest sample of many
 // sandboxes by id. Then the same Bench's figures in `shed bench ls` (JSON and columns) and through
-// MCP (bench_metrics, bench_list), and after the kill, none.
+// MCP (bench_metrics, bench_list), and after the kill, none. No read of metrics is in the audit log.
 func TestE2BMetrics(t *testing.T) {
 	t.Parallel() // see parallelTests in main_test.go
 	requireRoot(t)
@@ -182,6 +182,10 @@ func TestE2BMetrics(t *testing.T) {
 	}
 	if r := api("after-kill"); r.Status != 404 {
 		t.Errorf("metrics of a killed sandbox: %d %s", r.Status, r.Body)
+	}
+	// Reading metrics is a read, as bench.ls is: a harness that polls them fills no audit log.
+	if r := via(t, sock, 0, "", "--json", "audit", "--bench", id); r.code != 0 || strings.Contains(r.stdout, "bench.metrics") || !strings.Contains(r.stdout, "bench.create") {
+		t.Errorf("the audit log of the sandbox's Bench (%d): %d entries of bench.metrics\n%s", r.code, strings.Count(r.stdout, "bench.metrics"), r.stderr)
 	}
 }
 
