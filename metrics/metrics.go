@@ -145,51 +145,70 @@ type Running struct {
 
 // Sampler keeps the histories of the running Benches, by id.
 type Sampler struct {
-	// Read reads a Bench's use by its init's pid (nil: sandbox.ReadUsage).
+	// Read reads a Bench's use by its init's pid (nil: a sandbox.UsageReader of each Bench, which
+	// finds its cgroups once).
 	Read func(pid int) (sandbox.Usage, error)
 
 	mu      sync.Mutex
-	benches map[string]*History
+	benches map[string]*tracked
+}
+
+// tracked is one running Bench's history and how to read it.
+type tracked struct {
+	h      *History
+	pid    int
+	reader *sandbox.UsageReader
 }
 
 // Observe reads each Bench of running (by id) now, and forgets the histories of Benches no longer
 // in it. A Bench that cannot be read (no cgroup: shed without root) gets no sample.
 func (s *Sampler) Observe(now time.Time, running map[string]Running) {
-	read := s.Read
-	if read == nil {
-		read = sandbox.ReadUsage
+	// The readers are taken under the lock and used outside it: a query never waits for the reads.
+	s.mu.Lock()
+	if s.benches == nil {
+		s.benches = map[string]*tracked{}
 	}
-	// Read outside the lock: a query never waits for the file reads.
-	type reading struct {
-		id string
-		u  sandbox.Usage
+	for id, t := range s.benches {
+		if r, ok := running[id]; !ok || r.Pid != t.pid {
+			delete(s.benches, id)
+		}
 	}
-	var got []reading
+	readers := map[string]*sandbox.UsageReader{}
+	for id, t := range s.benches {
+		readers[id] = t.reader
+	}
+	s.mu.Unlock()
+	got := map[string]sandbox.Usage{}
 	for id, r := range running {
 		if r.Pid <= 0 {
 			continue
 		}
-		if u, err := read(r.Pid); err == nil {
-			got = append(got, reading{id, u})
+		var u sandbox.Usage
+		var err error
+		switch rd := readers[id]; {
+		case s.Read != nil:
+			u, err = s.Read(r.Pid)
+		case rd != nil:
+			u, err = rd.Read()
+		default:
+			if rd, err = sandbox.NewUsageReader(r.Pid); err == nil {
+				readers[id] = rd
+				u, err = rd.Read()
+			}
+		}
+		if err == nil {
+			got[id] = u
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.benches == nil {
-		s.benches = map[string]*History{}
-	}
-	for id := range s.benches {
-		if _, ok := running[id]; !ok {
-			delete(s.benches, id)
+	for id, u := range got {
+		t := s.benches[id]
+		if t == nil {
+			t = &tracked{h: NewHistory(Capacity, Interval), pid: running[id].Pid, reader: readers[id]}
+			s.benches[id] = t
 		}
-	}
-	for _, g := range got {
-		h := s.benches[g.id]
-		if h == nil {
-			h = NewHistory(Capacity, Interval)
-			s.benches[g.id] = h
-		}
-		h.Add(now, running[g.id].Started, g.u)
+		t.h.Add(now, running[id].Started, u)
 	}
 }
 
@@ -198,8 +217,8 @@ func (s *Sampler) Observe(now time.Time, running map[string]Running) {
 func (s *Sampler) Range(id string, start, end int64) []Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h := s.benches[id]; h != nil {
-		return h.Range(start, end)
+	if t := s.benches[id]; t != nil {
+		return t.h.Range(start, end)
 	}
 	return []Sample{}
 }
@@ -208,8 +227,8 @@ func (s *Sampler) Range(id string, start, end int64) []Sample {
 func (s *Sampler) Latest(id string) (Sample, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h := s.benches[id]; h != nil {
-		return h.Latest()
+	if t := s.benches[id]; t != nil {
+		return t.h.Latest()
 	}
 	return Sample{}, false
 }

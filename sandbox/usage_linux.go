@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,33 +32,59 @@ type Usage struct {
 // one with no command running.
 var ErrNoUsage = errors.New("no cgroup to read the sandbox's use from")
 
-// ReadUsage reads what the sandbox of init's host pid initPid uses now. The cgroups are found from
-// a command init runs (as MemoryCgroup does), each read once: a few small files and one statfs.
+// ReadUsage reads what the sandbox of init's host pid initPid uses now (UsageReader, once).
 func ReadUsage(initPid int) (Usage, error) {
+	r, err := NewUsageReader(initPid)
+	if err != nil {
+		return Usage{}, err
+	}
+	return r.Read()
+}
+
+// UsageReader reads one running sandbox's use: its cgroups are found once (from a command init runs,
+// as MemoryCgroup finds them), then each Read is a few small files and one statfs.
+type UsageReader struct {
+	pid      int
+	mem, cpu string // the memory and cpu accounting cgroups' directories (v2: the same one)
+	v2       bool
+}
+
+// NewUsageReader finds the cgroups of the sandbox of init's host pid initPid: ErrNoUsage when its
+// commands are in none of shed's.
+func NewUsageReader(initPid int) (*UsageReader, error) {
+	cg := commandCgroup(initPid)
+	if cg == "" {
+		return nil, ErrNoUsage
+	}
+	r := &UsageReader{pid: initPid}
+	r.mem, r.cpu, r.v2 = cgroupDirs(cg)
+	if r.mem == "" || r.cpu == "" {
+		return nil, ErrNoUsage
+	}
+	return r, nil
+}
+
+// Read reads what the sandbox uses now.
+func (r *UsageReader) Read() (Usage, error) {
 	var u Usage
 	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(initPid, &set); err != nil {
+	if err := unix.SchedGetaffinity(r.pid, &set); err != nil {
 		return u, fmt.Errorf("read the sandbox's cpus: %w", err)
 	}
 	u.CPUCount = set.Count()
 	var st unix.Statfs_t
-	if err := unix.Statfs(fmt.Sprintf("/proc/%d/root", initPid), &st); err != nil {
+	if err := unix.Statfs("/proc/"+strconv.Itoa(r.pid)+"/root", &st); err != nil {
 		return u, fmt.Errorf("read the sandbox's disk: %w", err)
 	}
 	u.DiskTotal = int64(st.Blocks) * st.Bsize
 	u.DiskUsed = int64(st.Blocks-st.Bfree) * st.Bsize
-	cg := commandCgroup(initPid)
-	if cg == "" {
-		return u, ErrNoUsage
-	}
-	mem, cpu, v2 := cgroupDirs(cg)
 	host := hostMemory()
 	u.MemTotal = host
 	var err error
-	if v2 {
-		err = readUsage2(&u, mem)
+	if r.v2 {
+		err = readUsage2(&u, r.mem)
 	} else {
-		err = readUsage1(&u, mem, cpu)
+		err = readUsage1(&u, r.mem, r.cpu)
 	}
 	if u.MemTotal <= 0 || host > 0 && u.MemTotal > host {
 		u.MemTotal = host
@@ -67,9 +94,6 @@ func ReadUsage(initPid int) (Usage, error) {
 
 // readUsage1 reads cgroup v1's memory and cpuacct controllers.
 func readUsage1(u *Usage, mem, cpu string) error {
-	if cpu == "" || mem == "" {
-		return ErrNoUsage
-	}
 	n, err := readInt(filepath.Join(cpu, "cpuacct.usage"))
 	if err != nil {
 		return err
@@ -189,8 +213,8 @@ func readInt(p string) (int64, error) {
 	return n, nil
 }
 
-// hostMemory is the host's memory in bytes (MemTotal of /proc/meminfo), 0 if unknown.
-func hostMemory() int64 {
+// hostMemory is the host's memory in bytes (MemTotal of /proc/meminfo), 0 if unknown: read once.
+var hostMemory = sync.OnceValue(func() int64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0
@@ -202,4 +226,4 @@ func hostMemory() int64 {
 		}
 	}
 	return 0
-}
+})
