@@ -168,6 +168,9 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 	case *app.BenchRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.BenchMetricsRequest:
+		if len(r.Benches) > app.MaxMetricsBenches { // each is looked up below: a bound before the work
+			return bad(fmt.Sprintf("ask for at most %d at a time", app.MaxMetricsBenches), "metrics of %d Benches asked at once", len(r.Benches))
+		}
 		for _, b := range r.Benches {
 			if err := ownBench(s, caller, b); err != nil {
 				return err

@@ -316,3 +316,17 @@ func TestRecordNameTraversal(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsBounded: a request of many Benches' metrics is refused before any is looked up (each
+// lookup reads every Bench's record).
+func TestMetricsBounded(t *testing.T) {
+	s := &app.Service{Root: t.TempDir(), Policy: Check}
+	names := make([]string, 10_000)
+	for i := range names {
+		names[i] = fmt.Sprintf("b%d", i)
+	}
+	err := Check(s, &app.Caller{UID: 1001, User: "alice", Role: app.User}, "bench.metrics", &app.BenchMetricsRequest{Benches: names})
+	if e := app.Classify(err); e == nil || e.Code != app.CodeUsage || !strings.Contains(e.Error(), "10000 Benches") {
+		t.Errorf("10,000 Benches: %v, want a usage error", err)
+	}
+}
