@@ -577,6 +577,11 @@ type FileEntry struct {
 	Group    string    `json:"group"`            // its group's
 	Modified time.Time `json:"modified"`         // its last change
 	Target   string    `json:"target,omitempty"` // a symlink's target
+
+	// What a symlink resolves to (unset if nothing: dangling, a loop).
+	Resolved   string `json:"resolved,omitempty"`    // its target resolved inside the Bench, absolute
+	TargetType string `json:"target_type,omitempty"` // what it resolves to: "file", "dir" or "other"
+	TargetMode uint32 `json:"target_mode,omitempty"` // and that file's permission bits
 }
 
 // ListFilesResult is a directory's entries, sorted by path.
@@ -658,6 +663,7 @@ func (s *Service) findIn(ctx context.Context, c *Call, benchName, dir string, ar
 		})
 	}
 	slices.SortFunc(entries, func(a, b FileEntry) int { return strings.Compare(a.Path, b.Path) })
+	s.resolveLinks(ctx, st, rec, entries)
 	return entries, nil
 }
 
@@ -681,9 +687,20 @@ func (s *Service) MakeDir(ctx context.Context, c *Call, req *BenchPathRequest) (
 	return &MadeResult{Created: out != "exists\n"}, nil
 }
 
+// RemoveFileRequest names a path of a Bench to remove.
+type RemoveFileRequest struct {
+	Bench     string `json:"bench"`                // the Bench, by name or id
+	Path      string `json:"path"`                 // absolute, as the Bench sees it
+	MissingOK bool   `json:"missing_ok,omitempty"` // a path that is not there is removed already (envd's, rm -f's answer), not an error
+}
+
 // RemoveFile removes a file of a running Bench, or a directory and all it holds, from inside it.
-func (s *Service) RemoveFile(ctx context.Context, c *Call, req *BenchPathRequest) (*Empty, error) {
-	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || { echo "$1: no such file or directory" >&2; exit 2; }; rm -rf -- "$1"`, req.Path); err != nil {
+func (s *Service) RemoveFile(ctx context.Context, c *Call, req *RemoveFileRequest) (*Empty, error) {
+	missing := `{ echo "$1: no such file or directory" >&2; exit 2; }`
+	if req.MissingOK {
+		missing = "exit 0"
+	}
+	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || `+missing+`; rm -rf -- "$1"`, req.Path); err != nil {
 		return nil, err
 	}
 	return &Empty{}, nil

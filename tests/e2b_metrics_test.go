@@ -22,7 +22,7 @@ import (
 // sandboxes by id. Then the same Bench's figures in `shed bench ls` (JSON and columns) and through
 // MCP (bench_metrics, bench_list), and after the kill, none. No read of metrics is in the audit log.
 func TestE2BMetrics(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	addr := freeLoopback(t)
