@@ -28,6 +28,7 @@ import (
 	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/internal/nospace"
+	"toolshed.dev/shed/metrics"
 	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
@@ -185,6 +186,9 @@ type Service struct {
 	Detached *Detached
 	// Pool, if set, has inits ready for bench.create.
 	Pool *Pool
+	// Metrics, if set, holds the running Benches' histories of use (StartMetrics fills it); without it
+	// bench.metrics reads a Bench when asked.
+	Metrics *metrics.Sampler
 	// UserBenches bounds the Benches (running or kept) each user may have at once. Zero: no bound.
 	UserBenches int
 	// UserKept bounds the kept Benches (their uppers are on the store's filesystem) each user may

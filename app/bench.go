@@ -276,7 +276,7 @@ type BenchListRequest struct{}
 
 // BenchListResult lists Benches, by start time.
 type BenchListResult struct {
-	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit, expires, record, version)
+	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit, expires, record, version, and a running Bench's newest metrics)
 }
 
 // MayUse says whether caller may act on the Bench rec: operators on every Bench, users on the ones
@@ -312,6 +312,7 @@ func (s *Service) BenchList(ctx context.Context, c *Call, req *BenchListRequest)
 		}
 		r.Record, r.Version, _ = s.Records().VersionOf(r.Workshop)
 	}
+	s.withMetrics(recs)
 	return &BenchListResult{Benches: recs}, nil
 }
 

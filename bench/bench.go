@@ -27,6 +27,7 @@ import (
 	"toolshed.dev/shed/internal/fdbudget"
 	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/internal/userns"
+	"toolshed.dev/shed/metrics"
 	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
@@ -98,6 +99,9 @@ type Record struct {
 	// what users call it, where Workshop is a file of the store (computed, never stored).
 	Record  string `json:"record,omitempty"`
 	Version int    `json:"version,omitempty"`
+	// Metrics is a running Bench's newest reading of its use (cpu, memory, its upper's disk):
+	// computed by the lister, never stored.
+	Metrics *metrics.Sample `json:"metrics,omitempty"`
 }
 
 // ErrNoBench is returned for a name or id that matches no Bench.
@@ -169,6 +173,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		Env:      benchEnv(opts),
 		Dir:      "/root",
 		Limits:   opts.Limits,
+		Account:  true, // its metrics (bench.metrics, `bench ls`)
 		Control:  controlAddr(s, id),
 	}
 	for _, l := range layers {

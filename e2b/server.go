@@ -1,7 +1,8 @@
 // Package e2b serves the E2B sandbox API over the supervisor's typed operations, so that the
 // unmodified `e2b` SDK (and the harnesses built on it) get Benches: the control plane (create, list,
-// get, kill and set the timeout of sandboxes) and, on the same address, the data plane the SDK
-// reaches inside a sandbox (envd's commands and filesystem, over Connect, and its /files API).
+// get, kill, set the timeout of and read the metrics of sandboxes) and, on the same address, the data
+// plane the SDK reaches inside a sandbox (envd's commands and filesystem, over Connect, and its /files
+// API).
 //
 // A sandbox is a Bench that bench.create made; its id is the Bench's name; a template is a Workshop
 // record's name. Every request becomes an operation of package app, called as the local user whose
@@ -99,6 +100,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.metrics)
+	mux.HandleFunc("GET /sandboxes/metrics", s.listMetrics)
 	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	s.refuse(mux) // refusals.go: what shed does not serve, each with its reason
