@@ -271,6 +271,11 @@ func (s *Server) guard(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
+		// A signed URL, or a sandbox made with secure false (secure.go).
+		if status, err := s.dataAuth(r); err != nil {
+			refuse(status, connect.CodeUnauthenticated, err)
+			return
+		}
 		user := s.userOf(r)
 		switch {
 		case user == "" && (isConnect(r.URL.Path) || r.URL.Path == "/files"):
