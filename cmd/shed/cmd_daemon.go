@@ -186,7 +186,7 @@ func e2bTLS(c *cli.Context) (*tls.Config, error) {
 	}
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
-		return nil, withHint(exitUsage, fmt.Errorf("--e2b-tls-cert %s, --e2b-tls-key %s: %w", cert, key, err), "PEM files: the certificate (its chain after it) and its unencrypted private key, e.g. made with `openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost -addext subjectAltName=DNS:localhost,DNS:*.localhost -keyout key.pem -out cert.pem`")
+		return nil, withHint(exitUsage, fmt.Errorf("--e2b-tls-cert %s, --e2b-tls-key %s: %w", cert, key, err), "PEM files: the certificate (its chain after it) and its unencrypted private key, e.g. made with `openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=e2b.localhost -addext subjectAltName=DNS:e2b.localhost,DNS:*.e2b.localhost -keyout key.pem -out cert.pem` (with --e2b-domain e2b.localhost)")
 	}
 	// HTTP/1.1 only: a port's WebSocket is an HTTP/1.1 upgrade.
 	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}, nil
