@@ -14,7 +14,7 @@
 #   E2B_SDK_TESTS_USER    the user the test key acts as (default nobody); the Workshop record `base` allows it
 #
 # Needs: root (a store and Benches), node >= 20 and npm (the npm registry), Debian's mirror the first time a
-# store builds the `base` Workshop (python3 git sudo procps curl: about 45 s), unshare, ip, openssl and
+# store builds the `base` Workshop (python3 python-is-python3 git sudo procps curl: about 45 s), unshare, ip, openssl and
 # libnss-myhostname (for the sandboxes' ports: see Ports below).
 # Takes: about 4 minutes on 2 cores: npm install 20 s (the first time), a new store's `base` 45 s, the server run
 # 2 minutes, the offline run 40 s. Exit status: 0 when no test failed, 1 when some did, 2 when it could not run.
@@ -199,11 +199,12 @@ if "$SHED" --root "$STORE" workshop show base >/dev/null 2>&1; then
 else
 	mkdir -p "$RUN/record"
 	cat >"$RUN/record/workshop.toml" <<'EOF'
-# What E2B's "base" template has that the tests use. No network: allowInternetAccess can only take it away.
+# What E2B's "base" template has that the tests use (`python` too: host.test.ts serves with python -m http.server).
+# No network: allowInternetAccess can only take it away.
 name = "base"
 seed = "debian/bookworm"
 [apt]
-packages = ["python3", "git", "sudo", "procps", "curl"]
+packages = ["python3", "python-is-python3", "git", "sudo", "procps", "curl"]
 EOF
 	"$SHED" --root "$STORE" workshop add --allow "$USER_" "$RUN/record/workshop.toml"
 fi
