@@ -59,6 +59,13 @@ func cmdDaemon() *cli.Command {
 			if os.Geteuid() != 0 {
 				return withHint(exitUsage, errors.New("the supervisor runs as root"), "start it with systemd (docs/supervisor.md) or sudo")
 			}
+			etls, err := e2bTLS(c)
+			if err != nil {
+				return err
+			}
+			if _, err := e2bDomain(c.String("e2b-domain"), 49982, false); err != nil {
+				return err
+			}
 			mem, err := memoryFlag(c, "user-memory")
 			if err != nil {
 				return err
@@ -113,10 +120,6 @@ func cmdDaemon() *cli.Command {
 			}
 			st.Close()
 			// The E2B port first: a busy one is said before the supervisor says it is on.
-			etls, err := e2bTLS(c)
-			if err != nil {
-				return err
-			}
 			var eln net.Listener
 			if addr := c.String("e2b"); addr != "" {
 				if eln, err = net.Listen("tcp", addr); err != nil {
