@@ -12,6 +12,10 @@ import (
 // ErrPortClosed is DialPort's error for a port nothing in the Bench listens on.
 var ErrPortClosed = sandbox.ErrPortClosed
 
+// ErrNotRunning is in DialPort's error when the Bench is not there to dial (ended, removed, not the
+// caller's).
+var ErrNotRunning = errors.New("no running Bench to connect to")
+
 // DialPort connects to a port on the loopback of a running Bench that the caller may use, as a
 // process in the Bench would (E2B's PORT-ID.DOMAIN hosts). It is not an operation of the table: its
 // result is a connection, which a socket or MCP caller could not hold; the E2B face calls it for a
@@ -22,7 +26,7 @@ func (s *Service) DialPort(ctx context.Context, c *Call, nameOrID string, port i
 	}
 	st, rec, err := s.runningBench(c, nameOrID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNotRunning, err)
 	}
 	st.Close()
 	conn, err := sandbox.DialPort(ctx, rec.Pid, port)

@@ -171,12 +171,12 @@ func (s *Server) port(w http.ResponseWriter, r *http.Request, id string, port in
 		FlushInterval: -1, // streams (server-sent events) as they come
 		ErrorLog:      nil,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			var ae *app.Error
 			switch {
 			case errors.Is(err, app.ErrPortClosed):
 				writePortError(w, http.StatusBadGateway, id, port, msgPortClosed)
-			case errors.As(err, &ae) && (ae.Code == app.CodeNotFound || ae.Code == app.CodeFailed) && !errors.Is(err, context.Canceled):
-				// The Bench ended (its timeout, a kill): E2B's answer for a sandbox that is gone.
+			case errors.Is(err, app.ErrNotRunning):
+				// The Bench ended (its timeout, a kill, `shed bench rm`): E2B's answer for a sandbox
+				// that is gone.
 				writePortError(w, http.StatusBadGateway, id, 0, msgNotFound)
 			default:
 				s.log().Warn("e2b port", "sandbox", id, "port", port, "err", err)

@@ -72,7 +72,7 @@ func TestPortRefusals(t *testing.T) {
 	t.Cleanup(hs.Close)
 	k, _ := s.Keys.Lookup(key)
 	s.add(&sandbox{id: "tools-priv", user: "nobody", keyID: k.ID, token: "tok", traffic: "traffic-secret", files: make(chan struct{}, 1)})
-	s.add(&sandbox{id: "tools-pub", user: "nobody", keyID: k.ID, token: "tok2", files: make(chan struct{}, 1)})
+	s.add(&sandbox{id: "tools-pub", bench: "no-such-bench", user: "nobody", keyID: k.ID, token: "tok2", files: make(chan struct{}, 1)})
 	get := func(host string, hdr map[string]string) (int, map[string]any, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", hs.URL+"/", nil)
@@ -92,6 +92,11 @@ func TestPortRefusals(t *testing.T) {
 	code, body, ct := get("3000-gone-123.localhost", nil)
 	if code != 502 || body["message"] != "The sandbox was not found" || body["sandboxId"] != "gone-123" || body["code"] != float64(502) || !strings.HasPrefix(ct, "application/json") {
 		t.Errorf("gone: %d %v %s", code, body, ct)
+	}
+	// In the table, but its Bench is gone (ended at its timeout, removed with `shed bench rm`).
+	code, body, _ = get("3000-tools-pub.localhost", nil)
+	if code != 502 || body["message"] != "The sandbox was not found" || body["sandboxId"] != "tools-pub" {
+		t.Errorf("a sandbox whose Bench ended: %d %v", code, body)
 	}
 	for _, h := range []string{"0-tools-pub.localhost", "65536-tools-pub.localhost", "x-tools-pub.localhost"} {
 		if code, body, _ := get(h, nil); code != 400 || !strings.Contains(body["message"].(string), "PORT from 1 to 65535") {
