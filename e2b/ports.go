@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -71,7 +72,7 @@ func (s *Server) hosts(api http.Handler) http.Handler {
 		case !under:
 			api.ServeHTTP(w, r)
 		case port == 0:
-			w.Header().Set("Connection", "close")
+			dropBody(w, r)
 			writeError(w, http.StatusBadRequest, "host %q: a sandbox's port is PORT-ID.%s, PORT from 1 to 65535 (the SDK's getHost(port) makes it)", label+"."+hostOnly(s.domain()), hostOnly(s.domain()))
 		case port == EnvdPort:
 			// The host names the sandbox: the SDK's requests say it again; a signed URL's do not.
@@ -120,26 +121,27 @@ func (s *Server) port(w http.ResponseWriter, r *http.Request, id string, port in
 	sb := s.sandboxes[id]
 	s.mu.Unlock()
 	if sb == nil || !s.keyLive(sb.keyID) {
-		w.Header().Set("Connection", "close")
+		dropBody(w, r)
 		writePortError(w, status, id, 0, msgNotFound)
 		return
 	}
 	if why := s.mayReach(r, sb); why != "" {
 		status = http.StatusForbidden
-		w.Header().Set("Connection", "close")
+		dropBody(w, r)
 		writePortError(w, status, id, port, why)
 		return
 	}
 	lim := s.limits()
 	if c, _ := r.Context().Value(connKey{}).(*conn); c != nil && !lim.promote(c, sb.user) {
 		status = http.StatusTooManyRequests
-		w.Header().Set("Connection", "close")
+		dropBody(w, r)
 		writeError(w, status, "too many connections of this sandbox's owner: close some")
 		return
 	}
 	release, ok := lim.start(sb.user)
 	if !ok {
 		status = http.StatusTooManyRequests
+		dropBody(w, r)
 		writeError(w, status, "too many requests of this sandbox's owner in flight: wait for some to end")
 		return
 	}
@@ -165,11 +167,11 @@ func (s *Server) port(w http.ResponseWriter, r *http.Request, id string, port in
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return s.Service.DialPort(ctx, &app.Call{Caller: c}, sb.bench, port)
 			},
-			DisableKeepAlives:     true, // one connection in the Bench per request: nothing pooled outlives it
-			ResponseHeaderTimeout: 0,    // a server may think as long as it likes; the client may leave
+			DisableKeepAlives: true, // one connection in the Bench per request: nothing pooled outlives it
 		},
 		FlushInterval: -1, // streams (server-sent events) as they come
-		ErrorLog:      nil,
+		// A client or server that goes away mid-body is theirs to see, not the supervisor's log's.
+		ErrorLog: slog.NewLogLogger(s.log().Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			switch {
 			case errors.Is(err, app.ErrPortClosed):
@@ -187,6 +189,19 @@ func (s *Server) port(w http.ResponseWriter, r *http.Request, id string, port in
 	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	proxy.ServeHTTP(sw, r)
 	status = sw.status
+}
+
+// dropBody ends a refused request's connection after the answer, as guard's refusals do: its body is
+// not read, but for a small one that gets a second (so that its client reads the answer, not a reset).
+func dropBody(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "close")
+	if r.ContentLength != 0 {
+		d := time.Now()
+		if r.ContentLength > 0 && r.ContentLength <= smallBody {
+			d = d.Add(time.Second)
+		}
+		_ = http.NewResponseController(w).SetReadDeadline(d)
+	}
 }
 
 // mayReach says why the request may not reach sb's ports, or "".
