@@ -152,4 +152,20 @@ func TestSignedFiles(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d %q", c.method, c.query, code, body, c.status, c.msg)
 		}
 	}
+	// On envd's host (49983-ID.DOMAIN, the SDK's URL without E2B_SANDBOX_URL) the host names the
+	// sandbox: a good signature gets past the check (to the policy: there is no Bench here), and one
+	// sent to another sandbox's host is invalid there.
+	good := sig("a", "read", nil)
+	for host, want := range map[string]int{"49983-tools-sig.localhost": http.StatusForbidden, "49983-tools-other.localhost": http.StatusUnauthorized} {
+		req, _ := http.NewRequest("GET", hs.URL+"/files?"+good, nil)
+		req.Host = host
+		resp, err := hs.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("a good signature on %s: %s, want %d", host, resp.Status, want)
+		}
+	}
 }
