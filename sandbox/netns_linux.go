@@ -19,7 +19,7 @@ var ErrPortClosed = errors.New("nothing listens on that port in the sandbox")
 // listener's queue is full.
 const dialTimeout = 10 * time.Second
 
-// DialPort connects to 127.0.0.1:port inside the network namespace of the sandbox whose init is pid,
+// DialPort connects to 127.0.0.1:port (or [::1]:port) inside the network namespace of the sandbox whose init is pid,
 // as a process of the sandbox would: a server there is reached whatever address of the sandbox it
 // binds, and nothing outside it is. The socket is made in that namespace (on a thread of its own,
 // which goes back to the caller's namespace or ends) and connected from here. A namespace that is
@@ -36,16 +36,30 @@ func DialPort(ctx context.Context, pid, port int) (net.Conn, error) {
 	if err := notOwnNetns(pid); err != nil {
 		return nil, err
 	}
-	fd, err := socketIn(pidfd)
-	if err != nil {
-		return nil, fmt.Errorf("socket in sandbox %d: %w", pid, err)
-	}
-	if err := connectLoopback(ctx, fd, port); err != nil {
-		unix.Close(fd)
-		if errors.Is(err, unix.ECONNREFUSED) {
-			return nil, fmt.Errorf("port %d: %w", port, ErrPortClosed)
+	// 127.0.0.1, then ::1: a server bound to "localhost" may have taken only the IPv6 one (node's
+	// resolve order puts ::1 first, so dev servers do).
+	var fd int
+	for _, sa := range []unix.Sockaddr{
+		&unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}},
+		&unix.SockaddrInet6{Port: port, Addr: [16]byte{15: 1}},
+	} {
+		family := unix.AF_INET
+		if _, v6 := sa.(*unix.SockaddrInet6); v6 {
+			family = unix.AF_INET6
 		}
-		return nil, fmt.Errorf("port %d in sandbox %d: %w", port, pid, err)
+		if fd, err = socketIn(pidfd, family); err != nil {
+			return nil, fmt.Errorf("socket in sandbox %d: %w", pid, err)
+		}
+		if err = connectTo(ctx, fd, sa); err == nil {
+			break
+		}
+		unix.Close(fd)
+		if !errors.Is(err, unix.ECONNREFUSED) && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENETUNREACH) {
+			return nil, fmt.Errorf("port %d in sandbox %d: %w", port, pid, err)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("port %d: %w", port, ErrPortClosed)
 	}
 	f := os.NewFile(uintptr(fd), "sandbox-port")
 	defer f.Close()
@@ -72,7 +86,7 @@ func notOwnNetns(pid int) error {
 // only the calling thread: the work runs on a goroutine locked to its thread, which returns to this
 // process's namespace before anything else runs on it, or ends with the goroutine (a thread left
 // locked is not reused).
-func socketIn(pidfd int) (int, error) {
+func socketIn(pidfd, family int) (int, error) {
 	type result struct {
 		fd  int
 		err error
@@ -92,7 +106,7 @@ func socketIn(pidfd int) (int, error) {
 			ch <- result{-1, err}
 			return
 		}
-		fd, serr := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		fd, serr := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err := unix.Setns(own, unix.CLONE_NEWNET); err != nil {
 			if serr == nil {
 				unix.Close(fd)
@@ -107,9 +121,9 @@ func socketIn(pidfd int) (int, error) {
 	return r.fd, r.err
 }
 
-// connectLoopback connects the non-blocking socket fd to 127.0.0.1:port, within ctx and dialTimeout.
-func connectLoopback(ctx context.Context, fd, port int) error {
-	err := unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+// connectTo connects the non-blocking socket fd to sa, within ctx and dialTimeout.
+func connectTo(ctx context.Context, fd int, sa unix.Sockaddr) error {
+	err := unix.Connect(fd, sa)
 	if err == nil {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -14,7 +15,8 @@ import (
 	"toolshed.dev/shed/sandbox"
 )
 
-// TestDialPort: a server on the sandbox's loopback is reached from the host, a port nothing listens on
+// TestDialPort: a server on the sandbox's loopback (127.0.0.1, or ::1 only) is reached from the host, a
+// port nothing listens on
 // there is ErrPortClosed (even when the host's loopback has it), and a pid in the host's own network
 // namespace or a bad port is refused.
 func TestDialPort(t *testing.T) {
@@ -26,7 +28,7 @@ func TestDialPort(t *testing.T) {
 	}
 	defer host.Close()
 	hostPort := host.Addr().(*net.TCPAddr).Port
-	spec := readOnlySpec(t, "sh", "-c", "echo hello-from-bench | nc -l -p 8000; echo done")
+	spec := readOnlySpec(t, "sh", "-c", "httpd -f -p [::1]:8002 -h /etc & echo hello-from-bench | nc -l -p 8000; nc -l -p 8009 </dev/null; kill $!; echo done")
 	var out, errb bytes.Buffer
 	p, err := sandbox.Start(context.Background(), spec, sandbox.Stdio{Stdout: &out, Stderr: &errb})
 	if err != nil {
@@ -34,14 +36,17 @@ func TestDialPort(t *testing.T) {
 	}
 	defer p.Wait()
 	ctx := context.Background()
-	var c net.Conn
-	for i := 0; ; i++ {
-		c, err = sandbox.DialPort(ctx, p.Pid, 8000)
-		if err == nil || !errors.Is(err, sandbox.ErrPortClosed) || i == 100 {
-			break
+	// The servers start as the sandbox does: each is dialled until it listens (5 s at most).
+	dial := func(port int) (net.Conn, error) {
+		for i := 0; ; i++ {
+			c, err := sandbox.DialPort(ctx, p.Pid, port)
+			if err == nil || !errors.Is(err, sandbox.ErrPortClosed) || i == 100 {
+				return c, err
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	c, err := dial(8000)
 	if err != nil {
 		t.Fatalf("dial 8000: %v (stderr %q)", err, errb.String())
 	}
@@ -49,6 +54,16 @@ func TestDialPort(t *testing.T) {
 	c.Close()
 	if line != "hello-from-bench\n" {
 		t.Errorf("read %q, %v", line, err)
+	}
+	// A server on ::1 only (a dev server bound to "localhost" may be).
+	if c, err = dial(8002); err != nil {
+		t.Fatalf("dial 8002 on ::1: %v (stderr %q)", err, errb.String())
+	}
+	fmt.Fprintf(c, "GET /nothing HTTP/1.0\r\n\r\n")
+	line, err = bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if !strings.HasPrefix(line, "HTTP/1.") {
+		t.Errorf("read %q, %v from ::1", line, err)
 	}
 	if _, err := sandbox.DialPort(ctx, p.Pid, hostPort); !errors.Is(err, sandbox.ErrPortClosed) {
 		t.Errorf("the host's port %d through the sandbox: %v, want ErrPortClosed", hostPort, err)
@@ -61,6 +76,11 @@ func TestDialPort(t *testing.T) {
 	if _, err := sandbox.DialPort(ctx, os.Getpid(), hostPort); err == nil || !strings.Contains(err.Error(), "host's network namespace") {
 		t.Errorf("the host's namespace: %v", err)
 	}
+	// A connection to 8009 ends the sandbox.
+	if c, err = dial(8009); err != nil {
+		t.Fatalf("dial 8009: %v", err)
+	}
+	c.Close()
 	if code, err := p.Wait(); err != nil || code != 0 || !strings.Contains(out.String(), "done") {
 		t.Errorf("sandbox: %d %v %q %q", code, err, out.String(), errb.String())
 	}
