@@ -259,10 +259,11 @@ func (s *Server) guard(h http.Handler) http.Handler {
 			}
 			w.Header().Set("Connection", "close")
 			if r.ContentLength != 0 {
-				// A small body that is all but sent (a signed URL's form) gets a second to arrive, so
-				// that net/http drains it and the client reads the refusal, not a reset.
+				// A stranger's small body that is all but sent (a signed URL's form) gets a second to
+				// arrive, so that net/http drains it and the client reads the 401, not a reset. A key's
+				// user past its share is not held a second longer.
 				d := time.Now()
-				if r.ContentLength > 0 && r.ContentLength <= smallBody {
+				if status == http.StatusUnauthorized && r.ContentLength > 0 && r.ContentLength <= smallBody {
 					d = d.Add(time.Second)
 				}
 				_ = rc.SetReadDeadline(d)

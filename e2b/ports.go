@@ -72,7 +72,7 @@ func (s *Server) hosts(api http.Handler) http.Handler {
 		case !under:
 			api.ServeHTTP(w, r)
 		case port == 0:
-			dropBody(w, r)
+			dropBody(w, r, true)
 			writeError(w, http.StatusBadRequest, "host %q: a sandbox's port is PORT-ID.%s, PORT from 1 to 65535 (the SDK's getHost(port) makes it)", label+"."+hostOnly(s.domain()), hostOnly(s.domain()))
 		case port == EnvdPort:
 			// The host names the sandbox: the SDK's requests say it again; a signed URL's do not.
@@ -121,27 +121,27 @@ func (s *Server) port(w http.ResponseWriter, r *http.Request, id string, port in
 	sb := s.sandboxes[id]
 	s.mu.Unlock()
 	if sb == nil || !s.keyLive(sb.keyID) {
-		dropBody(w, r)
+		dropBody(w, r, true)
 		writePortError(w, status, id, 0, msgNotFound)
 		return
 	}
 	if why := s.mayReach(r, sb); why != "" {
 		status = http.StatusForbidden
-		dropBody(w, r)
+		dropBody(w, r, true)
 		writePortError(w, status, id, port, why)
 		return
 	}
 	lim := s.limits()
 	if c, _ := r.Context().Value(connKey{}).(*conn); c != nil && !lim.promote(c, sb.user) {
 		status = http.StatusTooManyRequests
-		dropBody(w, r)
+		dropBody(w, r, false)
 		writeError(w, status, "too many connections of this sandbox's owner: close some")
 		return
 	}
 	release, ok := lim.start(sb.user)
 	if !ok {
 		status = http.StatusTooManyRequests
-		dropBody(w, r)
+		dropBody(w, r, false)
 		writeError(w, status, "too many requests of this sandbox's owner in flight: wait for some to end")
 		return
 	}
@@ -192,12 +192,13 @@ func (s *Server) port(w http.ResponseWriter, r *http.Request, id string, port in
 }
 
 // dropBody ends a refused request's connection after the answer, as guard's refusals do: its body is
-// not read, but for a small one that gets a second (so that its client reads the answer, not a reset).
-func dropBody(w http.ResponseWriter, r *http.Request) {
+// not read, but with grace a small one gets a second (so that its client reads the answer, not a
+// reset); an owner past its share gets none.
+func dropBody(w http.ResponseWriter, r *http.Request, grace bool) {
 	w.Header().Set("Connection", "close")
 	if r.ContentLength != 0 {
 		d := time.Now()
-		if r.ContentLength > 0 && r.ContentLength <= smallBody {
+		if grace && r.ContentLength > 0 && r.ContentLength <= smallBody {
 			d = d.Add(time.Second)
 		}
 		_ = http.NewResponseController(w).SetReadDeadline(d)
