@@ -153,6 +153,10 @@ type BenchCreateRequest struct {
 	MemoryBytes int64  `json:"memory_bytes,omitempty"` // memory limit in bytes (0: none, or the users' bound)
 	Pids        int64  `json:"pids,omitempty"`         // limit on the number of processes (0: none, or the users' bound)
 
+	// NetAllow and NetDeny narrow the recipe's network profile for this Bench (as bench.set_network).
+	NetAllow []string `json:"net_allow,omitempty"`
+	NetDeny  []string `json:"net_deny,omitempty"`
+
 	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
 	slot *Slot
 }
@@ -193,6 +197,10 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		return nil, err
 	}
 	limits := s.limitsFor(c, sandbox.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids})
+	rules, err := bench.NetworkRules(req.NetAllow, req.NetDeny)
+	if err != nil {
+		return nil, err
+	}
 	w, err := s.realize(ctx, c, req.Workshop, false, nil)
 	if err != nil {
 		return nil, err
@@ -225,7 +233,7 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 			defer warm.Close() // a no-op once used
 		}
 		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
-			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, Limits: limits, Init: warm,
+			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Rules: rules, Argv: holdArgv, Limits: limits, Init: warm,
 			Reserved: sl.bound,
 			Started: func(rec *bench.Record) {
 				sl.release() // its record counts from now
@@ -577,6 +585,11 @@ type FileEntry struct {
 	Group    string    `json:"group"`            // its group's
 	Modified time.Time `json:"modified"`         // its last change
 	Target   string    `json:"target,omitempty"` // a symlink's target
+
+	// What a symlink resolves to (unset if nothing: dangling, a loop).
+	Resolved   string `json:"resolved,omitempty"`    // its target resolved inside the Bench, absolute
+	TargetType string `json:"target_type,omitempty"` // what it resolves to: "file", "dir" or "other"
+	TargetMode uint32 `json:"target_mode,omitempty"` // and that file's permission bits
 }
 
 // ListFilesResult is a directory's entries, sorted by path.
@@ -658,6 +671,7 @@ func (s *Service) findIn(ctx context.Context, c *Call, benchName, dir string, ar
 		})
 	}
 	slices.SortFunc(entries, func(a, b FileEntry) int { return strings.Compare(a.Path, b.Path) })
+	s.resolveLinks(ctx, st, rec, entries)
 	return entries, nil
 }
 
@@ -681,9 +695,20 @@ func (s *Service) MakeDir(ctx context.Context, c *Call, req *BenchPathRequest) (
 	return &MadeResult{Created: out != "exists\n"}, nil
 }
 
+// RemoveFileRequest names a path of a Bench to remove.
+type RemoveFileRequest struct {
+	Bench     string `json:"bench"`                // the Bench, by name or id
+	Path      string `json:"path"`                 // absolute, as the Bench sees it
+	MissingOK bool   `json:"missing_ok,omitempty"` // a path that is not there is removed already (envd's, rm -f's answer), not an error
+}
+
 // RemoveFile removes a file of a running Bench, or a directory and all it holds, from inside it.
-func (s *Service) RemoveFile(ctx context.Context, c *Call, req *BenchPathRequest) (*Empty, error) {
-	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || { echo "$1: no such file or directory" >&2; exit 2; }; rm -rf -- "$1"`, req.Path); err != nil {
+func (s *Service) RemoveFile(ctx context.Context, c *Call, req *RemoveFileRequest) (*Empty, error) {
+	missing := `{ echo "$1: no such file or directory" >&2; exit 2; }`
+	if req.MissingOK {
+		missing = "exit 0"
+	}
+	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || `+missing+`; rm -rf -- "$1"`, req.Path); err != nil {
 		return nil, err
 	}
 	return &Empty{}, nil

@@ -34,6 +34,7 @@ type proc struct {
 	mu   sync.Mutex
 	subs map[*sub]struct{}
 	end  *process.ProcessEvent // set when it ended
+	gone bool                  // set when it ended because its sandbox did: no end event, a broken stream
 	done chan struct{}
 }
 
@@ -54,6 +55,20 @@ const (
 	maxStdinChunk = 1 << 20
 	maxRPCMessage = 4 << 20
 )
+
+// errSandboxGone ends a stream whose command ended with its sandbox (killed, past its timeout):
+// the stream breaks, as envd's does when its VM goes, and the SDK, finding /health 502, reports
+// "the sandbox was killed or reached its end of life" (a TimeoutError) rather than an exit.
+var errSandboxGone = errors.New("the sandbox ended")
+
+// abortIfGone breaks the stream's connection (net/http's way: the response ends without its last
+// chunk, an HTTP/2 stream is reset) if err says the sandbox ended; otherwise it returns err.
+func abortIfGone(err error) error {
+	if errors.Is(err, errSandboxGone) {
+		panic(http.ErrAbortHandler)
+	}
+	return err
+}
 
 var errBehind = connect.NewError(connect.CodeResourceExhausted, errors.New("this stream fell behind the command's output and was dropped; the command goes on (commands.connect to watch it again)"))
 
@@ -179,9 +194,9 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 	if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: p.pid}}}}); err != nil {
 		return err
 	}
-	return watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
+	return abortIfGone(watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.StartResponse{Event: ev})
-	})
+	}))
 }
 
 // watch sends a command's events to a stream until it ends (or the stream does), with keepalives at
@@ -213,8 +228,11 @@ func watch(ctx context.Context, h http.Header, p *proc, w *sub, send func(*proce
 				}
 			}
 			p.mu.Lock()
-			end := p.end
+			end, gone := p.end, p.gone
 			p.mu.Unlock()
+			if gone {
+				return errSandboxGone
+			}
 			return send(end)
 		case <-w.dropped:
 			return errBehind
@@ -296,8 +314,12 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 			}
 			end.ExitCode, end.Status, end.Error = -1, "error", &msg
 		}
+		// A command that did not exit by itself may have ended with its sandbox: asked only then, so
+		// that a command's end costs nothing more.
+		gone := sb.killed.Load() || ((err != nil || !end.Exited || end.ExitCode >= 128) && !s.benchRunning(s.Service.Detached.Ctx, c, sb.bench))
 		p.mu.Lock()
 		p.end = &process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}}
+		p.gone = gone
 		p.subs = map[*sub]struct{}{}
 		if p.stdin != nil {
 			p.stdin.Close()
@@ -312,8 +334,9 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 	return p, first, nil
 }
 
-// killAll stops every command of a sandbox (it is being killed).
+// killAll stops every command of a sandbox (it is being killed): their streams break.
 func (sb *sandbox) killAll() {
+	sb.killed.Store(true)
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	for _, p := range sb.procs {
@@ -355,9 +378,9 @@ func (ps *processService) Connect(ctx context.Context, req *connect.Request[proc
 	if err := stream.Send(&process.ConnectResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: p.pid}}}}); err != nil {
 		return err
 	}
-	return watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
+	return abortIfGone(watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.ConnectResponse{Event: ev})
-	})
+	}))
 }
 
 func (ps *processService) List(ctx context.Context, req *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {

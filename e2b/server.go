@@ -88,6 +88,7 @@ type sandbox struct {
 	mu      sync.Mutex
 	procs   map[uint32]*proc
 	nextPid uint32
+	killed  atomic.Bool // set by kill, before its commands are stopped
 }
 
 // Handler is the API's HTTP handler: the control plane, envd's HTTP API and its Connect services.
@@ -101,13 +102,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /sandboxes/{id}", s.kill)
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
 	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
+	// The SDK's connect is POST /sandboxes/{id}/connect (older ones: /v2/...).
+	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
-	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupported)
-	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupported)
-	mux.HandleFunc("/templates/", s.unsupported)
-	mux.HandleFunc("/snapshots/", s.unsupported)
+	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
+	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
+	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
+	s.refuse(mux) // refusals.go: what shed does not serve, each with its reason
 
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /files", s.readFile)
 	mux.HandleFunc("POST /files", s.writeFile)
 	// connect-go reads a whole message (decompressed) before the handler authenticates: bound it.

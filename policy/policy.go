@@ -41,6 +41,8 @@ var Roles = map[string][]app.Role{
 	"bench.remove_file":   {app.Operator, app.User},
 	"bench.move_file":     {app.Operator, app.User},
 	"bench.set_lifetime":  {app.Operator, app.User},
+	"bench.set_network":   {app.Operator, app.User},
+	"bench.network":       {app.Operator, app.User},
 	"workshop.launchable": {app.Operator, app.User},
 	"audit.ls":            {app.Operator},
 	"agent.key_create":    {app.Operator},
@@ -149,6 +151,8 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 	case *app.MoveFileRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.SetLifetimeRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.SetNetworkRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.WhyRequest:
 		if !op {

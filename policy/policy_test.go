@@ -100,6 +100,8 @@ func requests() map[string]any {
 		"bench.remove_file":   &app.BenchPathRequest{Bench: "someones", Path: "/root"},
 		"bench.move_file":     &app.MoveFileRequest{Bench: "someones", From: "/root", To: "/tmp/r"},
 		"bench.set_lifetime":  &app.SetLifetimeRequest{Bench: "someones", LifetimeS: 86400},
+		"bench.set_network":   &app.SetNetworkRequest{Bench: "someones", Deny: []string{"0.0.0.0/0"}},
+		"bench.network":       &app.BenchRequest{Bench: "someones"},
 		"workshop.launchable": &app.LaunchableRequest{},
 		"audit.ls":            &app.AuditRequest{},
 		"audit.verify":        &app.AuditVerifyRequest{},

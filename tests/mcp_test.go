@@ -44,7 +44,7 @@ func npmPackage(t *testing.T, name, pkg, version string) string {
 // apt through the recipe's network profile, writes and runs a script, reads a file back, proposes,
 // removes the Bench; a Bench created with a short lifetime is removed by the supervisor.
 func TestMCP(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	sock := daemon(t, root)

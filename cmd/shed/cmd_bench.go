@@ -159,6 +159,7 @@ func cmdBench() *cli.Command {
 					return nil
 				},
 			},
+			cmdBenchNetwork(),
 			{
 				Name:         "rm",
 				BashComplete: completeBenches,
