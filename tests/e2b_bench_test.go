@@ -83,13 +83,16 @@ func BenchmarkE2B(b *testing.B) {
 		return res.MS
 	}
 	cl := &api.Client{Socket: sock}
+	// The baseline's Benches are root's, with the limits a user's get (the supervisor's default
+	// --user-memory and --user-pids), as the SDK's are nobody's.
+	baselineBench := &app.BenchCreateRequest{Workshop: name, LifetimeS: 300, MemoryBytes: 4 << 30, Pids: 4096}
 	ctx := context.Background()
 	shell := func(line string) []string { return []string{"/bin/bash", "-l", "-c", line} }
 	// One sandbox's time to interactive through the socket: create, then the first command.
 	socketTTI := func() float64 {
 		start := time.Now()
 		var c app.BenchCreateResult
-		if err := cl.Call(ctx, "bench.create", &app.BenchCreateRequest{Workshop: name, LifetimeS: 300}, &c); err != nil {
+		if err := cl.Call(ctx, "bench.create", baselineBench, &c); err != nil {
 			b.Fatal(err)
 		}
 		var x app.ExecResult
@@ -104,7 +107,7 @@ func BenchmarkE2B(b *testing.B) {
 	}
 	socketActions := func(n int) []float64 {
 		var c app.BenchCreateResult
-		if err := cl.Call(ctx, "bench.create", &app.BenchCreateRequest{Workshop: name, LifetimeS: 300}, &c); err != nil {
+		if err := cl.Call(ctx, "bench.create", baselineBench, &c); err != nil {
 			b.Fatal(err)
 		}
 		defer cl.Call(ctx, "bench.rm", &app.BenchRemoveRequest{Benches: []string{c.ID}}, nil)
