@@ -153,6 +153,10 @@ type BenchCreateRequest struct {
 	MemoryBytes int64  `json:"memory_bytes,omitempty"` // memory limit in bytes (0: none, or the users' bound)
 	Pids        int64  `json:"pids,omitempty"`         // limit on the number of processes (0: none, or the users' bound)
 
+	// NetAllow and NetDeny narrow the recipe's network profile for this Bench (as bench.set_network).
+	NetAllow []string `json:"net_allow,omitempty"`
+	NetDeny  []string `json:"net_deny,omitempty"`
+
 	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
 	slot *Slot
 }
@@ -193,6 +197,10 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		return nil, err
 	}
 	limits := s.limitsFor(c, sandbox.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids})
+	rules, err := bench.NetworkRules(req.NetAllow, req.NetDeny)
+	if err != nil {
+		return nil, err
+	}
 	w, err := s.realize(ctx, c, req.Workshop, false, nil)
 	if err != nil {
 		return nil, err
@@ -225,7 +233,7 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 			defer warm.Close() // a no-op once used
 		}
 		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
-			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Argv: holdArgv, Limits: limits, Init: warm,
+			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Rules: rules, Argv: holdArgv, Limits: limits, Init: warm,
 			Reserved: sl.bound,
 			Started: func(rec *bench.Record) {
 				sl.release() // its record counts from now
@@ -399,6 +407,9 @@ type WriteFilesRequest struct {
 	// path named twice ends as the last names it): at most 4096 (MaxWriteFiles), their contents at
 	// most 8 MiB together (MaxWriteBytes).
 	Files []FileWrite `json:"files"`
+	// Metadata is every file's metadata (the E2B API's: package bench keeps it as extended
+	// attributes); what a file had before is removed either way.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // FileWrite is one file of a bench.write_files.
@@ -430,6 +441,9 @@ func (s *Service) WriteFiles(ctx context.Context, c *Call, req *WriteFilesReques
 	}
 	if len(req.Files) > MaxWriteFiles {
 		return nil, usage(fmt.Sprintf("at most %d files a request: send the others in more requests", MaxWriteFiles), "%d files in one request", len(req.Files))
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, err
 	}
 	headers := make([]*tar.Header, len(req.Files))
 	paths := make([]string, len(req.Files))
@@ -485,6 +499,10 @@ func (s *Service) WriteFiles(ctx context.Context, c *Call, req *WriteFilesReques
 	if code != 0 {
 		return nil, fail(CodeFailed, fmt.Errorf("write %s in bench %s: %s", Plural(len(paths), "file"), rec.Name, firstLine(errb.buf.String(), code)),
 			"bench.write_files runs tar in the Bench: its Workshop needs one (Debian's, or busybox's)")
+	}
+	// tar kept no attributes of a file it replaced; a stale one of ours is removed all the same.
+	if err := bench.SetMetadata(rec, paths, req.Metadata); err != nil {
+		return nil, fail(CodeFailed, fmt.Errorf("write %s in bench %s: written, but %w", Plural(len(paths), "file"), rec.Name, err), "")
 	}
 	return &WriteFilesResult{Paths: paths}, nil
 }
@@ -577,6 +595,13 @@ type FileEntry struct {
 	Group    string    `json:"group"`            // its group's
 	Modified time.Time `json:"modified"`         // its last change
 	Target   string    `json:"target,omitempty"` // a symlink's target
+
+	// What a symlink resolves to (unset if nothing: dangling, a loop).
+	Resolved   string `json:"resolved,omitempty"`    // its target resolved inside the Bench, absolute
+	TargetType string `json:"target_type,omitempty"` // what it resolves to: "file", "dir" or "other"
+	TargetMode uint32 `json:"target_mode,omitempty"` // and that file's permission bits
+
+	Metadata map[string]string `json:"metadata,omitempty"` // its metadata (bench.write_files'), if it has any
 }
 
 // ListFilesResult is a directory's entries, sorted by path.
@@ -658,6 +683,16 @@ func (s *Service) findIn(ctx context.Context, c *Call, benchName, dir string, ar
 		})
 	}
 	slices.SortFunc(entries, func(a, b FileEntry) int { return strings.Compare(a.Path, b.Path) })
+	s.resolveLinks(ctx, st, rec, entries)
+	paths := make([]string, len(entries))
+	for i := range entries {
+		paths[i] = entries[i].Path
+	}
+	if md, err := bench.Metadata(rec, paths); err == nil {
+		for i := range entries {
+			entries[i].Metadata = md[i]
+		}
+	}
 	return entries, nil
 }
 
@@ -681,9 +716,20 @@ func (s *Service) MakeDir(ctx context.Context, c *Call, req *BenchPathRequest) (
 	return &MadeResult{Created: out != "exists\n"}, nil
 }
 
+// RemoveFileRequest names a path of a Bench to remove.
+type RemoveFileRequest struct {
+	Bench     string `json:"bench"`                // the Bench, by name or id
+	Path      string `json:"path"`                 // absolute, as the Bench sees it
+	MissingOK bool   `json:"missing_ok,omitempty"` // a path that is not there is removed already (envd's, rm -f's answer), not an error
+}
+
 // RemoveFile removes a file of a running Bench, or a directory and all it holds, from inside it.
-func (s *Service) RemoveFile(ctx context.Context, c *Call, req *BenchPathRequest) (*Empty, error) {
-	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || { echo "$1: no such file or directory" >&2; exit 2; }; rm -rf -- "$1"`, req.Path); err != nil {
+func (s *Service) RemoveFile(ctx context.Context, c *Call, req *RemoveFileRequest) (*Empty, error) {
+	missing := `{ echo "$1: no such file or directory" >&2; exit 2; }`
+	if req.MissingOK {
+		missing = "exit 0"
+	}
+	if _, err := s.shIn(ctx, c, req.Bench, `[ -e "$1" ] || [ -L "$1" ] || `+missing+`; rm -rf -- "$1"`, req.Path); err != nil {
 		return nil, err
 	}
 	return &Empty{}, nil

@@ -24,7 +24,8 @@ var reads = map[string]bool{
 	"bench.ls": true, "workshop.ls": true, "workshop.show": true, "workshop.log": true, "workshop.diff": true,
 	"workshop.launchable": true, "key.show": true, "store.ls": true, "store.info": true, "root.ls": true,
 	"why": true, "diff": true, "log": true, "bench.logs": true, "proposal.show": true, "bench.read_file": true,
-	"bench.list_files": true, "bench.stat_file": true, "audit.ls": true, "audit.verify": true, "agent.key_ls": true, "store.verify": true,
+	"bench.list_files": true, "bench.stat_file": true, "bench.watch_dir": true, "bench.metrics": true, "audit.ls": true, "audit.verify": true, "agent.key_ls": true, "store.verify": true,
+	"bench.network": true,
 }
 
 // authority are the operations that change what the supervisor trusts or keeps: the store itself,
@@ -145,6 +146,8 @@ func benchNamed(req any) string {
 		return r.Bench
 	case *SetLifetimeRequest:
 		return r.Bench
+	case *SetNetworkRequest:
+		return r.Bench
 	case *BenchRemoveRequest:
 		if len(r.Benches) == 1 {
 			return r.Benches[0]
@@ -188,6 +191,9 @@ func entryOf(c *Call, op string, req, res any, err error) audit.Entry {
 		e.Workshop, e.Bench = r.Workshop, r.Name
 	case *BenchCreateRequest:
 		e.Workshop, e.Bench = r.Workshop, r.Name
+		if len(r.NetAllow)+len(r.NetDeny) > 0 {
+			e.Detail = netSummary(r.NetAllow, r.NetDeny)
+		}
 	case *BenchExecRequest:
 		e.Bench = r.Bench
 	case *BenchRequest:
@@ -202,6 +208,8 @@ func entryOf(c *Call, op string, req, res any, err error) audit.Entry {
 		e.Bench, e.Detail = r.Bench, r.From+" -> "+r.To
 	case *SetLifetimeRequest:
 		e.Bench, e.Detail = r.Bench, fmt.Sprintf("lifetime %ds", r.LifetimeS)
+	case *SetNetworkRequest:
+		e.Bench, e.Detail = r.Bench, netSummary(r.Allow, r.Deny)
 	case *BenchRemoveRequest:
 		if len(r.Benches) == 1 {
 			e.Bench = r.Benches[0]

@@ -90,7 +90,7 @@ func Classify(err error) *Error {
 		code = CodeNotFound
 	case errors.Is(err, records.ErrConflict), errors.Is(err, proposal.ErrUsed), errors.Is(err, proposal.ErrChanged):
 		code = CodeConflict
-	case errors.Is(err, bench.ErrGrant), errors.Is(err, store.ErrBadName):
+	case errors.Is(err, bench.ErrGrant), errors.Is(err, store.ErrBadName), errors.Is(err, bench.ErrNetworkRules):
 		code = CodeUsage
 	}
 	return &Error{Code: code, Err: err, Hint: hintFor(err)}

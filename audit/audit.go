@@ -57,7 +57,7 @@ type Entry struct {
 	Role string `json:"role,omitempty"`
 	Via  string `json:"via,omitempty"` // how, when not the socket: "e2b key ID" (a key's public id)
 	// What: an operation of the API (bench.run, workshop.promote, ...), a Bench event (bench.start,
-	// bench.end, net.allowed, net.refused, net.dropped), or audit.dropped (refusals counted, not
+	// bench.end, net.allowed, net.refused, net.cut, net.dropped), or audit.dropped (refusals counted, not
 	// written one by one).
 	Event    string `json:"event"`
 	Bench    string `json:"bench,omitempty"`    // the Bench's name (never its id: app resolves one)

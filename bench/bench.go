@@ -27,6 +27,7 @@ import (
 	"toolshed.dev/shed/internal/fdbudget"
 	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/internal/userns"
+	"toolshed.dev/shed/metrics"
 	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
@@ -35,10 +36,13 @@ import (
 
 // Options describe one launch.
 type Options struct {
-	Name   string   // "" = the Workshop's name and a random suffix
-	Owner  string   // the user who launches it: through the supervisor, users act on their own Benches only
-	Grants []Grant  // requested grants (none by default: grants are bounds, not ambient access)
-	Net    string   // "recipe" (default) or "none"
+	Name   string  // "" = the Workshop's name and a random suffix
+	Owner  string  // the user who launches it: through the supervisor, users act on their own Benches only
+	Grants []Grant // requested grants (none by default: grants are bounds, not ambient access)
+	Net    string  // "recipe" (default) or "none"
+	// Rules narrow the recipe's network profile for this Bench (NetworkRules; nil: the profile alone).
+	// Rules outside the profile are refused before anything starts; SetNetwork changes them later.
+	Rules  *proxy.Filter
 	Keep   bool     // keep the upper after the command exits
 	Argv   []string // the command
 	Env    []string // extra environment (e.g. TERM)
@@ -49,7 +53,7 @@ type Options struct {
 	Init *sandbox.Pending
 	// Event, if set, hears what the Bench does, for the audit log: "bench.start", "bench.end" (detail:
 	// the exit code), and each network destination its proxy allowed ("net.allowed") or refused
-	// ("net.refused", detail: why).
+	// ("net.refused", detail: why), or cut when new network rules no longer allowed it ("net.cut").
 	Event func(bench, event, dest, detail string)
 	// Reserved, if set, is told the Bench's id once its name is reserved, before it has a record (a
 	// count of Benches that holds a launch's place until then tells the two apart by it).
@@ -95,6 +99,9 @@ type Record struct {
 	// what users call it, where Workshop is a file of the store (computed, never stored).
 	Record  string `json:"record,omitempty"`
 	Version int    `json:"version,omitempty"`
+	// Metrics is a running Bench's newest reading of its use (cpu, memory, its upper's disk):
+	// computed by the lister, never stored.
+	Metrics *metrics.Sample `json:"metrics,omitempty"`
 }
 
 // ErrNoBench is returned for a name or id that matches no Bench.
@@ -166,6 +173,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		Env:      benchEnv(opts),
 		Dir:      "/root",
 		Limits:   opts.Limits,
+		Account:  true, // its metrics (bench.metrics, `bench ls`)
 		Control:  controlAddr(s, id),
 	}
 	for _, l := range layers {
@@ -195,9 +203,14 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		return 0, err
 	}
 	defer netLog.Close()
+	live := &liveNet{rules: opts.Rules}
 	if opts.Net == "recipe" {
 		rules, err := Rules(r)
 		if err != nil {
+			return 0, err
+		}
+		live.profile = rules
+		if err := within(opts.Rules, rules); err != nil {
 			return 0, err
 		}
 		if len(rules) > 0 {
@@ -205,10 +218,13 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			enc := json.NewEncoder(&capped{w: netLog, left: MaxNetworkLog})
 			// The Bench's share of the process's proxy connections (package fdbudget): its
 			// excess waits behind its own connections.
-			px, err = proxy.New(proxy.Config{Allow: rules, MaxConns: fdbudget.Process().ProxyPerBench, Shared: proxyShare(), Log: func(d proxy.Decision) {
+			px, err = proxy.New(proxy.Config{Allow: rules, Filter: opts.Rules, MaxConns: fdbudget.Process().ProxyPerBench, Shared: proxyShare(), Log: func(d proxy.Decision) {
 				if opts.Event != nil {
 					ev := "net.refused"
-					if d.Allowed {
+					switch {
+					case d.Cut:
+						ev = "net.cut"
+					case d.Allowed:
 						ev = "net.allowed"
 					}
 					opts.Event(name, ev, net.JoinHostPort(d.Host, strconv.Itoa(d.Port)), d.Reason)
@@ -225,7 +241,12 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			}
 			spec.Env = append(spec.Env, proxyEnv()...)
 		}
+	} else if err := within(opts.Rules, nil); err != nil {
+		return 0, err
 	}
+	live.px = px
+	nets.Store(id, live)
+	defer nets.Delete(id)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if opts.Propose != nil {

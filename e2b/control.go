@@ -1,13 +1,17 @@
 package e2b
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,7 +36,7 @@ type newSandbox struct {
 	AutoPause           *bool             `json:"autoPause"`
 	Network             json.RawMessage   `json:"network"`
 	IAM                 json.RawMessage   `json:"iam"`
-	MCP                 json.RawMessage   `json:"mcp"`
+	MCP                 json.RawMessage   `json:"mcp"` // accepted and left alone, as E2B's API: the SDK starts the template's mcp-gateway itself
 	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
 	AutoResume          json.RawMessage   `json:"autoResume"`
 	AutoPauseMemory     json.RawMessage   `json:"autoPauseMemory"`
@@ -155,12 +159,19 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "template %q: no Workshop record of that name that %s may launch (`shed workshop ls` lists them; an operator allows one with `shed workshop allow NAME USER`)", req.TemplateID, c.User)
 		return
 	}
-	net := ""
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
-		net = "none"
+	// The Bench's own network rules, within its Workshop's network profile (internet access off is
+	// E2B's denyOut 0.0.0.0/0: the proxy stays, so that an update can open it again).
+	nw, msg := parseNetwork(req.Network, "network")
+	var allow, deny []string
+	if msg == "" {
+		allow, deny, msg = nw.rules("network", req.AllowInternetAccess)
+	}
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, "%s", msg)
+		return
 	}
 	created, err := s.Service.Do(r.Context(), call, "bench.create", &app.BenchCreateRequest{
-		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: timeout, Net: net,
+		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: timeout, NetAllow: allow, NetDeny: deny,
 	})
 	if err != nil {
 		writeAppError(w, err)
@@ -186,12 +197,8 @@ func unsupportedCreate(r *newSandbox) string {
 		return "templateID: name a Workshop record (`shed workshop ls`)"
 	case r.AutoPause != nil && *r.AutoPause, set(r.AutoResume), set(r.AutoPauseMemory):
 		return "pausing is not supported: a Bench ends at its timeout (docs/agents.md)"
-	case set(r.Network):
-		return "network rules are not supported per sandbox: a Workshop's network profile decides (allowInternetAccess: false gives none)"
 	case set(r.IAM):
 		return "iam tokens are not supported"
-	case set(r.MCP):
-		return "an MCP gateway in the sandbox is not supported: run `shed mcp` beside the harness instead (docs/agents.md)"
 	case set(r.VolumeMounts) && strings.TrimSpace(string(r.VolumeMounts)) != "[]":
 		return "volume mounts are not supported: an operator grants directories in the Workshop's recipe"
 	}
@@ -239,34 +246,168 @@ func (s *Server) running(w http.ResponseWriter, r *http.Request, c *app.Caller) 
 		out = append(out, sb)
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b *sandbox) int { return a.started.Compare(b.started) })
+	slices.SortFunc(out, func(a, b *sandbox) int {
+		if c := a.started.Compare(b.started); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id) // as a cursor orders them
+	})
 	return out, recs, true
 }
 
+// list is GET /v2/sandboxes (and the older GET /sandboxes, which pages nothing): the caller's
+// running sandboxes that match its filters (metadata, state, template, startedAfter), ordered by
+// start (order, newest first unless asc), a page of limit (1 to 100, default 100) at a time from
+// nextToken; X-Next-Token names the next page while there is one.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	c := s.authorized(w, r)
 	if c == nil {
+		return
+	}
+	q, err := listQueryOf(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	sbs, recs, ok := s.running(w, r, c)
 	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	out := []sandboxJSON{}
+	var match []*sandbox
 	for _, sb := range sbs {
-		if t := q.Get("template"); t != "" && t != sb.template {
+		if (q.template != "" && q.template != sb.template) || !q.running || sb.started.Before(q.after) || !metadataMatches(sb.metadata, q.metadata) {
 			continue
 		}
-		if st := q.Get("state"); st != "" && !slices.Contains(strings.Split(st, ","), "running") {
-			continue
-		}
-		if !metadataMatches(sb.metadata, q.Get("metadata")) {
-			continue
-		}
+		match = append(match, sb)
+	}
+	if q.running {
+		w.Header().Set("X-Total-Running", strconv.Itoa(len(match)))
+	}
+	match, next := q.page(match)
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	out := []sandboxJSON{}
+	for _, sb := range match {
 		out = append(out, s.describe(sb, recs[sb.bench].Expires))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// listQuery is a list's query, checked.
+type listQuery struct {
+	metadata, template string
+	running            bool // the states asked for include running (shed's sandboxes are all running)
+	after              time.Time
+	desc               bool
+	limit              int
+	cursor             *cursor
+}
+
+// maxListLimit is E2B's largest page.
+const maxListLimit = 100
+
+func listQueryOf(r *http.Request) (*listQuery, error) {
+	v := r.URL.Query()
+	q := &listQuery{metadata: v.Get("metadata"), template: v.Get("template"), running: true, desc: true, limit: maxListLimit}
+	if !strings.HasPrefix(r.URL.Path, "/v2/") {
+		q.limit = math.MaxInt // the older list pages nothing
+	}
+	// state is a list, comma-joined as the SDK sends it, or repeated.
+	if states := v["state"]; len(states) > 0 {
+		q.running = false
+		for _, st := range strings.Split(strings.Join(states, ","), ",") {
+			switch st {
+			case "running":
+				q.running = true
+			case "paused":
+			default:
+				return nil, fmt.Errorf("state %q: running or paused", st)
+			}
+		}
+	}
+	if s := v.Get("startedAfter"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return nil, fmt.Errorf("startedAfter %q: a date-time as RFC 3339 writes one (2006-01-02T15:04:05Z)", s)
+		}
+		q.after = t
+	}
+	switch v.Get("order") {
+	case "", "desc":
+	case "asc":
+		q.desc = false
+	default:
+		return nil, fmt.Errorf("order %q: asc or desc", v.Get("order"))
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			return nil, fmt.Errorf("limit %q: a number from 1 to %d", s, maxListLimit)
+		}
+		q.limit = n
+	}
+	if s := v.Get("nextToken"); s != "" {
+		c, err := parseCursor(s)
+		if err != nil {
+			return nil, fmt.Errorf("nextToken %q: not one this server's list gave (X-Next-Token)", s)
+		}
+		q.cursor = c
+	}
+	return q, nil
+}
+
+// page is the query's page of sandboxes (oldest first, as running gives them), and the token of
+// the next page ("" if it is the last).
+func (q *listQuery) page(sbs []*sandbox) ([]*sandbox, string) {
+	sbs = slices.Clone(sbs)
+	if q.desc {
+		slices.Reverse(sbs)
+	}
+	if q.cursor != nil {
+		sbs = slices.DeleteFunc(sbs, func(sb *sandbox) bool { return !q.cursor.before(sb, q.desc) })
+	}
+	if len(sbs) > q.limit {
+		sbs = sbs[:q.limit]
+		return sbs, cursorOf(sbs[len(sbs)-1])
+	}
+	return sbs, ""
+}
+
+// A cursor is where a page ended: its last sandbox's start and id. The next page is what comes
+// after it in the list's order, so sandboxes made or ended meanwhile neither repeat nor shift it.
+type cursor struct {
+	started time.Time
+	id      string
+}
+
+func cursorOf(sb *sandbox) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(sb.started.UnixNano(), 10) + "/" + sb.id))
+}
+
+func parseCursor(s string) (*cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	ns, id, ok := strings.Cut(string(b), "/")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || id == "" {
+		return nil, errors.New("not a cursor")
+	}
+	return &cursor{started: time.Unix(0, n), id: id}, nil
+}
+
+// before says whether sb comes after the cursor in the list's order.
+func (c *cursor) before(sb *sandbox, desc bool) bool {
+	cmp := sb.started.Compare(c.started)
+	if cmp == 0 {
+		cmp = strings.Compare(sb.id, c.id)
+	}
+	if desc {
+		return cmp < 0
+	}
+	return cmp > 0
 }
 
 // metadataMatches applies list's metadata filter: key=value pairs joined by &, each URL-encoded.
@@ -304,14 +445,15 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*app.Caller, *s
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	_, sb, rec := s.lookup(w, r)
+	c, sb, rec := s.lookup(w, r)
 	if sb == nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, s.describe(sb, rec.Expires))
+	writeJSON(w, http.StatusOK, s.detail(r, c, sb, s.describe(sb, rec.Expires)))
 }
 
-// connect answers as create did, for a running sandbox (E2B resumes a paused one; shed has none).
+// connect answers as create did, for a running sandbox (E2B resumes a paused one; shed has none);
+// one that is not running is a 404, the SDK's SandboxNotFoundError.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	c, sb, rec := s.lookup(w, r)
 	if sb == nil {
@@ -322,8 +464,11 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&body)
 	out := s.describe(sb, rec.Expires)
-	if body.Timeout != nil {
-		exp, ok := s.extend(w, r, c, sb, *body.Timeout)
+	// E2B's connect only ever extends a sandbox's life ("TTL is only extended"); setTimeout may
+	// shorten it. A timeout out of range goes to bench.set_lifetime, which says why not.
+	if t := body.Timeout; t != nil && rec.Expires != nil && (*t <= 0 || *t > int64(app.MaxLifetime/time.Second) ||
+		time.Now().Add(time.Duration(*t)*time.Second).Truncate(time.Second).After(*rec.Expires)) {
+		exp, ok := s.extend(w, r, c, sb, *t)
 		if !ok {
 			return
 		}
@@ -340,6 +485,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	}
 	sb.killAll()
 	if _, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.rm", &app.BenchRemoveRequest{Benches: []string{sb.bench}}); err != nil {
+		sb.killed.Store(false) // it still runs
 		writeAppError(w, err)
 		return
 	}
@@ -380,15 +526,6 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, c *app.Caller, s
 	}
 	exp := res.(*app.BenchCreateResult).Expires
 	return &exp, true
-}
-
-// unsupported answers the E2B endpoints shed does not serve (pause, resume, snapshots, metrics,
-// templates, network updates) with what to do instead.
-func (s *Server) unsupported(w http.ResponseWriter, r *http.Request) {
-	if s.authorized(w, r) == nil {
-		return
-	}
-	writeError(w, http.StatusNotImplemented, "%s %s is not supported by shed's E2B API: docs/agents.md lists what is", r.Method, r.URL.Path)
 }
 
 func unescape(s string) string {

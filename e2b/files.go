@@ -105,9 +105,10 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 
 // writeInfo is what envd answers for each file written.
 type writeInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // writeFile writes the files of a POST /files: one body (application/octet-stream, at the path the
@@ -198,16 +199,34 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []writeInfo{}
 	if len(files) > 0 {
-		res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.write_files", &app.WriteFilesRequest{Bench: sb.bench, Files: files})
+		md := metadataOf(r.Header)
+		res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.write_files", &app.WriteFilesRequest{Bench: sb.bench, Files: files, Metadata: md})
 		if err != nil {
 			writeAppError(w, err)
 			return
 		}
 		for _, p := range res.(*app.WriteFilesResult).Paths {
-			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p, Metadata: md})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// metadataOf is the metadata a write's X-Metadata-KEY headers give (as envd reads them: keys in lower
+// case, the first value of a key).
+func metadataOf(h http.Header) map[string]string {
+	var md map[string]string
+	for name, values := range h {
+		k, ok := strings.CutPrefix(strings.ToLower(name), "x-metadata-")
+		if !ok || k == "" || len(values) == 0 {
+			continue
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[k] = values[0]
+	}
+	return md
 }
 
 type filesystemService struct{ s *Server }
@@ -235,7 +254,11 @@ func (fs *filesystemService) do(ctx context.Context, h http.Header, op string, r
 	return res, nil
 }
 
-// entryInfo is a Bench's file as envd describes one.
+// entryInfo is a Bench's file as envd describes one (its filesystem.GetEntryInfo): mode is the
+// permission bits alone (0o755, never Go's ModeDir bit), permissions is Go's rendering of the whole
+// mode ("drwxr-xr-x"); a symlink is described by what it resolves to (its type and permission
+// bits, symlinkTarget its resolved absolute path, or its own path if it resolves to nothing) but
+// for its name, path, size and permissions ("Lrwxrwxrwx").
 func entryInfo(e *app.FileEntry) *filesystem.EntryInfo {
 	mode := fs.FileMode(e.Mode & 0o777)
 	if e.Mode&0o4000 != 0 {
@@ -247,22 +270,27 @@ func entryInfo(e *app.FileEntry) *filesystem.EntryInfo {
 	if e.Mode&0o1000 != 0 {
 		mode |= fs.ModeSticky
 	}
-	t := filesystem.FileType_FILE_TYPE_UNSPECIFIED
+	fileType := map[string]filesystem.FileType{"file": filesystem.FileType_FILE_TYPE_FILE, "dir": filesystem.FileType_FILE_TYPE_DIRECTORY}
+	t, perm := fileType[e.Type], uint32(e.Mode&0o777)
 	switch e.Type {
-	case "file":
-		t = filesystem.FileType_FILE_TYPE_FILE
 	case "dir":
-		t, mode = filesystem.FileType_FILE_TYPE_DIRECTORY, mode|fs.ModeDir
+		mode |= fs.ModeDir
 	case "symlink":
-		t, mode = filesystem.FileType_FILE_TYPE_SYMLINK, mode|fs.ModeSymlink
+		mode |= fs.ModeSymlink
+		t, perm = fileType[e.TargetType], e.TargetMode&0o777
 	}
 	info := &filesystem.EntryInfo{
-		Name: e.Name, Type: t, Path: e.Path, Size: e.Size, Mode: uint32(mode), Permissions: mode.String(),
+		Name: e.Name, Type: t, Path: e.Path, Size: e.Size, Mode: perm, Permissions: mode.String(),
 		Owner: e.Owner, Group: e.Group, ModifiedTime: timestamppb.New(e.Modified),
 	}
 	if e.Type == "symlink" {
-		info.SymlinkTarget = &e.Target
+		target := e.Resolved
+		if target == "" {
+			target = e.Path
+		}
+		info.SymlinkTarget = &target
 	}
+	info.Metadata = e.Metadata
 	return info
 }
 
@@ -324,7 +352,8 @@ func (fs *filesystemService) ListDir(ctx context.Context, req *connect.Request[f
 
 func (fs *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
 	p := inBench(req.Msg.GetPath())
-	if _, err := fs.do(ctx, req.Header(), "bench.remove_file", func(b string) any { return &app.BenchPathRequest{Bench: b, Path: p} }); err != nil {
+	// envd removes with os.RemoveAll: a path that is not there is no error.
+	if _, err := fs.do(ctx, req.Header(), "bench.remove_file", func(b string) any { return &app.RemoveFileRequest{Bench: b, Path: p, MissingOK: true} }); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil

@@ -226,7 +226,7 @@ func isConnect(path string) bool {
 // userOf is the key's user a request acts as, from its headers alone: the sandbox's, for the data
 // plane's token; the key's, for the control plane's key. "" is not authenticated.
 func (s *Server) userOf(r *http.Request) string {
-	if isConnect(r.URL.Path) || r.URL.Path == "/files" {
+	if isConnect(r.URL.Path) || r.URL.Path == "/files" || r.URL.Path == "/health" {
 		if sb := s.sandboxOf(r.Header); sb != nil {
 			return sb.user
 		}
@@ -264,7 +264,9 @@ func (s *Server) guard(h http.Handler) http.Handler {
 			}
 			writeError(w, status, "%v", err)
 		}
-		if r.URL.Path == "/health" && r.Method == http.MethodGet {
+		// /health without a sandbox is the port's liveness, for anyone; a sandbox's (isRunning) costs a
+		// lookup of its Bench, so it is its user's request like any other.
+		if r.URL.Path == "/health" && r.Method == http.MethodGet && r.Header.Get("E2b-Sandbox-Id") == "" {
 			if c == nil || lim.preAuthConn(c) {
 				w.Header().Set("Connection", "close") // a connection that has not authenticated is not kept
 			}
@@ -273,6 +275,9 @@ func (s *Server) guard(h http.Handler) http.Handler {
 		}
 		user := s.userOf(r)
 		switch {
+		case user == "" && r.URL.Path == "/health":
+			refuse(http.StatusBadGateway, connect.CodeUnavailable, errNoSandbox) // E2B's answer for a sandbox that is not running
+			return
 		case user == "" && (isConnect(r.URL.Path) || r.URL.Path == "/files"):
 			refuse(http.StatusUnauthorized, connect.CodeUnauthenticated, errNoSandbox)
 			return

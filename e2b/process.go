@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,6 +19,7 @@ import (
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/e2b/envd/process"
 	"toolshed.dev/shed/e2b/envd/process/processconnect"
+	sbox "toolshed.dev/shed/sandbox"
 )
 
 // A command of a sandbox runs as one bench.exec, for as long as it runs: its Start stream, and any
@@ -29,11 +31,17 @@ type proc struct {
 	tag    string
 	config *process.ProcessConfig
 	cancel context.CancelFunc
-	stdin  *os.File // the write end of its stdin, if it has one open
+	stdin  *os.File // the write end of its stdin, if it has one open (of its terminal's, with a pty)
+	// With a pseudo-terminal (pty != nil): the sizes for it, the latest only.
+	pty    *process.PTY
+	resize chan sbox.Winsize
+	// signals for its process (SendSignal's SIGTERM; SIGKILL cancels it).
+	signals chan syscall.Signal
 
 	mu   sync.Mutex
 	subs map[*sub]struct{}
 	end  *process.ProcessEvent // set when it ended
+	gone bool                  // set when it ended because its sandbox did: no end event, a broken stream
 	done chan struct{}
 }
 
@@ -54,6 +62,20 @@ const (
 	maxStdinChunk = 1 << 20
 	maxRPCMessage = 4 << 20
 )
+
+// errSandboxGone ends a stream whose command ended with its sandbox (killed, past its timeout):
+// the stream breaks, as envd's does when its VM goes, and the SDK, finding /health 502, reports
+// "the sandbox was killed or reached its end of life" (a TimeoutError) rather than an exit.
+var errSandboxGone = errors.New("the sandbox ended")
+
+// abortIfGone breaks the stream's connection (net/http's way: the response ends without its last
+// chunk, an HTTP/2 stream is reset) if err says the sandbox ended; otherwise it returns err.
+func abortIfGone(err error) error {
+	if errors.Is(err, errSandboxGone) {
+		panic(http.ErrAbortHandler)
+	}
+	return err
+}
 
 var errBehind = connect.NewError(connect.CodeResourceExhausted, errors.New("this stream fell behind the command's output and was dropped; the command goes on (commands.connect to watch it again)"))
 
@@ -153,9 +175,6 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 		return err
 	}
 	m := req.Msg
-	if m.Pty != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals (sandbox.pty) are not supported: use commands, or `shed bench exec -t` from a terminal"))
-	}
 	cfg := m.GetProcess()
 	if cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
@@ -171,7 +190,7 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 			env = append(env, k+"="+vars[k])
 		}
 	}
-	p, w, err := ps.s.start(sb, c, m.GetTag(), cfg, env, m.GetStdin())
+	p, w, err := ps.s.start(sb, c, m.GetTag(), cfg, env, m.GetStdin(), m.Pty)
 	if err != nil {
 		return err
 	}
@@ -179,9 +198,9 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 	if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: p.pid}}}}); err != nil {
 		return err
 	}
-	return watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
+	return abortIfGone(watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.StartResponse{Event: ev})
-	})
+	}))
 }
 
 // watch sends a command's events to a stream until it ends (or the stream does), with keepalives at
@@ -213,8 +232,11 @@ func watch(ctx context.Context, h http.Header, p *proc, w *sub, send func(*proce
 				}
 			}
 			p.mu.Lock()
-			end := p.end
+			end, gone := p.end, p.gone
 			p.mu.Unlock()
+			if gone {
+				return errSandboxGone
+			}
 			return send(end)
 		case <-w.dropped:
 			return errBehind
@@ -230,7 +252,14 @@ func watch(ctx context.Context, h http.Header, p *proc, w *sub, send func(*proce
 
 // start runs a command in the sandbox's Bench, as one bench.exec of the sandbox's user.
 // The stream that starts it is subscribed before it runs, so that it misses none of its output.
-func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.ProcessConfig, env []string, withStdin bool) (*proc, *sub, error) {
+func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.ProcessConfig, env []string, withStdin bool, pty *process.PTY) (*proc, *sub, error) {
+	req := &app.BenchExecRequest{Bench: sb.bench, Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), Env: env}
+	if pty != nil {
+		if err := ptyRequest(req, pty); err != nil {
+			return nil, nil, err
+		}
+		withStdin = true // its terminal's input
+	}
 	sb.mu.Lock()
 	n := len(sb.procs)
 	sb.mu.Unlock()
@@ -240,9 +269,14 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 	// The command belongs to the sandbox, not to the stream that started it; the supervisor's
 	// shutdown and the Bench's end stop it.
 	ctx, cancel := context.WithCancel(s.Service.Detached.Ctx)
-	p := &proc{tag: tag, config: cfg, cancel: cancel, subs: map[*sub]struct{}{}, done: make(chan struct{})}
+	p := &proc{tag: tag, config: cfg, cancel: cancel, subs: map[*sub]struct{}{}, done: make(chan struct{}),
+		pty: pty, signals: make(chan syscall.Signal, 4)}
 	first, _ := p.subscribe() // a new command has no watcher yet
-	io := &app.IO{Stdout: output{p: p}, Stderr: output{p: p, stderr: true}}
+	io := &app.IO{Stdout: output{p: p}, Stderr: output{p: p, stderr: true}, Signal: p.signals}
+	if pty != nil {
+		p.resize = make(chan sbox.Winsize, 1)
+		io.Stdout, io.Stderr, io.Winsize = ptyOutput{p: p}, nil, p.resize
+	}
 	var stdinRead *os.File
 	if withStdin {
 		r, w, err := os.Pipe()
@@ -266,7 +300,6 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 	p.pid = 1000 + sb.nextPid
 	sb.procs[p.pid] = p
 	sb.mu.Unlock()
-	req := &app.BenchExecRequest{Bench: sb.bench, Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), Env: env}
 	go func() {
 		defer cancel()
 		res, err := s.Service.Do(ctx, &app.Call{Caller: c, IO: io}, "bench.exec", req)
@@ -288,6 +321,7 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 			}
 		case ctx.Err() != nil:
 			end.ExitCode, end.Status = -1, "signal: killed"
+			end.Error = &end.Status // as envd says it (its Wait's error)
 		default:
 			e := app.Classify(err)
 			msg := e.Error()
@@ -296,8 +330,12 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 			}
 			end.ExitCode, end.Status, end.Error = -1, "error", &msg
 		}
+		// A command that did not exit by itself may have ended with its sandbox: asked only then, so
+		// that a command's end costs nothing more.
+		gone := sb.killed.Load() || ((err != nil || !end.Exited || end.ExitCode >= 128) && !s.benchRunning(s.Service.Detached.Ctx, c, sb.bench))
 		p.mu.Lock()
 		p.end = &process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}}
+		p.gone = gone
 		p.subs = map[*sub]struct{}{}
 		if p.stdin != nil {
 			p.stdin.Close()
@@ -312,8 +350,10 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 	return p, first, nil
 }
 
-// killAll stops every command of a sandbox (it is being killed).
+// killAll stops every command and watch of a sandbox (it is being killed): their streams break.
 func (sb *sandbox) killAll() {
+	sb.killed.Store(true)
+	sb.stopWatches()
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	for _, p := range sb.procs {
@@ -355,9 +395,9 @@ func (ps *processService) Connect(ctx context.Context, req *connect.Request[proc
 	if err := stream.Send(&process.ConnectResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: p.pid}}}}); err != nil {
 		return err
 	}
-	return watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
+	return abortIfGone(watch(ctx, req.Header(), p, w, func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.ConnectResponse{Event: ev})
-	})
+	}))
 }
 
 func (ps *processService) List(ctx context.Context, req *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
@@ -384,10 +424,17 @@ func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return nil, err
 	}
+	// As envd: the signal goes to the command's process (not its group); SIGTERM it may catch.
 	switch req.Msg.GetSignal() {
-	case process.Signal_SIGNAL_SIGKILL, process.Signal_SIGNAL_SIGTERM:
-		// Both end the command: an exec's end kills what it started.
-		p.cancel()
+	case process.Signal_SIGNAL_SIGKILL:
+		p.cancel() // the exec's end: init kills the process
+	case process.Signal_SIGNAL_SIGTERM:
+		select {
+		case p.signals <- syscall.SIGTERM:
+		case <-p.done:
+		default:
+			// A few signals are still on their way: one more SIGTERM adds nothing.
+		}
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v: send SIGKILL or SIGTERM", req.Msg.GetSignal()))
 	}
@@ -406,11 +453,17 @@ func (ps *processService) SendInput(ctx context.Context, req *connect.Request[pr
 }
 
 func (p *proc) write(in *process.ProcessInput) error {
-	if len(in.GetStdin()) > maxStdinChunk {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("stdin: at most %d bytes a message", maxStdinChunk))
+	data := in.GetStdin()
+	switch {
+	case in.GetPty() != nil && p.pty == nil:
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("the process has no pseudo-terminal: send its input as stdin"))
+	case in.GetPty() == nil && p.pty != nil:
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("the process has a pseudo-terminal: send its input as pty input (sandbox.pty.sendInput)"))
+	case in.GetPty() != nil:
+		data = in.GetPty()
 	}
-	if in.GetPty() != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals are not supported"))
+	if len(data) > maxStdinChunk {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("input of %d bytes: at most %d bytes a message; send it in parts", len(data), maxStdinChunk))
 	}
 	p.mu.Lock()
 	w := p.stdin
@@ -420,7 +473,7 @@ func (p *proc) write(in *process.ProcessInput) error {
 	}
 	// A command that does not read its stdin must not hold the request forever.
 	_ = w.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	if _, err := w.Write(in.GetStdin()); err != nil {
+	if _, err := w.Write(data); err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("write stdin: %w", err))
 	}
 	return nil
@@ -460,6 +513,9 @@ func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return nil, err
 	}
+	if p.pty != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("cannot close the stdin of a process with a pseudo-terminal: send Ctrl+D (0x04) instead"))
+	}
 	p.mu.Lock()
 	if p.stdin != nil {
 		p.stdin.Close()
@@ -467,11 +523,4 @@ func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[p
 	}
 	p.mu.Unlock()
 	return connect.NewResponse(&process.CloseStdinResponse{}), nil
-}
-
-func (ps *processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	if _, _, err := ps.authorize(req.Header()); err != nil {
-		return nil, err
-	}
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals are not supported, so there is no size to update"))
 }

@@ -1,7 +1,8 @@
 // Package e2b serves the E2B sandbox API over the supervisor's typed operations, so that the
 // unmodified `e2b` SDK (and the harnesses built on it) get Benches: the control plane (create, list,
-// get, kill and set the timeout of sandboxes) and, on the same address, the data plane the SDK
-// reaches inside a sandbox (envd's commands and filesystem, over Connect, and its /files API).
+// get, kill, set the timeout of and read the metrics of sandboxes) and, on the same address, the data
+// plane the SDK reaches inside a sandbox (envd's commands and filesystem, over Connect, and its /files
+// API).
 //
 // A sandbox is a Bench that bench.create made; its id is the Bench's name; a template is a Workshop
 // record's name. Every request becomes an operation of package app, called as the local user whose
@@ -34,10 +35,10 @@ import (
 	"toolshed.dev/shed/e2b/envd/process/processconnect"
 )
 
-// EnvdVersion is the envd version the sandboxes report: the SDK turns features on by it. 0.5.7 has
-// what this package serves (a closable stdin, octet-stream uploads) and not what it does not (file
-// metadata is 0.6.2).
-const EnvdVersion = "0.5.7"
+// EnvdVersion is the envd version the sandboxes report: the SDK turns features on by it. 0.6.4 is
+// the first with all that this package serves: file metadata (0.6.2), entries in watch events
+// (0.6.3) and watches allowed on network mounts (0.6.4); the SDK gates nothing later.
+const EnvdVersion = "0.6.4"
 
 // DefaultTimeout is a sandbox's lifetime when create names none (E2B's default).
 const DefaultTimeout = 300 * time.Second
@@ -79,6 +80,9 @@ type sandbox struct {
 	mu      sync.Mutex
 	procs   map[uint32]*proc
 	nextPid uint32
+	killed  atomic.Bool // set by kill, before its commands are stopped
+
+	watch watches // its directory watches (watch.go)
 }
 
 // Handler is the API's HTTP handler: the control plane, envd's HTTP API and its Connect services.
@@ -92,13 +96,17 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /sandboxes/{id}", s.kill)
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
 	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
+	// The SDK's connect is POST /sandboxes/{id}/connect (older ones: /v2/...).
+	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
-	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupported)
-	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupported)
-	mux.HandleFunc("/templates/", s.unsupported)
-	mux.HandleFunc("/snapshots/", s.unsupported)
+	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.metrics)
+	mux.HandleFunc("GET /sandboxes/metrics", s.listMetrics)
+	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
+	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
+	s.refuse(mux) // refusals.go: what shed does not serve, each with its reason
 
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /files", s.readFile)
 	mux.HandleFunc("POST /files", s.writeFile)
 	// connect-go reads a whole message (decompressed) before the handler authenticates: bound it.
@@ -110,7 +118,7 @@ func (s *Server) Handler() http.Handler {
 		},
 	} {
 		path, handler := h()
-		mux.Handle(path, handler)
+		mux.Handle(path, boundedMessages(handler))
 	}
 	// Refusals are not logged one by one (guard counts them): a flood must not flood the log too.
 	return s.guard(s.logged(mux))

@@ -81,7 +81,7 @@ func do(t *testing.T, hs *httptest.Server, method, path, key, body string) (int,
 }
 
 // TestControlPlaneRefusals: no key, a wrong key, a template that is no record the user may launch,
-// what shed does not do (pause, network rules, volumes, an MCP gateway), another user's or an
+// what shed does not do (pause, network transforms, volumes, an MCP gateway), malformed network rules, another user's or an
 // unknown sandbox: each is refused with its status and a message that says what to do, and nothing
 // is created.
 func TestControlPlaneRefusals(t *testing.T) {
@@ -98,9 +98,13 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"unknown template", "POST", "/v2/sandboxes", key, `{"templateID":"nope"}`, 404, "shed workshop allow"},
 		{"a file as template", "POST", "/v2/sandboxes", key, `{"templateID":"/etc/shadow"}`, 404, "no Workshop record"},
 		{"pause", "POST", "/v2/sandboxes", key, `{"templateID":"tools","autoPause":true}`, 400, "pausing"},
-		{"network rules", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowOut":["1.1.1.1"]}}`, 400, "network profile"},
+		{"malformed CIDR", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowOut":["8.8.8.8/33"]}}`, 400, `allow entry 0 (\"8.8.8.8/33\"): malformed CIDR block`},
+		{"malformed name", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"denyOut":["1.1.1.1","a b"]}}`, 400, `deny entry 1 (\"a b\")`},
+		{"network transforms", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"rules":{"x.test":[{"transform":{"headers":{"A":"b"}}}]}}}`, 400, "network.rules"},
+		{"egress proxy", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"egressProxy":{"address":"p:1080"}}}`, 400, "SOCKS5"},
+		{"unknown network field", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowout":["1.1.1.1"]}}`, 400, "network.allowout: unknown field"},
+		{"network unknown", "PUT", "/sandboxes/tools-000000/network", key, `{}`, 404, "not found"},
 		{"volumes", "POST", "/v2/sandboxes", key, `{"templateID":"tools","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volume"},
-		{"mcp", "POST", "/v2/sandboxes", key, `{"templateID":"tools","mcp":{"x":{}}}`, 400, "shed mcp"},
 		{"bad env", "POST", "/v2/sandboxes", key, `{"templateID":"tools","envVars":{"A=B":"c"}}`, 400, "not a variable name"},
 		{"timeout too long", "POST", "/v2/sandboxes", key, `{"templateID":"tools","timeout":18446744074}`, 400, "from 1 to 86400"},
 		{"timeout past int64", "POST", "/v2/sandboxes", key, `{"templateID":"tools","timeout":1e30}`, 400, "request body"},
@@ -109,13 +113,33 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"unknown sandbox", "GET", "/sandboxes/tools-000000", key, ``, 404, "not found"},
 		{"kill unknown", "DELETE", "/sandboxes/tools-000000", key, ``, 404, "not found"},
 		{"timeout unknown", "POST", "/sandboxes/tools-000000/timeout", key, `{"timeout":10}`, 404, "not found"},
-		{"pause endpoint", "POST", "/sandboxes/tools-000000/pause", key, ``, 501, "docs/agents.md"},
-		{"templates", "GET", "/templates/", key, ``, 501, "not supported"},
+		{"connect unknown", "POST", "/sandboxes/tools-000000/connect", key, `{"timeout":10}`, 404, "not found"},
+		// A refused route naming a sandbox that is not running is E2B's 404 first (SandboxNotFoundError).
+		{"pause unknown", "POST", "/sandboxes/tools-000000/pause", key, ``, 404, "not found"},
+		{"fork unknown", "POST", "/sandboxes/tools-000000/fork", key, `{}`, 404, "not found"},
+		{"unnamed route of unknown", "POST", "/sandboxes/tools-000000/whatever", key, ``, 404, "not found"},
+		{"templates", "GET", "/templates/", key, ``, 501, "Workshop records"},
+		{"snapshots", "GET", "/snapshots", key, ``, 501, "snapshots are not supported"},
+		{"metrics of no ids", "GET", "/sandboxes/metrics", key, ``, 400, "sandbox_ids is required"},
+		{"metrics unknown", "GET", "/sandboxes/tools-000000/metrics?start=abc", key, ``, 404, "not found"},
+		{"refusal needs a key", "GET", "/snapshots", "", ``, 401, "E2B_API_KEY"},
+		{"unknown route", "GET", "/nowhere", key, ``, 404, "no route of E2B's API"},
+		{"bad limit", "GET", "/v2/sandboxes?limit=0", key, ``, 400, "from 1 to 100"},
+		{"limit past E2B's", "GET", "/v2/sandboxes?limit=101", key, ``, 400, "from 1 to 100"},
+		{"bad order", "GET", "/v2/sandboxes?order=up", key, ``, 400, "asc or desc"},
+		{"bad state", "GET", "/v2/sandboxes?state=running,gone", key, ``, 400, "running or paused"},
+		{"bad startedAfter", "GET", "/v2/sandboxes?startedAfter=yesterday", key, ``, 400, "RFC 3339"},
+		{"forged nextToken", "GET", "/v2/sandboxes?nextToken=abc", key, ``, 400, "X-Next-Token"},
 	}
 	for _, c := range cases {
 		status, body := do(t, hs, c.method, c.path, c.key, c.body)
 		if status != c.status || !strings.Contains(body, c.want) {
 			t.Errorf("%s: %d %s, want %d with %q", c.name, status, body, c.status, c.want)
+		}
+		// Every refusal is in E2B's shape, never a bare status.
+		var e apiError
+		if err := json.Unmarshal([]byte(body), &e); err != nil || e.Code != status || e.Message == "" {
+			t.Errorf("%s: body %q is not E2B's error ({code: %d, message})", c.name, body, status)
 		}
 	}
 	if status, body := do(t, hs, "GET", "/v2/sandboxes", key, ""); status != 200 || strings.TrimSpace(body) != "[]" {

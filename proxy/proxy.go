@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,8 +34,10 @@ type Decision struct {
 	Host    string    `json:"host"`   // as requested, lowercased
 	Port    int       `json:"port"`
 	Allowed bool      `json:"allowed"`
-	Reason  string    `json:"reason,omitempty"` // why refused: "not in allowlist", "resolves to a private address 10.0.0.1", "bad request", "upstream: ..."
+	Reason  string    `json:"reason,omitempty"` // why refused: "not in allowlist", "denied by network rules", "resolves to a private address 10.0.0.1", "bad request", "upstream: ..."
 	Bytes   int64     `json:"bytes"`            // bytes relayed back to the client
+	// Cut is set on an allowed exchange that a change of the network rules ended (SetFilter).
+	Cut bool `json:"cut,omitempty"`
 }
 
 // Config is what a Proxy allows and how it reaches the outside.
@@ -56,6 +59,8 @@ type Config struct {
 	// Shared, if set, bounds the client connections of all the Proxies that share it: a connection
 	// past it waits for a slot (one per Serve at most, holding its descriptor).
 	Shared *Share
+	// Filter, if set, narrows Allow (the sandbox's own rules); SetFilter replaces it later.
+	Filter *Filter
 }
 
 const (
@@ -77,6 +82,13 @@ type ruleKey struct {
 type Proxy struct {
 	allow        map[ruleKey]bool
 	allowPrivate bool
+
+	// filter narrows allow; it changes under activeMu (SetFilter), which also guards active and
+	// servers: the exchanges in flight, to cut, and the Serve calls, whose idle connections to close.
+	filter   atomic.Pointer[Filter]
+	activeMu sync.Mutex
+	active   map[*exchange]struct{}
+	servers  map[*server]struct{}
 
 	logMu sync.Mutex
 	log   func(Decision)
@@ -116,6 +128,7 @@ func New(cfg Config) (*Proxy, error) {
 	if p.maxConns <= 0 {
 		p.maxConns = DefaultMaxConns
 	}
+	p.filter.Store(cfg.Filter)
 	for i, r := range cfg.Allow {
 		host, err := ruleHost(r.Host)
 		if err != nil {
@@ -296,7 +309,7 @@ func (p *Proxy) refusedAddr(addrs []netip.Addr) (netip.Addr, bool) {
 
 // dialChecked connects to one of addrs, in order, never to anything else: the name is not resolved
 // again, so DNS cannot answer differently between the check and the dial (rebinding).
-func (p *Proxy) dialChecked(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, error) {
+func (p *Proxy) dialChecked(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout)
 	defer cancel()
 	var first error
@@ -308,7 +321,7 @@ func (p *Proxy) dialChecked(ctx context.Context, addrs []netip.Addr, port int) (
 		c, err := p.dial(actx, "tcp", netip.AddrPortFrom(a.Unmap(), uint16(port)).String())
 		acancel()
 		if err == nil {
-			return c, nil
+			return c, a, nil
 		}
 		if first == nil {
 			first = err
@@ -317,7 +330,7 @@ func (p *Proxy) dialChecked(ctx context.Context, addrs []netip.Addr, port int) (
 			break
 		}
 	}
-	return nil, first
+	return nil, netip.Addr{}, first
 }
 
 func (p *Proxy) record(d Decision) {
@@ -368,6 +381,17 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener) error {
 	}
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stop()
+	p.activeMu.Lock()
+	if p.servers == nil {
+		p.servers = map[*server]struct{}{}
+	}
+	p.servers[s] = struct{}{}
+	p.activeMu.Unlock()
+	defer func() {
+		p.activeMu.Lock()
+		delete(p.servers, s)
+		p.activeMu.Unlock()
+	}()
 
 	err := srv.Serve(&limitListener{Listener: l, own: make(chan struct{}, p.maxConns), shared: p.shared, done: ctx.Done()})
 	cancel()    // ends tunnels, upstream requests and dials still running
@@ -425,7 +449,8 @@ func (s *server) dialTransport(ctx context.Context, network, addr string) (net.C
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()
-	return s.p.dialChecked(ctx, c.addrs, c.port)
+	conn, _, err := s.p.dialChecked(ctx, c.addrs, c.port)
+	return conn, err
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -453,6 +478,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusForbidden, connect, fmt.Sprintf("shed proxy: %s is not in this sandbox's allowlist", t))
 		return
 	}
+	if s.p.filter.Load().refusesName(t.host) {
+		s.denied(w, connect, t, &d)
+		return
+	}
 	addrs, err := s.p.resolve(r.Context(), t.host)
 	if err != nil {
 		d.Reason = "upstream: " + err.Error()
@@ -465,11 +494,22 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusForbidden, connect, fmt.Sprintf("shed proxy: %s resolves to a private address, which this sandbox may not reach", t))
 		return
 	}
+	// The sandbox's own rules may narrow the addresses further (an address denied is never dialed).
+	if addrs = s.p.filter.Load().pass(t.host, addrs); len(addrs) == 0 {
+		s.denied(w, connect, t, &d)
+		return
+	}
 	if connect {
 		s.tunnel(w, r, t, addrs, &d)
 	} else {
 		s.forward(w, r, t, addrs, &d)
 	}
+}
+
+// denied refuses a destination of the allowlist that the sandbox's network rules deny.
+func (s *server) denied(w http.ResponseWriter, connect bool, t target, d *Decision) {
+	d.Reason = "denied by network rules"
+	refuse(w, http.StatusForbidden, connect, fmt.Sprintf("shed proxy: %s is denied by this sandbox's network rules", t))
 }
 
 // refuse answers a request that is not let through. A refused CONNECT closes the connection: the client
@@ -503,7 +543,16 @@ func removeHopHeaders(h http.Header) {
 
 // forward relays a plain http request to the checked addresses and streams the response back.
 func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs []netip.Addr, d *Decision) {
-	out := r.Clone(context.WithValue(r.Context(), checkedKey{}, &checked{t.String(), t.port, addrs}))
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	ex := &exchange{host: t.host, addrs: addrs, cut: func() { cancel(errCut) }}
+	if !s.p.begin(ex) {
+		s.denied(w, false, t, d)
+		return
+	}
+	defer s.p.end(ex)
+	cut := func() bool { return errors.Is(context.Cause(ctx), errCut) }
+	out := r.Clone(context.WithValue(ctx, checkedKey{}, &checked{t.String(), t.port, addrs}))
 	out.RequestURI = ""
 	// The transport dials, and pools connections, by URL host: the canonical checked destination.
 	// The Host header stays what the client asked for (the same host, as it spelled it).
@@ -526,6 +575,10 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs
 		d.Reason = "upstream: " + err.Error()
 		if s.ctx.Err() != nil {
 			d.Reason = "proxy stopped"
+		} else if cut() {
+			d.Reason, d.Allowed, d.Cut = errCut.Error(), true, true
+			refuse(w, http.StatusForbidden, false, "shed proxy: "+t.String()+" is denied by this sandbox's network rules (changed while the request was on its way)")
+			return
 		}
 		http.Error(w, fmt.Sprintf("shed proxy: cannot reach %s", t), http.StatusBadGateway)
 		return
@@ -543,6 +596,10 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs
 	switch {
 	case s.ctx.Err() != nil && (werr != nil || rerr != nil):
 		d.Reason = "proxy stopped"
+		panic(http.ErrAbortHandler)
+	case cut() && (werr != nil || rerr != nil):
+		// Aborted like a broken upstream: the client must not take the part it got for the whole.
+		d.Reason, d.Cut = errCut.Error(), true
 		panic(http.ErrAbortHandler)
 	case werr != nil:
 		d.Reason = "client: " + werr.Error()

@@ -15,12 +15,38 @@ import (
 
 // tunnel serves an allowed CONNECT: dial, answer 200, then relay both ways until both sides are done.
 func (s *server) tunnel(w http.ResponseWriter, r *http.Request, t target, addrs []netip.Addr, d *Decision) {
-	up, err := s.p.dialChecked(r.Context(), addrs, t.port)
+	up, dialed, err := s.p.dialChecked(r.Context(), addrs, t.port)
 	if err != nil {
 		d.Reason = "upstream: " + err.Error()
 		refuse(w, http.StatusBadGateway, true, "shed proxy: cannot reach "+t.String())
 		return
 	}
+	var tn *tunnelConns
+	var cut atomic.Bool
+	ready := make(chan struct{})
+	// Connected to exactly the address dialed: an update checks the rules for it.
+	ex := &exchange{host: t.host, addrs: []netip.Addr{dialed}, cut: func() {
+		cut.Store(true)
+		go func() { // tn is set before ready closes, or never
+			<-ready
+			if tn != nil {
+				tn.abort(errCut)
+			}
+		}()
+	}}
+	if !s.p.begin(ex) {
+		up.Close()
+		s.denied(w, true, t, d)
+		return
+	}
+	defer s.p.end(ex)
+	defer func() {
+		select {
+		case <-ready:
+		default:
+			close(ready)
+		}
+	}()
 	client, rw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		up.Close()
@@ -29,7 +55,11 @@ func (s *server) tunnel(w http.ResponseWriter, r *http.Request, t target, addrs 
 		return
 	}
 	d.Allowed = true
-	tn := &tunnelConns{client: client, up: up, idle: s.p.tunnelIdle}
+	tn = &tunnelConns{client: client, up: up, idle: s.p.tunnelIdle}
+	close(ready)
+	if cut.Load() {
+		tn.abort(errCut)
+	}
 	// The request's context ends when Serve stops: tear the tunnel down then.
 	stop := context.AfterFunc(r.Context(), func() { tn.abort(nil) })
 	defer stop()
@@ -61,6 +91,8 @@ func (s *server) tunnel(w http.ResponseWriter, r *http.Request, t target, addrs 
 	switch err := tn.firstErr(); {
 	case stopped:
 		d.Reason = "proxy stopped"
+	case cut.Load():
+		d.Reason, d.Cut = errCut.Error(), true
 	case err == nil:
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		d.Reason = "idle timeout"

@@ -281,7 +281,7 @@ func TestSupervisorPaths(t *testing.T) {
 // TestConcurrentLock: two realizes of one unlocked recipe at once both lock it, both succeed, and
 // agree on the lock (one fixed temporary name made one of them fail).
 func TestConcurrentLock(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	dir := t.TempDir()

@@ -287,7 +287,7 @@ func TestLocalRepository(t *testing.T) {
 // TestHostilePackages: maintainer scripts that make device nodes, write
 // through symlinks, ship setuid files or try the network.
 func TestHostilePackages(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	// A host-side server the network test would reach if it could.

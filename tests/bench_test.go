@@ -94,7 +94,7 @@ func chownTree(t *testing.T, dir string, u account) {
 }
 
 func TestBenchRun(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
@@ -301,7 +301,7 @@ func TestBenchGrants(t *testing.T) {
 // TestBenchOffline: once realized, a Bench launches with no network at all:
 // shed itself runs inside `unshare --net`.
 func TestBenchOffline(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
@@ -539,7 +539,7 @@ func descendants(pid int) []int {
 // TestBenchExecAndLimits: exec joins a running Bench; --memory and --pids
 // limit what its command may use.
 func TestBenchExecAndLimits(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)

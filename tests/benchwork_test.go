@@ -32,7 +32,7 @@ dpkg --audit && echo "dpkg has nothing unfinished"
 // network profile, and pip install from an index. It proposes the result; a human promotes it; a
 // fresh Bench of the promoted Workshop, with no network at all, has every tool working.
 func TestBenchWork(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	host := startTestHost(t, pipStatic(t))

@@ -101,7 +101,7 @@ for i in $(seq 200); do (echo > /dev/tcp/127.0.0.1/%d) 2>/dev/null && break; sle
 // every signature and launches a Bench; a third that does not trust the first
 // one's key gets nothing and says why.
 func TestCachePrewarm(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	a := sharedRoot(t)
 	file, _ := benchWorkshop(t)
@@ -143,7 +143,7 @@ func TestCachePrewarm(t *testing.T) {
 // TestCacheCredentials: registry credentials come from the environment at
 // run time and reach no derivation, store path, log or provenance.
 func TestCacheCredentials(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	a := sharedRoot(t)
 	file, _ := benchWorkshop(t)
@@ -192,7 +192,7 @@ func TestCacheCredentials(t *testing.T) {
 // TestUpperNeverExported: a kept Bench's upper layer cannot be copied to a
 // cache nor added to the store (from where it could be).
 func TestUpperNeverExported(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)

@@ -18,7 +18,7 @@ var addSteps = []string{"add-staged", "add-clamped", "add-scanned", "add-synced"
 // crash, and the next run completes.
 func TestBuildCrashAtEveryStep(t *testing.T) {
 	if !viaDaemon {
-		t.Parallel() // see parallelTests; through a supervisor, its failpoints kill the supervisor the others use
+		parallel(t) // see parallelTests; through a supervisor, its failpoints kill the supervisor the others use
 	}
 	requireRoot(t)
 	root := sharedRoot(t)
@@ -88,7 +88,7 @@ func validOf(t *testing.T, root string, paths []string) []string {
 // TestConcurrentRealize: two `shed realize` of one recipe at once build each
 // derivation once between them, and both print the same layers.
 func TestConcurrentRealize(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	repo := newAptRepo(t,

@@ -157,7 +157,7 @@ packages = ["jq", "bc", "python3-minimal"]
 // locked recipe; the layer has the same content hash in both (invariant 4),
 // and so does the seed while the mirror does not move.
 func TestReproducibleFromEmptyStores(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	// Each store locks its own copy of the recipe, at the same time (a seed build is mostly one
 	// dpkg at a time: two overlap on two cores); the locks must come out the same, and so must

@@ -27,7 +27,7 @@ import (
 // looked for in every process's environment and arguments, the store's new paths, its state, the
 // audit log and the daemon's log: they are in none. A removed key is refused from its next request.
 func TestE2B(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	addr := freeLoopback(t)

@@ -26,7 +26,7 @@ import (
 // shares the fetched input builds its genuine content, and the host's sentinel files are unchanged
 // in bytes, mode, owners, times and links.
 func TestBuildEscapes(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	sentinels := newSentinels(t)

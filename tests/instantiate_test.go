@@ -13,7 +13,7 @@ import (
 // TestInstantiateMatchesRealize: for a locked recipe, instantiate's outputs are the paths realize
 // built (it compiles with the lock beside the recipe, as realize does), fetches included.
 func TestInstantiateMatchesRealize(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf("name = \"inst-%d\"\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"jq\"]\n", os.Getpid()))

@@ -85,7 +85,7 @@ type benchJSON struct{ ID, Name, Owner string }
 // with --user-benches 8: exactly 8 succeed, every other is refused (403 or 429) saying which limit,
 // and `shed bench ls` shows 8 Benches of the key's user, not 20.
 func TestE2BCreateRace(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	// A store of its own: the limit counts every Bench of nobody's in the store, and the tests
 	// that run beside this one launch nobody's Benches in the shared store.
@@ -143,7 +143,7 @@ func TestE2BCreateRace(t *testing.T) {
 // entry, and every file is in the Bench with its byte; the answer is envd's, a {name,type,path} per
 // file. A form of more parts than the bound is refused (413) and writes nothing.
 func TestE2BUploadOneCommand(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	addr := freeLoopback(t)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,6 +34,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build shed:", err)
 		os.Exit(1)
 	}
+	flag.Parse()
+	slotsFromFlags()
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.RemoveAll(fmt.Sprintf("/run/shed-test-%d-via", os.Getpid()))
@@ -209,8 +212,8 @@ func newRoot(t *testing.T) string {
 }
 
 // parallelTests: the heavy tests (builds, installs, seeds from the mirror) that change no state
-// another test reads run in parallel, after the others (go test runs a package's parallel tests
-// once its sequential ones are done). They may share the shared store's paths, whose per-path
+// another test reads run in parallel (parallel(t), longest first: tests/parallel_test.go), after
+// the others (go test runs a package's parallel tests once its sequential ones are done). They may share the shared store's paths, whose per-path
 // locks make concurrent realizes safe, and they must not gc it, change its keys, config or roots
 // but their own Workshops', count its processes or mounts, or use a fixed port or host path that
 // another test uses. Tests that do any of these (TestRealizeJq's and TestLocalRepository's gc,

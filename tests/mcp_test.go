@@ -41,10 +41,11 @@ func npmPackage(t testing.TB, name, pkg, version string) string {
 
 // TestMCP: the official MCP TypeScript SDK's client drives `shed mcp` through a real supervisor, as an
 // unprivileged user: it lists the Workshops it may use, creates a Bench, installs a package with
-// apt through the recipe's network profile, writes and runs a script, reads a file back, proposes,
+// apt through the recipe's network profile, writes and runs a script, reads a file back, lists its
+// directory and describes a file (and one that is not there), proposes,
 // removes the Bench; a Bench created with a short lifetime is removed by the supervisor.
 func TestMCP(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	sock := daemon(t, root)
@@ -78,7 +79,7 @@ func TestMCP(t *testing.T) {
 		}
 		return r
 	}
-	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_propose","bench_read_file","bench_remove","bench_write_file","workshop_list"]` {
+	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_list_files","bench_metrics","bench_propose","bench_read_file","bench_remove","bench_stat_file","bench_write_file","workshop_list"]` {
 		t.Errorf("tools: %s", got)
 	}
 	if r := step("workshops"); r.Error || !strings.Contains(fmt.Sprint(r.Data), name) {
@@ -100,6 +101,15 @@ func TestMCP(t *testing.T) {
 	}
 	if r := step("read"); r.Error || r.Data["content"] != "Hello, world!\n" {
 		t.Errorf("bench_read_file: %+v", r)
+	}
+	if r := step("ls"); r.Error || !strings.Contains(fmt.Sprint(r.Data), "path:/root/work/run.sh") || !strings.Contains(fmt.Sprint(r.Data), "path:/root/work/out.txt") {
+		t.Errorf("bench_list_files: %+v", r)
+	}
+	if r := step("stat"); r.Error || r.Data["type"] != "file" || r.Data["size"] != 14.0 || r.Data["owner"] != "root" || r.Data["mode"] != 420.0 {
+		t.Errorf("bench_stat_file: %+v", r)
+	}
+	if r := step("stat-missing"); !r.Error || !strings.Contains(r.Text, "/root/nothing") {
+		t.Errorf("bench_stat_file of no file: %+v", r)
 	}
 	if r := step("timeout"); r.Error || r.Data["timed_out"] != true || r.Data["exit_code"] != 124.0 {
 		t.Errorf("a command past its timeout: %+v", r)

@@ -21,7 +21,7 @@ import (
 // that cannot be launched, an operator's agent naming a recipe file) name no host path: not the
 // store's, not the socket's, nothing under /tmp, /home, /root or /run.
 func TestAgentFacesOneName(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	addr := freeLoopback(t)

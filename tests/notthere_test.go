@@ -34,7 +34,7 @@ func notThere(t *testing.T, what string, r result, line int, want ...string) {
 // line: a near miss of Debian's suites offline (`recipe check`), any other at realize, naming the
 // suites the mirror serves.
 func TestSuiteNotThere(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	dir := t.TempDir()
@@ -59,7 +59,7 @@ func TestSuiteNotThere(t *testing.T) {
 // TestAptPackageNotThere: an apt package the mirror does not have, or a version of one it does not
 // have, is an error at the package's line naming what the mirror has (from the indexes apt fetched).
 func TestAptPackageNotThere(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	dir := t.TempDir()
@@ -78,7 +78,7 @@ func TestAptPackageNotThere(t *testing.T) {
 // TestPipPackageNotThere: a pip package the index does not have, or a version it does not have, is
 // an error at the package's line naming the versions the index has.
 func TestPipPackageNotThere(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	idx := newPipIndex(t)
@@ -102,7 +102,7 @@ func TestPipPackageNotThere(t *testing.T) {
 // TestSourceNotThere: an [[apt.source]] suite the repository does not serve is an error at the
 // suite's line; a package it does not have, at the package's line with a did-you-mean from its index.
 func TestSourceNotThere(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	repo := newAptRepo(t, debSpec{name: "hello-shed", version: "1.0", files: map[string]string{"usr/share/hello-shed/data": "hello\n"}})
@@ -119,7 +119,7 @@ func TestSourceNotThere(t *testing.T) {
 // TestOCISeedNotThere: an OCI seed's tag its layout does not have, or a layout that does not exist,
 // is an error at the seed's line (with the tags the layout has).
 func TestOCISeedNotThere(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	dir := t.TempDir()

@@ -23,7 +23,7 @@ import (
 // image by digest, the seed is imported with umoci, and apt resolves against
 // the image's own suite (from its os-release).
 func TestOCISeed(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	// A Debian root filesystem to package: the shared store's seed.

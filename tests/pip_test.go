@@ -42,7 +42,7 @@ const (
 // installed by a build with no network, reproducibly, and a Bench imports
 // them with no network at all.
 func TestPipWorkshop(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	idx := newPipIndex(t)
@@ -126,7 +126,7 @@ func TestPipWorkshop(t *testing.T) {
 // included: resolving pip packages builds the apt layer pip runs in, whose .debs are downloaded
 // then. Its summary line says as many files as its fetch lines did.
 func TestPipRealizeCounts(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	// A store of its own: in the shared store TestPipWorkshop's realize, beside this one, would find
 	// the wheels this one fetched (the same bytes, the same fixed-output paths) and fetch none.
@@ -157,7 +157,7 @@ packages = ["shedtest-beta"]
 // TestPipBadInput: each failure is one clear error, leaves the store valid,
 // and a rerun succeeds once the cause is gone.
 func TestPipBadInput(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	idx := newPipIndex(t)

@@ -14,7 +14,7 @@ import (
 // realized from Debian's mirror (a seed and an apt layer), realized again
 // from the cache, and `shed why` explains /usr/bin/jq.
 func TestReadmeExample(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Fatal("make is not installed; `make deps` installs it")
 	}

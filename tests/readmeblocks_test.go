@@ -35,7 +35,7 @@ import (
 // see TestX -->`, naming the test that covers what it shows; keep such markers rare. The commands
 // that want a person at a terminal get one (script(1)) and what atTerminal types.
 func TestReadmeBlocks(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	for _, tool := range []string{"bash", "git", "script"} {
 		if _, err := exec.LookPath(tool); err != nil {

@@ -35,7 +35,7 @@ func storeInfo(t *testing.T, root, path string) storeInfoJSON {
 // It also shows a layer's .debs as build inputs: not pulled with it, not kept by gc unless the
 // store says so, pushed only with --with-build-inputs.
 func TestRepair(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	a := sharedRoot(t)
 	file, _ := benchWorkshop(t)

@@ -51,7 +51,7 @@ func TestDaemonBusyE2BPort(t *testing.T) {
 // whoever hit it: the seed build's tools (mmdebstrap), shed's own writes (store add), a kept Bench's
 // command. The store stays valid, and once the filesystem has room again the same command succeeds.
 func TestNoSpace(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	mnt := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
@@ -122,18 +122,7 @@ func TestNoSpace(t *testing.T) {
 		t.Errorf("bench rm filler: exit %d\n%s", r.code, r.stderr)
 	}
 	// The same for a command exec'd into a running kept Bench, an agent's usual way.
-	cmd := shedCmd(t, root, "bench", "run", "--offline", "-f", file, "--keep", "--name", "running", "--", "sleep", "1013")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for shed(t, root, nil, "bench", "exec", "running", "--", "true").code != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the kept Bench did not start")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	startBench(t, root, "running", "bench", "run", "--offline", "-f", file, "--keep", "--name", "running", "--", "sleep", "1013")
 	r = shed(t, root, nil, "bench", "exec", "running", "--", "sh", "-c", "head -c 8M /dev/zero > /root/big")
 	if r.code == 0 || !regexp.MustCompile(`shed: (warning: the command failed \(exit [0-9]+\) with its disk full|error): (.*: )?no space left on the filesystem of `+regexp.QuoteMeta(root)+` \(tmpfs `).MatchString(r.stderr) {
 		t.Errorf("an exec filling a kept Bench's upper: exit %d, want the full filesystem named:\n%s", r.code, r.stderr)
@@ -180,22 +169,11 @@ func TestOpenFilesLimit(t *testing.T) {
 // TestExecOOM: a command exec'd into a running Bench and killed at the Bench's memory limit is
 // named as killed for memory, with the limit; a kill -9 that is not the limit says nothing of memory.
 func TestExecOOM(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
-	cmd := shedCmd(t, root, "bench", "run", "-f", file, "--memory", "64M", "--name", "oom-exec-target", "--", "sleep", "1013")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for shed(t, root, nil, "bench", "exec", "oom-exec-target", "--", "true").code != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the Bench did not start")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	startBench(t, root, "oom-exec-target", "bench", "run", "-f", file, "--memory", "64M", "--name", "oom-exec-target", "--", "sleep", "1013")
 	defer shed(t, root, nil, "bench", "rm", "oom-exec-target")
 	r := shed(t, root, nil, "bench", "exec", "oom-exec-target", "--", "perl", "-e", `$x = "a" x 200_000_000; print length($x)`)
 	if r.code != 137 || !strings.Contains(r.stderr, "out of memory: the kernel killed a process of the command at the Bench's memory limit (64.0 MiB)") {
@@ -203,5 +181,30 @@ func TestExecOOM(t *testing.T) {
 	}
 	if r := shed(t, root, nil, "bench", "exec", "oom-exec-target", "--", "sh", "-c", "kill -9 $$"); r.code != 137 || strings.Contains(r.stderr, "out of memory") {
 		t.Errorf("exec of kill -9: exit %d, stderr %q, want 137 and no word of memory", r.code, r.stderr)
+	}
+}
+
+// startBench starts `shed ARGS...` (a bench run of a long command) and returns once the Bench name
+// answers an exec; the run is killed when the test ends. It waits as long as the run lasts: a
+// loaded machine may take long to start a Bench, and that is no failure (a deadline here would be
+// a timed assertion), while a run that ends first is.
+func startBench(t *testing.T, root, name string, args ...string) {
+	t.Helper()
+	cmd := shedCmd(t, root, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-ended })
+	for shed(t, root, nil, "bench", "exec", name, "--", "true").code != 0 {
+		select {
+		case err := <-ended:
+			ended <- err
+			t.Fatalf("the run of Bench %s ended before it answered: %v\n%s", name, err, stderr.String())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

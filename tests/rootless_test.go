@@ -479,7 +479,7 @@ echo done
 // limits are refused, not ignored; the Workshop travels root's store → OCI layout → a second store
 // of the user's (opaque directories included) and back; gc frees the .debs, and the store verifies.
 func TestRootless(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go: its own user, stores and files; the shared store only read
+	parallel(t) // see parallelTests in main_test.go: its own user, stores and files; the shared store only read
 	requireRoot(t)
 	requireRootless(t)
 	u := newHostUser(t, "shed-rl-", true)
@@ -877,7 +877,7 @@ print "$u $k\n";`, keyDesc, keyData)
 // usermod command and a free range, exit 1, and nothing is made; in --json too. Commands that need
 // no store still work.
 func TestRootlessNoSubIDs(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go: its own user; no store
+	parallel(t) // see parallelTests in main_test.go: its own user; no store
 	requireRoot(t)
 	requireRootless(t)
 	u := newHostUser(t, "shed-rl0-", false)

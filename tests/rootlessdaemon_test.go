@@ -24,7 +24,7 @@ import (
 // user's commands runs in a private mount namespace where that socket's directory is bound on the
 // default socket's, so shed finds it at /run/toolshed/shed.sock as it would on a real machine.
 func TestRootlessBesideDaemon(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go: its own user, stores and supervisor
+	parallel(t) // see parallelTests in main_test.go: its own user, stores and supervisor
 	requireRoot(t)
 	requireRootless(t)
 	block := readmeWithoutRoot(t)

@@ -159,7 +159,7 @@ func promote(t *testing.T, sock, id string) (string, error) {
 // the promoted Workshop's Bench has both packages, offline, and nothing of the
 // first Bench's files.
 func TestSupervisorLoop(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	host := startTestHost(t, pipStatic(t))
@@ -275,7 +275,7 @@ PY
 // TestSupervisorRoles: who may do what is decided by the caller's uid, and an
 // agent in a Bench reaches neither the supervisor nor the store.
 func TestSupervisorRoles(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)
@@ -384,7 +384,7 @@ func must[T any](v T, err error) T {
 // paths, and the default ./workshop.toml, are the client's, not the
 // supervisor's.
 func TestSupervisorClientDir(t *testing.T) {
-	t.Parallel() // see parallelTests in main_test.go
+	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
 	file, _ := benchWorkshop(t)

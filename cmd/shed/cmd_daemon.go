@@ -102,6 +102,7 @@ func cmdDaemon() *cli.Command {
 				return usageError("--warm and --warm-workshop keep %d inits ready: at most %d (each holds one of the 512 sandbox id slots)", total, maxWarm)
 			}
 			svc.Pool = app.NewPool(c.Context, int(warm), perWorkshop)
+			svc.StartMetrics(c.Context) // each running Bench's use, every 5 s (bench.metrics)
 			// The store must open now: a supervisor that cannot serve says so at start, not per request.
 			st, err := store.Open(svc.Root)
 			if err != nil {

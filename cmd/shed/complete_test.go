@@ -65,7 +65,7 @@ func TestCompleteCandidates(t *testing.T) {
 		{[]string{"gc", ""}, ""},
 		{[]string{"completion", ""}, "bash zsh fish"},
 		{[]string{"help", "b"}, "bench"},
-		{[]string{"help", "bench", ""}, "run shell ls propose exec logs rm"},
+		{[]string{"help", "bench", ""}, "run shell ls propose exec logs network rm"},
 		{[]string{"--root", "/x:y", "store", "v"}, "verify"},
 		{[]string{"nope", ""}, ""},
 		{[]string{"--"}, "--root --json --verbose --help --version"},
