@@ -233,8 +233,11 @@ func (s *Server) describe(sb *sandbox, expires *time.Time) sandboxJSON {
 }
 
 // running returns the caller's sandboxes that still run, by start, with their Benches' records;
-// sandboxes whose Bench ended (a timeout, `shed bench rm`) are forgotten.
+// sandboxes whose Bench ended (a timeout, `shed bench rm`) are forgotten. A sandbox made while the
+// Benches were listed is not in the list and not forgotten: in a burst of creates, one create's
+// listing forgot the sandboxes others made meanwhile, and their first command was refused.
 func (s *Server) running(w http.ResponseWriter, r *http.Request, c *app.Caller) ([]*sandbox, map[string]*bench.Record, bool) {
+	listed := time.Now()
 	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.ls", &app.BenchListRequest{})
 	if err != nil {
 		writeAppError(w, err)
@@ -253,7 +256,9 @@ func (s *Server) running(w http.ResponseWriter, r *http.Request, c *app.Caller) 
 			continue
 		}
 		if recs[sb.bench] == nil {
-			delete(s.sandboxes, id) // its Bench ended: a created Bench is never kept
+			if sb.started.Before(listed) {
+				delete(s.sandboxes, id) // its Bench ended: a created Bench is never kept
+			}
 			continue
 		}
 		out = append(out, sb)
