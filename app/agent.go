@@ -420,6 +420,9 @@ type WriteFilesRequest struct {
 	// path named twice ends as the last names it): at most 4096 (MaxWriteFiles), their contents at
 	// most 8 MiB together (MaxWriteBytes).
 	Files []FileWrite `json:"files"`
+	// Metadata is every file's metadata (the E2B API's: package bench keeps it as extended
+	// attributes); what a file had before is removed either way.
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// User is the account that owns what is written (the files, and the directories made for them),
 	// as envd does for E2B's user: "" is the Bench's default user, "root" is always there.
 	User string `json:"user,omitempty"`
@@ -454,6 +457,9 @@ func (s *Service) WriteFiles(ctx context.Context, c *Call, req *WriteFilesReques
 	}
 	if len(req.Files) > MaxWriteFiles {
 		return nil, usage(fmt.Sprintf("at most %d files a request: send the others in more requests", MaxWriteFiles), "%d files in one request", len(req.Files))
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, err
 	}
 	headers := make([]*tar.Header, len(req.Files))
 	paths := make([]string, len(req.Files))
@@ -532,6 +538,10 @@ func (s *Service) WriteFiles(ctx context.Context, c *Call, req *WriteFilesReques
 	if code != 0 {
 		return nil, fail(CodeFailed, fmt.Errorf("write %s in bench %s: %s", Plural(len(paths), "file"), rec.Name, firstLine(errb.buf.String(), code)),
 			"bench.write_files runs tar in the Bench: its Workshop needs one (Debian's, or busybox's)")
+	}
+	// tar kept no attributes of a file it replaced; a stale one of ours is removed all the same.
+	if err := bench.SetMetadata(rec, paths, req.Metadata); err != nil {
+		return nil, fail(CodeFailed, fmt.Errorf("write %s in bench %s: written, but %w", Plural(len(paths), "file"), rec.Name, err), "")
 	}
 	return &WriteFilesResult{Paths: paths}, nil
 }
@@ -645,6 +655,8 @@ type FileEntry struct {
 	Resolved   string `json:"resolved,omitempty"`    // its target resolved inside the Bench, absolute
 	TargetType string `json:"target_type,omitempty"` // what it resolves to: "file", "dir" or "other"
 	TargetMode uint32 `json:"target_mode,omitempty"` // and that file's permission bits
+
+	Metadata map[string]string `json:"metadata,omitempty"` // its metadata (bench.write_files'), if it has any
 }
 
 // ListFilesResult is a directory's entries, sorted by path.
@@ -727,6 +739,15 @@ func (s *Service) findIn(ctx context.Context, c *Call, benchName, dir string, ar
 	}
 	slices.SortFunc(entries, func(a, b FileEntry) int { return strings.Compare(a.Path, b.Path) })
 	s.resolveLinks(ctx, st, rec, entries)
+	paths := make([]string, len(entries))
+	for i := range entries {
+		paths[i] = entries[i].Path
+	}
+	if md, err := bench.Metadata(rec, paths); err == nil {
+		for i := range entries {
+			entries[i].Metadata = md[i]
+		}
+	}
 	return entries, nil
 }
 

@@ -22,11 +22,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"toolshed.dev/shed/audit"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/internal/nospace"
+	"toolshed.dev/shed/metrics"
 	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
@@ -75,6 +77,13 @@ type IO struct {
 	Stdout, Stderr io.Writer
 	// Resize receives when the caller's terminal was resized (through the daemon, the client tells).
 	Resize <-chan struct{}
+	// Winsize gives a command's terminal its sizes when the caller's stdin is not a terminal (the
+	// E2B API's pty: its client tells the size); the first is BenchExecRequest's Rows and Cols.
+	Winsize <-chan sandbox.Winsize
+	// Signal delivers signals for a command (bench.exec) to its process.
+	Signal <-chan syscall.Signal
+	// Watch receives a bench.watch_dir's events.
+	Watch *WatchIO
 	// Progress draws build progress; nil draws none.
 	Progress builder.ProgressReporter
 	// Notice receives what the caller should know as it happens (what is being locked, warnings).
@@ -177,6 +186,9 @@ type Service struct {
 	Detached *Detached
 	// Pool, if set, has inits ready for bench.create.
 	Pool *Pool
+	// Metrics, if set, holds the running Benches' histories of use (StartMetrics fills it); without it
+	// bench.metrics reads a Bench when asked.
+	Metrics *metrics.Sampler
 	// UserBenches bounds the Benches (running or kept) each user may have at once. Zero: no bound.
 	UserBenches int
 	// UserKept bounds the kept Benches (their uppers are on the store's filesystem) each user may

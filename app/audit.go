@@ -24,7 +24,7 @@ var reads = map[string]bool{
 	"bench.ls": true, "workshop.ls": true, "workshop.show": true, "workshop.log": true, "workshop.diff": true,
 	"workshop.launchable": true, "key.show": true, "store.ls": true, "store.info": true, "root.ls": true,
 	"why": true, "diff": true, "log": true, "bench.logs": true, "proposal.show": true, "bench.read_file": true,
-	"bench.list_files": true, "bench.stat_file": true, "audit.ls": true, "audit.verify": true, "agent.key_ls": true, "store.verify": true,
+	"bench.list_files": true, "bench.stat_file": true, "bench.watch_dir": true, "bench.metrics": true, "audit.ls": true, "audit.verify": true, "agent.key_ls": true, "store.verify": true,
 	"bench.network": true,
 }
 

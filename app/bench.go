@@ -134,7 +134,7 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	}
 	oom := false
 	events := s.benchEvents(c, req.Workshop)
-	code, err := s.withStdio(ctx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
+	code, err := s.withStdio(ctx, c, req.TTY, req.Term, sandbox.Winsize{}, func(stdio sandbox.Stdio, env []string) (int, error) {
 		return bench.Run(ctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Grants: grants, Net: req.Net, Keep: req.Keep,
 			Argv: req.Argv, User: req.User, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: events.hook(),
@@ -177,8 +177,11 @@ func (c *Call) stdio() sandbox.Stdio {
 // withStdio runs fn with the caller's stdio, or with a pseudo-terminal that the Bench allocates from
 // its own /dev/pts: the caller's is put in raw mode and its window size followed, so that the
 // terminal inside behaves as the caller's would.
-func (s *Service) withStdio(ctx context.Context, c *Call, tty bool, termName string, fn func(sandbox.Stdio, []string) (int, error)) (int, error) {
+func (s *Service) withStdio(ctx context.Context, c *Call, tty bool, termName string, size sandbox.Winsize, fn func(sandbox.Stdio, []string) (int, error)) (int, error) {
 	stdio := c.stdio()
+	if c.IO != nil {
+		stdio.Signal = c.IO.Signal
+	}
 	if !tty {
 		return fn(stdio, nil)
 	}
@@ -197,7 +200,13 @@ func (s *Service) withStdio(ctx context.Context, c *Call, tty bool, termName str
 	}
 	env := []string{"TERM=" + termName}
 	fd := int(in.Fd())
-	if term.IsTerminal(fd) {
+	if !term.IsTerminal(fd) {
+		// The client tells the sizes (the E2B API).
+		t.Size = size
+		if c.IO != nil {
+			t.Resize = c.IO.Winsize
+		}
+	} else {
 		if old, err := term.MakeRaw(fd); err == nil {
 			defer term.Restore(fd, old)
 		}
@@ -270,7 +279,7 @@ type BenchListRequest struct{}
 
 // BenchListResult lists Benches, by start time.
 type BenchListResult struct {
-	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit, expires, record, version)
+	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit, expires, record, version, and a running Bench's newest metrics)
 }
 
 // MayUse says whether caller may act on the Bench rec: operators on every Bench, users on the ones
@@ -306,6 +315,7 @@ func (s *Service) BenchList(ctx context.Context, c *Call, req *BenchListRequest)
 		}
 		r.Record, r.Version, _ = s.Records().VersionOf(r.Workshop)
 	}
+	s.withMetrics(recs)
 	return &BenchListResult{Benches: recs}, nil
 }
 
@@ -343,6 +353,8 @@ type BenchExecRequest struct {
 	Stdin   string `json:"stdin,omitempty"`
 	TTY     bool   `json:"tty,omitempty"`  // give the command a pseudo-terminal (raw mode and the window size follow the client's stdin when it is a terminal)
 	Term    string `json:"term,omitempty"` // the client's TERM, for that terminal (default xterm)
+	Rows    uint16 `json:"rows,omitempty"` // the terminal's rows when the client's stdin is not a terminal (0: unset)
+	Cols    uint16 `json:"cols,omitempty"` // its columns, likewise
 
 	// User is the account it runs as: "" is the Bench's default (its Workshop's `user`, or root),
 	// "root" is always there, any other must be one its Workshop declares.
@@ -428,7 +440,7 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 			res.Stdout, res.Stderr, res.Truncated = out.buf.String(), errb.buf.String(), out.truncated || errb.truncated
 		}
 	} else {
-		res.Exit, err = s.withStdio(runCtx, c, req.TTY, req.Term, func(stdio sandbox.Stdio, env []string) (int, error) {
+		res.Exit, err = s.withStdio(runCtx, c, req.TTY, req.Term, sandbox.Winsize{Rows: req.Rows, Cols: req.Cols}, func(stdio sandbox.Stdio, env []string) (int, error) {
 			er.Env = append(env, req.Env...)
 			return bench.Exec(runCtx, st, rec.ID, er, stdio)
 		})

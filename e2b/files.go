@@ -11,6 +11,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"path"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -99,9 +100,10 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 
 // writeInfo is what envd answers for each file written.
 type writeInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // writeFile writes the files of a POST /files: one body (application/octet-stream, at the path the
@@ -197,16 +199,34 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []writeInfo{}
 	if len(files) > 0 {
-		res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.write_files", &app.WriteFilesRequest{Bench: sb.bench, Files: files, User: r.URL.Query().Get("username")})
+		md := metadataOf(r.Header)
+		res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.write_files", &app.WriteFilesRequest{Bench: sb.bench, Files: files, Metadata: md, User: r.URL.Query().Get("username")})
 		if err != nil {
 			writeAppError(w, err)
 			return
 		}
 		for _, p := range res.(*app.WriteFilesResult).Paths {
-			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p, Metadata: md})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// metadataOf is the metadata a write's X-Metadata-KEY headers give (as envd reads them: keys in lower
+// case, the first value of a key).
+func metadataOf(h http.Header) map[string]string {
+	var md map[string]string
+	for name, values := range h {
+		k, ok := strings.CutPrefix(strings.ToLower(name), "x-metadata-")
+		if !ok || k == "" || len(values) == 0 {
+			continue
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[k] = values[0]
+	}
+	return md
 }
 
 type filesystemService struct{ s *Server }
@@ -279,6 +299,7 @@ func entryInfo(e *app.FileEntry) *filesystem.EntryInfo {
 		}
 		info.SymlinkTarget = &target
 	}
+	info.Metadata = e.Metadata
 	return info
 }
 

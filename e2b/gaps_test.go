@@ -133,6 +133,10 @@ func TestHealth(t *testing.T) {
 // TestRefusedRPC: a refused envd RPC is a Connect error that names the reason (never a bare 404),
 // after the sandbox's token is checked as for the RPCs served.
 func TestRefusedRPC(t *testing.T) {
+	// Every envd RPC is served today: a refusal of a procedure envd may add stands in.
+	saved := refusedRPCs
+	defer func() { refusedRPCs = saved }()
+	refusedRPCs = []refusal{{"/filesystem.Filesystem/NotYet", "not yet served: a reason"}}
 	s, _, root := newServer(t)
 	hs := httptest.NewServer(s.Handler())
 	defer hs.Close()
@@ -142,8 +146,7 @@ func TestRefusedRPC(t *testing.T) {
 	}
 	s.add(&sandbox{id: "tools-000001", token: "secret", keyID: keys[0].ID, user: "nobody"})
 	call := func(token string) (int, string) {
-		// The watcher RPCs are not in shed's generated client: call the procedure as the SDK would.
-		req, _ := http.NewRequest("POST", hs.URL+"/filesystem.Filesystem/CreateWatcher", strings.NewReader(`{"path":"/"}`))
+		req, _ := http.NewRequest("POST", hs.URL+"/filesystem.Filesystem/NotYet", strings.NewReader(`{"path":"/"}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("E2b-Sandbox-Id", "tools-000001")
 		req.Header.Set("X-Access-Token", token)
@@ -158,7 +161,7 @@ func TestRefusedRPC(t *testing.T) {
 	if status, body := call("wrong"); status != http.StatusUnauthorized || !strings.Contains(body, `"unauthenticated"`) {
 		t.Errorf("a refused RPC with a wrong token: %d %s", status, body)
 	}
-	if status, body := call("secret"); status != http.StatusNotImplemented || !strings.Contains(body, `"unimplemented"`) || !strings.Contains(body, "watching a directory is not supported") {
+	if status, body := call("secret"); status != http.StatusNotImplemented || !strings.Contains(body, `"unimplemented"`) || !strings.Contains(body, "not yet served: a reason") {
 		t.Errorf("a refused RPC: %d %s, want unimplemented with its reason", status, body)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,6 +17,7 @@ import (
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/e2b/envd/process"
 	"toolshed.dev/shed/e2b/envd/process/processconnect"
+	sbox "toolshed.dev/shed/sandbox"
 )
 
 // A command of a sandbox runs as one bench.exec, for as long as it runs: its Start stream, and any
@@ -27,7 +29,12 @@ type proc struct {
 	tag    string
 	config *process.ProcessConfig
 	cancel context.CancelFunc
-	stdin  *os.File // the write end of its stdin, if it has one open
+	stdin  *os.File // the write end of its stdin, if it has one open (of its terminal's, with a pty)
+	// With a pseudo-terminal (pty != nil): the sizes for it, the latest only.
+	pty    *process.PTY
+	resize chan sbox.Winsize
+	// signals for its process (SendSignal's SIGTERM; SIGKILL cancels it).
+	signals chan syscall.Signal
 
 	mu   sync.Mutex
 	subs map[*sub]struct{}
@@ -160,9 +167,6 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 		return err
 	}
 	m := req.Msg
-	if m.Pty != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals (sandbox.pty) are not supported: use commands, or `shed bench exec -t` from a terminal"))
-	}
 	cfg := m.GetProcess()
 	if cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
@@ -178,7 +182,7 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 			env = append(env, k+"="+vars[k])
 		}
 	}
-	p, w, err := ps.s.start(sb, c, m.GetTag(), cfg, env, m.GetStdin(), basicUser(req.Header()))
+	p, w, err := ps.s.start(sb, c, m.GetTag(), cfg, env, m.GetStdin(), m.Pty, basicUser(req.Header()))
 	if err != nil {
 		return err
 	}
@@ -240,7 +244,14 @@ func watch(ctx context.Context, h http.Header, p *proc, w *sub, send func(*proce
 
 // start runs a command in the sandbox's Bench, as one bench.exec of the sandbox's user.
 // The stream that starts it is subscribed before it runs, so that it misses none of its output.
-func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.ProcessConfig, env []string, withStdin bool, user string) (*proc, *sub, error) {
+func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.ProcessConfig, env []string, withStdin bool, pty *process.PTY, user string) (*proc, *sub, error) {
+	req := &app.BenchExecRequest{Bench: sb.bench, Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), Env: env, User: user}
+	if pty != nil {
+		if err := ptyRequest(req, pty); err != nil {
+			return nil, nil, err
+		}
+		withStdin = true // its terminal's input
+	}
 	sb.mu.Lock()
 	n := len(sb.procs)
 	sb.mu.Unlock()
@@ -250,9 +261,14 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 	// The command belongs to the sandbox, not to the stream that started it; the supervisor's
 	// shutdown and the Bench's end stop it.
 	ctx, cancel := context.WithCancel(s.Service.Detached.Ctx)
-	p := &proc{tag: tag, config: cfg, cancel: cancel, subs: map[*sub]struct{}{}, done: make(chan struct{})}
+	p := &proc{tag: tag, config: cfg, cancel: cancel, subs: map[*sub]struct{}{}, done: make(chan struct{}),
+		pty: pty, signals: make(chan syscall.Signal, 4)}
 	first, _ := p.subscribe() // a new command has no watcher yet
-	io := &app.IO{Stdout: output{p: p}, Stderr: output{p: p, stderr: true}}
+	io := &app.IO{Stdout: output{p: p}, Stderr: output{p: p, stderr: true}, Signal: p.signals}
+	if pty != nil {
+		p.resize = make(chan sbox.Winsize, 1)
+		io.Stdout, io.Stderr, io.Winsize = ptyOutput{p: p}, nil, p.resize
+	}
 	var stdinRead *os.File
 	if withStdin {
 		r, w, err := os.Pipe()
@@ -276,7 +292,6 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 	p.pid = 1000 + sb.nextPid
 	sb.procs[p.pid] = p
 	sb.mu.Unlock()
-	req := &app.BenchExecRequest{Bench: sb.bench, Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), Env: env, User: user}
 	go func() {
 		defer cancel()
 		res, err := s.Service.Do(ctx, &app.Call{Caller: c, IO: io}, "bench.exec", req)
@@ -298,6 +313,7 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 			}
 		case ctx.Err() != nil:
 			end.ExitCode, end.Status = -1, "signal: killed"
+			end.Error = &end.Status // as envd says it (its Wait's error)
 		default:
 			e := app.Classify(err)
 			msg := e.Error()
@@ -326,9 +342,10 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 	return p, first, nil
 }
 
-// killAll stops every command of a sandbox (it is being killed): their streams break.
+// killAll stops every command and watch of a sandbox (it is being killed): their streams break.
 func (sb *sandbox) killAll() {
 	sb.killed.Store(true)
+	sb.stopWatches()
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	for _, p := range sb.procs {
@@ -399,10 +416,17 @@ func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return nil, err
 	}
+	// As envd: the signal goes to the command's process (not its group); SIGTERM it may catch.
 	switch req.Msg.GetSignal() {
-	case process.Signal_SIGNAL_SIGKILL, process.Signal_SIGNAL_SIGTERM:
-		// Both end the command: an exec's end kills what it started.
-		p.cancel()
+	case process.Signal_SIGNAL_SIGKILL:
+		p.cancel() // the exec's end: init kills the process
+	case process.Signal_SIGNAL_SIGTERM:
+		select {
+		case p.signals <- syscall.SIGTERM:
+		case <-p.done:
+		default:
+			// A few signals are still on their way: one more SIGTERM adds nothing.
+		}
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v: send SIGKILL or SIGTERM", req.Msg.GetSignal()))
 	}
@@ -421,11 +445,17 @@ func (ps *processService) SendInput(ctx context.Context, req *connect.Request[pr
 }
 
 func (p *proc) write(in *process.ProcessInput) error {
-	if len(in.GetStdin()) > maxStdinChunk {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("stdin: at most %d bytes a message", maxStdinChunk))
+	data := in.GetStdin()
+	switch {
+	case in.GetPty() != nil && p.pty == nil:
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("the process has no pseudo-terminal: send its input as stdin"))
+	case in.GetPty() == nil && p.pty != nil:
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("the process has a pseudo-terminal: send its input as pty input (sandbox.pty.sendInput)"))
+	case in.GetPty() != nil:
+		data = in.GetPty()
 	}
-	if in.GetPty() != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals are not supported"))
+	if len(data) > maxStdinChunk {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("input of %d bytes: at most %d bytes a message; send it in parts", len(data), maxStdinChunk))
 	}
 	p.mu.Lock()
 	w := p.stdin
@@ -435,7 +465,7 @@ func (p *proc) write(in *process.ProcessInput) error {
 	}
 	// A command that does not read its stdin must not hold the request forever.
 	_ = w.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	if _, err := w.Write(in.GetStdin()); err != nil {
+	if _, err := w.Write(data); err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("write stdin: %w", err))
 	}
 	return nil
@@ -475,6 +505,9 @@ func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return nil, err
 	}
+	if p.pty != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("cannot close the stdin of a process with a pseudo-terminal: send Ctrl+D (0x04) instead"))
+	}
 	p.mu.Lock()
 	if p.stdin != nil {
 		p.stdin.Close()
@@ -482,11 +515,4 @@ func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[p
 	}
 	p.mu.Unlock()
 	return connect.NewResponse(&process.CloseStdinResponse{}), nil
-}
-
-func (ps *processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	if _, _, err := ps.authorize(req.Header()); err != nil {
-		return nil, err
-	}
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pseudo-terminals are not supported, so there is no size to update"))
 }

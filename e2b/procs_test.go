@@ -30,7 +30,7 @@ func TestStartsRaceNotPastMaxProcs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, _, err := s.start(sb, caller, "", &process.ProcessConfig{Cmd: "true"}, nil, true, "")
+			p, _, err := s.start(sb, caller, "", &process.ProcessConfig{Cmd: "true"}, nil, true, nil, "")
 			if err == nil {
 				waiting.Add(1)
 				go func() { defer waiting.Done(); <-p.done }()

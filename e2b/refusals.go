@@ -31,10 +31,8 @@ var refusedRoutes = []refusal{
 	{"POST /sandboxes/{id}/resume", "resuming is not supported: no sandbox is ever paused"},
 	{"POST /sandboxes/{id}/fork", "forking a sandbox is not supported yet: create another from the same template"},
 	{"POST /sandboxes/{id}/snapshots", "snapshots are not supported yet: a Workshop's recipe is what a sandbox is made from"},
-	{"GET /sandboxes/{id}/metrics", "sandbox metrics are not supported yet"},
 	{"GET /sandboxes/{id}/logs", "sandbox logs are not supported: `shed bench logs` shows a Bench's"},
 	{"GET /v2/sandboxes/{id}/logs", "sandbox logs are not supported: `shed bench logs` shows a Bench's"},
-	{"GET /sandboxes/metrics", "sandbox metrics are not supported yet"},
 	{"/snapshots", "snapshots are not supported yet"},
 	{"/snapshots/", "snapshots are not supported yet"},
 	{"/templates", "templates are Workshop records: `shed workshop` makes and lists them"},
@@ -53,19 +51,15 @@ var refusedRoutes = []refusal{
 	{"/access-tokens", "access tokens are not supported: use an API key (`shed agent key create USER`)"},
 	{"/access-tokens/", "access tokens are not supported: use an API key (`shed agent key create USER`)"},
 	// envd's own HTTP API, beside /health and /files.
-	{"/metrics", "sandbox metrics are not supported yet"},
+	{"/metrics", "envd's /metrics is the orchestrator's: a sandbox's metrics are GET /sandboxes/{id}/metrics on the API (the SDK's getMetrics)"},
 	{"/envs", "a sandbox's environment is set at create (envVars) and per command (envs)"},
 	{"/init", "envd's /init is the orchestrator's, not a client's"},
 	{"/files/compose", "composing files is not supported: write the whole file, or join parts with a command"},
 }
 
-// refusedRPCs are envd RPCs (of services shed serves) that shed refuses.
-var refusedRPCs = []refusal{
-	{"/filesystem.Filesystem/WatchDir", "watching a directory is not supported yet: list it again, or run inotifywait as a command"},
-	{"/filesystem.Filesystem/CreateWatcher", "watching a directory is not supported yet: list it again, or run inotifywait as a command"},
-	{"/filesystem.Filesystem/GetWatcherEvents", "watching a directory is not supported yet: list it again, or run inotifywait as a command"},
-	{"/filesystem.Filesystem/RemoveWatcher", "watching a directory is not supported yet: list it again, or run inotifywait as a command"},
-}
+// refusedRPCs are envd RPCs (of services shed serves) that shed refuses: none today (the watcher
+// RPCs are served, watch.go); a row names a procedure and why.
+var refusedRPCs = []refusal{}
 
 // envdServices are the services whose procedures a refused RPC must not be one of.
 var envdServices = []protoreflect.ServiceDescriptor{

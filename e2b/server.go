@@ -1,7 +1,8 @@
 // Package e2b serves the E2B sandbox API over the supervisor's typed operations, so that the
 // unmodified `e2b` SDK (and the harnesses built on it) get Benches: the control plane (create, list,
-// get, kill and set the timeout of sandboxes) and, on the same address, the data plane the SDK
-// reaches inside a sandbox (envd's commands and filesystem, over Connect, and its /files API).
+// get, kill, set the timeout of and read the metrics of sandboxes) and, on the same address, the data
+// plane the SDK reaches inside a sandbox (envd's commands and filesystem, over Connect, and its /files
+// API).
 //
 // A sandbox is a Bench that bench.create made; its id is the Bench's name; a template is a Workshop
 // record's name. Every request becomes an operation of package app, called as the local user whose
@@ -15,6 +16,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -35,10 +37,10 @@ import (
 	"toolshed.dev/shed/e2b/envd/process/processconnect"
 )
 
-// EnvdVersion is the envd version the sandboxes report: the SDK turns features on by it. 0.5.7 has
-// what this package serves (a closable stdin, octet-stream uploads) and not what it does not (file
-// metadata is 0.6.2).
-const EnvdVersion = "0.5.7"
+// EnvdVersion is the envd version the sandboxes report: the SDK turns features on by it. 0.6.4 is
+// the first with all that this package serves: file metadata (0.6.2), entries in watch events
+// (0.6.3) and watches allowed on network mounts (0.6.4); the SDK gates nothing later.
+const EnvdVersion = "0.6.4"
 
 // DefaultTimeout is a sandbox's lifetime when create names none (E2B's default).
 const DefaultTimeout = 300 * time.Second
@@ -55,6 +57,11 @@ type Server struct {
 	// yet authenticated in all and of one peer, those of one key's user, and one key's user's
 	// requests in flight.
 	MaxConns, MaxPreAuth, MaxPerPeer, MaxPerUser, MaxInFlight int
+	// Domain is the sandboxes' domain create answers (DefaultDomain if empty): the SDK reaches a
+	// sandbox's port at PORT-ID.DOMAIN on this address (ports.go).
+	Domain string
+	// TLS, if set, serves the address over TLS (HTTP/1.1).
+	TLS *tls.Config
 
 	limOnce sync.Once
 	lim     *limits
@@ -76,6 +83,9 @@ type sandbox struct {
 	envs     map[string]string // added to every command's environment
 	metadata map[string]string
 	files    chan struct{} // a slot for each file operation in flight (each may hold MaxText twice)
+	secure   bool          // made with secure (the SDK's default): its access token guards everything
+	traffic  string        // made with allowPublicTraffic false: the token its ports want (ports.go)
+	maskHost string        // network.maskRequestHost: the Host its ports' servers are sent
 	// defaultUser and accounts are its Bench's (users.go).
 	defaultUser string
 	accounts    []bench.Account
@@ -84,6 +94,8 @@ type sandbox struct {
 	procs   map[uint32]*proc
 	nextPid uint32
 	killed  atomic.Bool // set by kill, before its commands are stopped
+
+	watch watches // its directory watches (watch.go)
 }
 
 // Handler is the API's HTTP handler: the control plane, envd's HTTP API and its Connect services.
@@ -101,6 +113,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.metrics)
+	mux.HandleFunc("GET /sandboxes/metrics", s.listMetrics)
 	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	s.refuse(mux) // refusals.go: what shed does not serve, each with its reason
@@ -117,10 +131,10 @@ func (s *Server) Handler() http.Handler {
 		},
 	} {
 		path, handler := h()
-		mux.Handle(path, handler)
+		mux.Handle(path, boundedMessages(handler))
 	}
 	// Refusals are not logged one by one (guard counts them): a flood must not flood the log too.
-	return s.guard(s.logged(mux))
+	return s.hosts(s.guard(s.logged(mux)))
 }
 
 // Serve answers on ln until ctx ends; the sandboxes' Benches end with the supervisor's context.
@@ -136,7 +150,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 		MaxHeaderBytes:    maxHeader,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, c)
+			return context.WithValue(ctx, connKey{}, tlsConn(c))
 		},
 		ErrorLog: slog.NewLogLogger(s.log().Handler(), slog.LevelWarn),
 	}
@@ -155,12 +169,17 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 	// Connections are bounded by party, keyed or not: each costs the root daemon a descriptor, a
 	// goroutine and buffers (limits.go).
 	var refused atomic.Int64
-	err := hs.Serve(&listener{Listener: ln, lim: s.limits(), log: func(peer string) {
+	var l net.Listener = &listener{Listener: ln, lim: s.limits(), log: func(peer string) {
 		// One line per 1000: a flood must not flood the log too.
 		if n := refused.Add(1); n%1000 == 1 {
 			s.log().Warn("e2b connection refused: its peer holds its share", "peer", peer, "refused", n)
 		}
-	}})
+	}}
+	if s.TLS != nil {
+		// After the caps: a connection over them is refused before its handshake costs anything.
+		l = tls.NewListener(l, s.TLS)
+	}
+	err := hs.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		<-shut
 		return nil

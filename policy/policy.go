@@ -40,9 +40,11 @@ var Roles = map[string][]app.Role{
 	"bench.make_dir":      {app.Operator, app.User},
 	"bench.remove_file":   {app.Operator, app.User},
 	"bench.move_file":     {app.Operator, app.User},
+	"bench.watch_dir":     {app.Operator, app.User},
 	"bench.set_lifetime":  {app.Operator, app.User},
 	"bench.set_network":   {app.Operator, app.User},
 	"bench.network":       {app.Operator, app.User},
+	"bench.metrics":       {app.Operator, app.User},
 	"workshop.launchable": {app.Operator, app.User},
 	"audit.ls":            {app.Operator},
 	"agent.key_create":    {app.Operator},
@@ -150,6 +152,8 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		return ownBench(s, caller, r.Bench)
 	case *app.MoveFileRequest:
 		return ownBench(s, caller, r.Bench)
+	case *app.WatchDirRequest:
+		return ownBench(s, caller, r.Bench)
 	case *app.SetLifetimeRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.SetNetworkRequest:
@@ -170,6 +174,16 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		return ownBench(s, caller, r.Bench)
 	case *app.BenchRequest:
 		return ownBench(s, caller, r.Bench)
+	case *app.BenchMetricsRequest:
+		if len(r.Benches) > app.MaxMetricsBenches { // each is looked up below: a bound before the work
+			return bad(fmt.Sprintf("ask for at most %d at a time", app.MaxMetricsBenches), "metrics of %d Benches asked at once", len(r.Benches))
+		}
+		for _, b := range r.Benches {
+			if err := ownBench(s, caller, b); err != nil {
+				return err
+			}
+		}
+		return nil
 	case *app.BenchRemoveRequest:
 		for _, b := range r.Benches {
 			if err := ownBench(s, caller, b); err != nil {

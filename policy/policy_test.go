@@ -99,9 +99,11 @@ func requests() map[string]any {
 		"bench.make_dir":      &app.BenchPathRequest{Bench: "someones", Path: "/root/x"},
 		"bench.remove_file":   &app.BenchPathRequest{Bench: "someones", Path: "/root"},
 		"bench.move_file":     &app.MoveFileRequest{Bench: "someones", From: "/root", To: "/tmp/r"},
+		"bench.watch_dir":     &app.WatchDirRequest{Bench: "someones", Path: "/root", Recursive: true},
 		"bench.set_lifetime":  &app.SetLifetimeRequest{Bench: "someones", LifetimeS: 86400},
 		"bench.set_network":   &app.SetNetworkRequest{Bench: "someones", Deny: []string{"0.0.0.0/0"}},
 		"bench.network":       &app.BenchRequest{Bench: "someones"},
+		"bench.metrics":       &app.BenchMetricsRequest{Benches: []string{"someones"}},
 		"workshop.launchable": &app.LaunchableRequest{},
 		"audit.ls":            &app.AuditRequest{},
 		"audit.verify":        &app.AuditVerifyRequest{},
@@ -315,5 +317,19 @@ func TestRecordNameTraversal(t *testing.T) {
 		if err == nil || app.Classify(err).Code != app.CodeNotFound || strings.Contains(fmt.Sprintf("%+v %v", res, err), canary) {
 			t.Errorf("%s %+v: %+v %v, want not_found and no secret", op, req, res, err)
 		}
+	}
+}
+
+// TestMetricsBounded: a request of many Benches' metrics is refused before any is looked up (each
+// lookup reads every Bench's record).
+func TestMetricsBounded(t *testing.T) {
+	s := &app.Service{Root: t.TempDir(), Policy: Check}
+	names := make([]string, 10_000)
+	for i := range names {
+		names[i] = fmt.Sprintf("b%d", i)
+	}
+	err := Check(s, &app.Caller{UID: 1001, User: "alice", Role: app.User}, "bench.metrics", &app.BenchMetricsRequest{Benches: names})
+	if e := app.Classify(err); e == nil || e.Code != app.CodeUsage || !strings.Contains(e.Error(), "10000 Benches") {
+		t.Errorf("10,000 Benches: %v, want a usage error", err)
 	}
 }

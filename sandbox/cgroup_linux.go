@@ -37,9 +37,10 @@ type cgroup struct {
 	procs []*os.File // cgroup.procs of each, handed to init
 }
 
-// newCgroup creates the cgroups that enforce l, or returns nil when l sets no limit.
-func newCgroup(l Limits) (*cgroup, error) {
-	if l.MemoryBytes == 0 && l.Pids == 0 {
+// newCgroup creates the cgroups that enforce l and, with account, those that measure the command's
+// use of cpu and memory (ReadUsage); it returns nil when there is nothing to enforce or measure.
+func newCgroup(l Limits, account bool) (*cgroup, error) {
+	if l.MemoryBytes == 0 && l.Pids == 0 && !account {
 		return nil, nil
 	}
 	var id [8]byte
@@ -49,10 +50,10 @@ func newCgroup(l Limits) (*cgroup, error) {
 	name := hex.EncodeToString(id[:])
 	c := &cgroup{}
 	var err error
-	if isCgroup2(l) {
-		err = c.setup2(name, l)
+	if isCgroup2(l, account) {
+		err = c.setup2(name, l, account)
 	} else {
-		err = c.setup1(name, l)
+		err = c.setup1(name, l, account)
 	}
 	if err != nil {
 		c.remove()
@@ -63,7 +64,7 @@ func newCgroup(l Limits) (*cgroup, error) {
 
 // isCgroup2 reports whether the unified hierarchy is mounted at cgroupRoot with the controllers l needs.
 // On hybrid hosts (this lab's) cgroup2 lives at /sys/fs/cgroup/unified without them, and v1 is used.
-func isCgroup2(l Limits) bool {
+func isCgroup2(l Limits, account bool) bool {
 	b, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
 	if err != nil {
 		return false
@@ -77,10 +78,10 @@ func isCgroup2(l Limits) bool {
 		}
 		return false
 	}
-	return (l.MemoryBytes == 0 || has("memory")) && (l.Pids == 0 || has("pids"))
+	return (l.MemoryBytes == 0 && !account || has("memory")) && (l.Pids == 0 || has("pids"))
 }
 
-func (c *cgroup) setup1(name string, l Limits) error {
+func (c *cgroup) setup1(name string, l Limits, account bool) error {
 	type limit struct{ file, value string }
 	type ctl struct {
 		name   string
@@ -92,9 +93,15 @@ func (c *cgroup) setup1(name string, l Limits) error {
 		// memsw (memory+swap) must not be below the memory limit, so it is written second; without it
 		// the command could swap beyond its limit.
 		ctls = append(ctls, ctl{"memory", []limit{{"memory.limit_in_bytes", v}, {"memory.memsw.limit_in_bytes", v}}})
+	} else if account {
+		ctls = append(ctls, ctl{"memory", nil})
 	}
 	if l.Pids > 0 {
 		ctls = append(ctls, ctl{"pids", []limit{{"pids.max", strconv.FormatInt(l.Pids, 10)}}})
+	}
+	if account {
+		// cpu time is counted by cpuacct in v1 (v2 counts it in every cgroup: cpu.stat).
+		ctls = append(ctls, ctl{"cpuacct", nil})
 	}
 	for _, k := range ctls {
 		parent := filepath.Join(cgroupRoot, k.name, cgroupParent)
@@ -122,9 +129,9 @@ func (c *cgroup) setup1(name string, l Limits) error {
 	return nil
 }
 
-func (c *cgroup) setup2(name string, l Limits) error {
+func (c *cgroup) setup2(name string, l Limits, account bool) error {
 	var ctls []string
-	if l.MemoryBytes > 0 {
+	if l.MemoryBytes > 0 || account {
 		ctls = append(ctls, "+memory")
 	}
 	if l.Pids > 0 {
@@ -284,6 +291,7 @@ func Sweep() (removed int, err error) {
 	for _, parent := range []string{
 		filepath.Join(cgroupRoot, "memory", cgroupParent),
 		filepath.Join(cgroupRoot, "pids", cgroupParent),
+		filepath.Join(cgroupRoot, "cpuacct", cgroupParent),
 		filepath.Join(cgroupRoot, cgroupParent),
 	} {
 		n, err := sweepParent(parent)

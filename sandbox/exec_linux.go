@@ -25,6 +25,8 @@ import (
 //	init -> client  with a terminal (execWire.Terminal), once the command started: one byte 'T' with
 //	                SCM_RIGHTS the terminal's master side
 //	init -> client  one execReply as JSON, once the command has exited (or could not start); then close
+//	client -> init  after the request, any number of single bytes, each a signal number (1-64) for
+//	                init to send to the command's process (Stdio.Signal)
 //
 // The client closing the connection early kills the command (SIGKILL).
 
@@ -109,6 +111,12 @@ func Exec(ctx context.Context, control string, req ExecRequest, stdio Stdio) (in
 		_, err = conn.Write(body)
 	}
 	x.sent()
+	if err == nil && stdio.Signal != nil {
+		// Ends with the command (the connection is closed when Exec returns).
+		done := make(chan struct{})
+		defer close(done)
+		go forwardSignals(conn, stdio.Signal, done)
+	}
 	var reply io.Reader = conn
 	if err == nil && stdio.Terminal != nil {
 		var b byte
@@ -153,6 +161,23 @@ func Exec(ctx context.Context, control string, req ExecRequest, stdio Stdio) (in
 		return -1, fmt.Errorf("exec in sandbox %s: %w", control, ctx.Err())
 	}
 	return *rep.Code, nil
+}
+
+// forwardSignals writes each signal from sigs to the connection as its one-byte number, until done.
+func forwardSignals(conn *net.UnixConn, sigs <-chan syscall.Signal, done <-chan struct{}) {
+	for {
+		select {
+		case sig := <-sigs:
+			if sig < 1 || sig > 64 {
+				continue
+			}
+			if _, err := conn.Write([]byte{byte(sig)}); err != nil {
+				return
+			}
+		case <-done:
+			return
+		}
+	}
 }
 
 // execStdio are the three descriptors sent to init for a command (Exec, or Start of an init given
@@ -302,8 +327,8 @@ func serveControl(cfg *initConfig, pid int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("serve control socket: %w", err)
 	}
-	jobs, kills := make(chan *execJob), make(chan *execJob)
-	go acceptControl(ln.(*net.UnixListener), cfg.ControlUID, jobs, kills)
+	jobs, kills, sigs := make(chan *execJob), make(chan *execJob), make(chan execSignal)
+	go acceptControl(ln.(*net.UnixListener), cfg.ControlUID, jobs, kills, sigs)
 	running := make(map[int]*execJob)
 	for {
 		for {
@@ -342,6 +367,10 @@ func serveControl(cfg *initConfig, pid int) (int, error) {
 			// Only a child not yet reaped: its pid cannot have been reused.
 			if running[j.pid] == j {
 				_ = unix.Kill(j.pid, unix.SIGKILL)
+			}
+		case s := <-sigs:
+			if running[s.j.pid] == s.j {
+				_ = unix.Kill(s.j.pid, s.sig)
 			}
 		}
 	}
@@ -393,7 +422,13 @@ func startExec(cfg *initConfig, j *execJob) (int, *SetupError) {
 	return pid, nil
 }
 
-func acceptControl(ln *net.UnixListener, uid uint32, jobs, kills chan<- *execJob) {
+// execSignal is a signal a client asked for its command.
+type execSignal struct {
+	j   *execJob
+	sig unix.Signal
+}
+
+func acceptControl(ln *net.UnixListener, uid uint32, jobs, kills chan<- *execJob, sigs chan<- execSignal) {
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -403,13 +438,13 @@ func acceptControl(ln *net.UnixListener, uid uint32, jobs, kills chan<- *execJob
 			time.Sleep(10 * time.Millisecond) // EMFILE and the like: let it pass
 			continue
 		}
-		go serveExec(c, uid, jobs, kills)
+		go serveExec(c, uid, jobs, kills, sigs)
 	}
 }
 
 // serveExec serves one connection: check the peer, read the request and its descriptors, have the main
 // thread start the command, and report its exit code, or kill it if the client goes away first.
-func serveExec(c *net.UnixConn, uid uint32, jobs, kills chan<- *execJob) {
+func serveExec(c *net.UnixConn, uid uint32, jobs, kills chan<- *execJob, sigs chan<- execSignal) {
 	defer c.Close()
 	reply := func(r execReply) { _ = json.NewEncoder(c).Encode(r) }
 	fail := func(e *SetupError) { reply(execReply{Error: toWire(e)}) }
@@ -445,16 +480,34 @@ func serveExec(c *net.UnixConn, uid uint32, jobs, kills chan<- *execJob) {
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	gone := make(chan struct{})
+	exited := make(chan struct{}) // the signals of a command that ended go nowhere
 	go func() {
-		_, _ = io.Copy(io.Discard, c) // returns when the client closes, or when c is closed here
+		// Returns when the client closes, or when c is closed here.
+		var b [64]byte
+		for {
+			n, err := c.Read(b[:])
+			for _, sig := range b[:n] {
+				if sig >= 1 && sig <= 64 {
+					select {
+					case sigs <- execSignal{j: j, sig: unix.Signal(sig)}:
+					case <-exited:
+					}
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
 		close(gone)
 	}()
 	select {
 	case code := <-j.exited:
+		close(exited)
 		reply(execReply{Code: &code})
 	case <-gone:
 		kills <- j
 		<-j.exited
+		close(exited)
 	}
 }
 

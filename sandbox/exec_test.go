@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -407,4 +408,54 @@ func TestExecServerUID(t *testing.T) {
 		t.Errorf("squatter: %q", sc.Text())
 	}
 	cmd.Wait()
+}
+
+// TestExecSignal: a signal sent through Stdio.Signal reaches the command's process, which may catch
+// it (a SIGTERM handled is an exit of the handler's choosing, not a kill).
+func TestExecSignal(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	c := startControlled(t, readOnlySpec(t, "sh", "-c", "echo ready; read x; exit 0"))
+	sigs := make(chan syscall.Signal, 1)
+	ready := make(chan struct{})
+	var out bytes.Buffer
+	w := &notifyWriter{w: &out, want: "ready", seen: ready}
+	done := make(chan execResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		code, err := sandbox.Exec(ctx, c.control, sh(`trap 'echo caught; exit 7' TERM; echo ready; while :; do sleep 0.05; done`),
+			sandbox.Stdio{Stdout: w, Signal: sigs})
+		done <- execResult{code: code, err: err}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not start")
+	}
+	sigs <- syscall.SIGTERM
+	r := <-done
+	if r.err != nil || r.code != 7 || !strings.Contains(out.String(), "caught") {
+		t.Errorf("SIGTERM: exit %d, %v, output %q; want the trap's exit 7 and its output", r.code, r.err, out.String())
+	}
+}
+
+// notifyWriter closes seen once what it was written contains want.
+type notifyWriter struct {
+	mu   sync.Mutex
+	w    *bytes.Buffer
+	want string
+	seen chan struct{}
+	done bool
+}
+
+func (n *notifyWriter) Write(b []byte) (int, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.w.Write(b)
+	if !n.done && strings.Contains(n.w.String(), n.want) {
+		n.done = true
+		close(n.seen)
+	}
+	return len(b), nil
 }

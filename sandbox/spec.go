@@ -9,6 +9,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // MaxLowers is the kernel's limit on overlay lower layers (OVL_MAX_STACK).
@@ -40,6 +41,10 @@ type Spec struct {
 	// Hostname is the sandbox's hostname; "" means DefaultHostname.
 	Hostname string
 	Limits   Limits
+	// Account puts the command in cgroups of its own even where Limits set none, so that its use of
+	// cpu and memory can be read while it runs (ReadUsage): a Bench's metrics. Without root the host's
+	// cgroups are not shed's, and there is nothing to read (ReadUsage says so).
+	Account bool
 	// Control, if set, is an absolute host path where Start creates a unix socket (mode 0600) through
 	// which Exec runs more commands in the running sandbox. Only init holds it: the command never sees
 	// it. Put it in a directory that only the caller can write and that the sandbox cannot see (not
@@ -166,6 +171,9 @@ type Stdio struct {
 	// inside. Stdin is copied to the terminal and everything the command prints to Stdout; Stderr is
 	// then only for init's own last-resort messages (an *os.File, or unused).
 	Terminal *Terminal
+	// Signal, for Exec, delivers signals for the command (its process, not its group, as kill(2) with
+	// its pid); the executor stops reading it when the command ends.
+	Signal <-chan syscall.Signal
 }
 
 // Terminal is the window size of a Stdio's pseudo-terminal.

@@ -285,7 +285,7 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 		pd.abort()
 		return nil, err
 	}
-	cg, err := newCgroup(spec.Limits)
+	cg, err := newCgroup(spec.Limits, spec.Account && !rootless())
 	if err != nil {
 		pd.abort()
 		return nil, err

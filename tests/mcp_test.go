@@ -20,7 +20,7 @@ const npmCache = "/var/cache/toolshed-ci/npm"
 
 // npmPackage installs pkg at version (once) in the project dir npmCache/name and returns the
 // directory, readable by everyone (the clients run as an unprivileged user).
-func npmPackage(t *testing.T, name, pkg, version string) string {
+func npmPackage(t testing.TB, name, pkg, version string) string {
 	t.Helper()
 	dir := filepath.Join(npmCache, name)
 	b, _ := os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(pkg), "package.json"))
@@ -41,7 +41,8 @@ func npmPackage(t *testing.T, name, pkg, version string) string {
 
 // TestMCP: the official MCP TypeScript SDK's client drives `shed mcp` through a real supervisor, as an
 // unprivileged user: it lists the Workshops it may use, creates a Bench, installs a package with
-// apt through the recipe's network profile, writes and runs a script, reads a file back, proposes,
+// apt through the recipe's network profile, writes and runs a script, reads a file back, lists its
+// directory and describes a file (and one that is not there), proposes,
 // removes the Bench; a Bench created with a short lifetime is removed by the supervisor.
 func TestMCP(t *testing.T) {
 	parallel(t) // see parallelTests in main_test.go
@@ -78,7 +79,7 @@ func TestMCP(t *testing.T) {
 		}
 		return r
 	}
-	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_propose","bench_read_file","bench_remove","bench_write_file","workshop_list"]` {
+	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_list_files","bench_metrics","bench_propose","bench_read_file","bench_remove","bench_stat_file","bench_write_file","workshop_list"]` {
 		t.Errorf("tools: %s", got)
 	}
 	if r := step("workshops"); r.Error || !strings.Contains(fmt.Sprint(r.Data), name) {
@@ -100,6 +101,15 @@ func TestMCP(t *testing.T) {
 	}
 	if r := step("read"); r.Error || r.Data["content"] != "Hello, world!\n" {
 		t.Errorf("bench_read_file: %+v", r)
+	}
+	if r := step("ls"); r.Error || !strings.Contains(fmt.Sprint(r.Data), "path:/root/work/run.sh") || !strings.Contains(fmt.Sprint(r.Data), "path:/root/work/out.txt") {
+		t.Errorf("bench_list_files: %+v", r)
+	}
+	if r := step("stat"); r.Error || r.Data["type"] != "file" || r.Data["size"] != 14.0 || r.Data["owner"] != "root" || r.Data["mode"] != 420.0 {
+		t.Errorf("bench_stat_file: %+v", r)
+	}
+	if r := step("stat-missing"); !r.Error || !strings.Contains(r.Text, "/root/nothing") {
+		t.Errorf("bench_stat_file of no file: %+v", r)
 	}
 	if r := step("timeout"); r.Error || r.Data["timed_out"] != true || r.Data["exit_code"] != 124.0 {
 		t.Errorf("a command past its timeout: %+v", r)
@@ -155,7 +165,7 @@ profile = "debian"
 
 // nobodyUID is the uid the agent clients run as: nobody, a user with no rights on the store, who can
 // reach shed's binary (its directories are opened for search).
-func nobodyUID(t *testing.T) int {
+func nobodyUID(t testing.TB) int {
 	t.Helper()
 	nobody, err := user.Lookup("nobody")
 	if err != nil {

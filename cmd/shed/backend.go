@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"reflect"
 
 	"github.com/urfave/cli/v2"
 
@@ -36,20 +37,29 @@ func callWith[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File,
 // callVia is callWith for an agent's face: via ("mcp") marks the requests (api.Request's Via).
 func callVia[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File, via, op string, req any) (*Resp, error) {
 	var resp Resp
+	if err := callInto(ctx, c, stdio, via, op, req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// callInto is callVia with the result decoded into resp, a pointer to op's result type: for a face
+// (package mcp) that names the type itself.
+func callInto(ctx context.Context, c *cli.Context, stdio *[3]*os.File, via, op string, req, resp any) error {
 	if sock := supervisorSocket(c, op); sock != "" {
 		cl := &api.Client{Socket: sock, Progress: progress(c), Verbose: c.Bool("verbose"), Notice: notice(c), Stdio: stdio, Via: via}
-		err := cl.Call(ctx, op, req, &resp)
+		err := cl.Call(ctx, op, req, resp)
 		if err != nil {
 			if _, ok := err.(*app.Error); !ok && ctx.Err() == nil {
 				direct := "set SHED_SOCKET=none to work on the store directly as root"
 				if notRoot() {
 					direct = "set SHED_SOCKET=none to work on a store of your own (`shed init` makes it, docs/rootless.md)"
 				}
-				return nil, withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err), "is `shed daemon` running? (`systemctl status shed`); "+direct)
+				return withHint(exitFailure, fmt.Errorf("supervisor at %s: %w", sock, err), "is `shed daemon` running? (`systemctl status shed`); "+direct)
 			}
-			return nil, err
+			return err
 		}
-		return &resp, nil
+		return nil
 	}
 	svc, call := embedded(c)
 	call.Caller.Via = via
@@ -58,13 +68,15 @@ func callVia[Resp any](ctx context.Context, c *cli.Context, stdio *[3]*os.File, 
 		call.IO.Status.End() // whatever the operation left drawn is erased before its result prints
 	}
 	if err != nil {
-		return nil, elsewhere(c, err)
+		return elsewhere(c, err)
 	}
-	r, ok := res.(*Resp)
-	if !ok {
-		return nil, &app.Error{Code: app.CodeInternal, Err: fmt.Errorf("operation %s returned a %T, not a %T (a bug in shed)", op, res, r)}
+	// The operation's result is the type resp points to: copied, as the socket's client decodes it.
+	rv, got := reflect.ValueOf(resp), reflect.ValueOf(res)
+	if !got.IsValid() || rv.Kind() != reflect.Pointer || got.Type() != rv.Type() || got.IsNil() {
+		return &app.Error{Code: app.CodeInternal, Err: fmt.Errorf("operation %s returned a %T, not a %T (a bug in shed)", op, res, resp)}
 	}
-	return r, nil
+	rv.Elem().Set(got.Elem())
+	return nil
 }
 
 // supervisorSocket returns the supervisor's socket if op's request goes through it (see socketPath).

@@ -17,6 +17,8 @@ import (
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/builder"
+	"toolshed.dev/shed/internal/nospace"
+	"toolshed.dev/shed/metrics"
 )
 
 func cmdBench() *cli.Command {
@@ -79,15 +81,16 @@ func cmdBench() *cli.Command {
 					if c.Bool("json") {
 						return printJSON(c, res.Benches)
 					}
-					rows := [][]string{{"NAME", "STATE", "STARTED", "COMMAND", "WORKSHOP"}}
+					rows := [][]string{{"NAME", "STATE", "STARTED", "CPU", "MEMORY", "COMMAND", "WORKSHOP"}}
 					for _, r := range res.Benches {
 						state := "running"
 						if !r.Running {
 							state = "exited " + fmt.Sprint(deref(r.Exit))
 						}
-						rows = append(rows, []string{r.Name, state, r.Started.Local().Format(time.DateTime), strings.Join(r.Argv, " "), workshopLabel(r)})
+						cpu, mem := usageColumns(r.Metrics)
+						rows = append(rows, []string{r.Name, state, r.Started.Local().Format(time.DateTime), cpu, mem, strings.Join(r.Argv, " "), workshopLabel(r)})
 					}
-					fitColumns(rows, terminalWidth(c.App.Writer), 3, 4)
+					fitColumns(rows, terminalWidth(c.App.Writer), 5, 6)
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					for _, row := range rows {
 						fmt.Fprintln(tw, strings.Join(row, "\t"))
@@ -271,6 +274,15 @@ func terminalWidth(w io.Writer) int {
 		return 0
 	}
 	return cols
+}
+
+// usageColumns are a Bench's cpu use (of all its cpus) and memory in use, from its newest reading
+// ("-" for none: an exited Bench, or one shed cannot read without root).
+func usageColumns(m *metrics.Sample) (cpu, mem string) {
+	if m == nil {
+		return "-", "-"
+	}
+	return fmt.Sprintf("%.1f%%", m.CPUUsedPct), nospace.FormatBytes(uint64(max(m.MemUsed, 0)))
 }
 
 // fitColumns shortens the cells of the flexible columns (an ellipsis at the end) so that each row,

@@ -2,19 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"slices"
-	"sort"
-	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
 
 	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/app"
-	"toolshed.dev/shed/records"
+	"toolshed.dev/shed/mcp"
 )
 
 func cmdMCP() *cli.Command {
@@ -25,7 +20,8 @@ func cmdMCP() *cli.Command {
 			"request to the supervisor (SHED_SOCKET, as for every command), made as the user who started\n" +
 			"`shed mcp`, with that user's roles and limits: the Workshops a record allows you, your own\n" +
 			"Benches only. Tools: workshop_list, bench_create, bench_exec, bench_write_file,\n" +
-			"bench_read_file, bench_list, bench_remove, bench_propose. See docs/agents.md.",
+			"bench_read_file, bench_list_files, bench_stat_file, bench_list, bench_metrics, bench_remove,\n" +
+			"bench_propose. See docs/agents.md.",
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageError("mcp takes no arguments")
@@ -37,217 +33,19 @@ func cmdMCP() *cli.Command {
 			defer null.Close()
 			// stdin and stdout are the protocol's: the supervisor gets /dev/null for them, and the
 			// commands' output comes back in results.
-			s := &mcpServer{c: c, stdio: &[3]*os.File{null, null, os.Stderr}}
-			return s.server().Run(c.Context, &mcp.StdioTransport{})
+			stdio := &[3]*os.File{null, null, os.Stderr}
+			hosts := app.HostPaths{Root: storeRoot(c), Socket: os.Getenv(api.SocketEnv)}
+			if hosts.Socket == "" || hosts.Socket == "none" {
+				hosts.Socket = api.DefaultSocket
+			}
+			s := &mcp.Server{
+				Version: version,
+				Hosts:   hosts,
+				Call: func(ctx context.Context, op string, req, resp any) error {
+					return callInto(ctx, c, stdio, "mcp", op, req, resp)
+				},
+			}
+			return s.Run(c.Context, &sdk.StdioTransport{})
 		},
 	}
-}
-
-type mcpServer struct {
-	c     *cli.Context
-	stdio *[3]*os.File
-}
-
-// toolError is a failed call as the agent reads it: the error, then what to do, without a path of
-// the host's (the supervisor leaves its own out for a request marked mcp; these are the ones this
-// process knows: the socket it reached, or the store it opened).
-func (s *mcpServer) toolError(err error) error {
-	e := app.Classify(err)
-	h := app.HostPaths{Root: storeRoot(s.c), Socket: os.Getenv(api.SocketEnv)}
-	if h.Socket == "" || h.Socket == "none" {
-		h.Socket = api.DefaultSocket
-	}
-	msg, hint := h.Hide(e.Error()), h.Hide(e.Hint)
-	if hint != "" {
-		return fmt.Errorf("%s (%s)\nhint: %s", msg, e.Code, hint)
-	}
-	return fmt.Errorf("%s (%s)", msg, e.Code)
-}
-
-func mcpCall[Resp any](s *mcpServer, ctx context.Context, op string, req any) (*Resp, error) {
-	res, err := callVia[Resp](ctx, s.c, s.stdio, "mcp", op, req)
-	if err != nil {
-		return nil, s.toolError(err)
-	}
-	return res, nil
-}
-
-// The tools' arguments and results. Their JSON schemas come from these types and their
-// jsonschema tags.
-type (
-	workshopListIn  struct{}
-	workshopListOut struct {
-		Workshops []mcpWorkshop `json:"workshops" jsonschema:"the Workshop records you may launch"`
-	}
-	mcpWorkshop struct {
-		Name    string `json:"name" jsonschema:"the record's name: pass it as workshop to bench_create"`
-		Version int    `json:"version" jsonschema:"its current version"`
-	}
-	benchCreateIn struct {
-		Workshop  string `json:"workshop" jsonschema:"a Workshop record's name (workshop_list)"`
-		Name      string `json:"name,omitempty" jsonschema:"the Bench's name (default: the Workshop's and a random suffix)"`
-		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"seconds after which the Bench is removed (default 3600, at most 86400)"`
-	}
-	benchCreateOut struct {
-		Bench   string `json:"bench" jsonschema:"the Bench's name, for the other tools"`
-		Expires string `json:"expires" jsonschema:"when it is removed (RFC 3339)"`
-	}
-	benchExecIn struct {
-		Bench    string            `json:"bench" jsonschema:"the Bench's name"`
-		Command  []string          `json:"command" jsonschema:"the command and its arguments, e.g. [\"sh\", \"-c\", \"apt-get install -y git\"]"`
-		Cwd      string            `json:"cwd,omitempty" jsonschema:"its working directory: absolute, or relative to the home of the Bench's user (default: that home)"`
-		Env      map[string]string `json:"env,omitempty" jsonschema:"variables to set"`
-		TimeoutS int64             `json:"timeout_s,omitempty" jsonschema:"kill it after this many seconds (exit code 124)"`
-	}
-	benchExecOut struct {
-		ExitCode  int    `json:"exit_code" jsonschema:"the command's exit code"`
-		Stdout    string `json:"stdout" jsonschema:"what it wrote to stdout (at most 1 MiB)"`
-		Stderr    string `json:"stderr" jsonschema:"what it wrote to stderr (at most 1 MiB)"`
-		Truncated bool   `json:"truncated,omitempty" jsonschema:"an output was longer and was cut"`
-		TimedOut  bool   `json:"timed_out,omitempty" jsonschema:"it ran past timeout_s and was killed"`
-		OOMKilled bool   `json:"oom_killed,omitempty" jsonschema:"the kernel killed it (or a process it started) for memory, at the Bench's limit"`
-		NoSpace   string `json:"no_space,omitempty" jsonschema:"it failed with the disk of the Bench's upper layer full: which filesystem, how full"`
-	}
-	benchWriteIn struct {
-		Bench   string `json:"bench" jsonschema:"the Bench's name"`
-		Path    string `json:"path" jsonschema:"an absolute path in the Bench; missing directories are made"`
-		Content string `json:"content" jsonschema:"the file's content"`
-	}
-	benchWriteOut struct {
-		Path string `json:"path" jsonschema:"the file written"`
-	}
-	benchReadIn struct {
-		Bench string `json:"bench" jsonschema:"the Bench's name"`
-		Path  string `json:"path" jsonschema:"an absolute path in the Bench"`
-	}
-	benchReadOut struct {
-		Content string `json:"content" jsonschema:"the file's content"`
-	}
-	benchListIn  struct{}
-	benchListOut struct {
-		Benches []mcpBench `json:"benches" jsonschema:"your Benches"`
-	}
-	mcpBench struct {
-		Name     string `json:"name"`
-		Workshop string `json:"workshop" jsonschema:"its Workshop record's name, as workshop_list and bench_create name it (empty: an operator's recipe file, not a record)"`
-		Version  int    `json:"version,omitempty" jsonschema:"the record's version it was made of"`
-		Running  bool   `json:"running"`
-		Started  string `json:"started" jsonschema:"when it started (RFC 3339)"`
-	}
-	benchIn struct {
-		Bench string `json:"bench" jsonschema:"the Bench's name"`
-	}
-	benchRemoveOut struct {
-		Removed string `json:"removed" jsonschema:"the Bench removed"`
-	}
-	benchProposeOut struct {
-		Proposal string `json:"proposal" jsonschema:"the proposal's id: a human reads its diff and promotes it"`
-		Diff     string `json:"diff" jsonschema:"the change to the Workshop's recipe and lock it proposes"`
-	}
-)
-
-func (s *mcpServer) server() *mcp.Server {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "shed", Version: version}, &mcp.ServerOptions{
-		Instructions: "Toolshed Benches: disposable sandboxes built from Workshop recipes. Create a Bench from a " +
-			"Workshop (workshop_list), run commands and read and write files in it, and when what you installed " +
-			"is worth keeping, propose it (bench_propose): a human reviews the diff. Remove Benches you are done with.",
-	})
-	mcp.AddTool(srv, &mcp.Tool{Name: "workshop_list", Description: "List the Workshops you may create Benches of."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, _ workshopListIn) (*mcp.CallToolResult, workshopListOut, error) {
-			res, err := mcpCall[app.LaunchableResult](s, ctx, "workshop.launchable", &app.LaunchableRequest{})
-			out := workshopListOut{Workshops: []mcpWorkshop{}}
-			if err != nil {
-				return nil, out, err
-			}
-			for _, v := range res.Workshops {
-				out.Workshops = append(out.Workshops, mcpWorkshop{v.Name, v.N})
-			}
-			return nil, out, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "bench_create", Description: "Create a Bench (a sandbox) of a Workshop. It stays up for exec and files until removed or its lifetime ends."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in benchCreateIn) (*mcp.CallToolResult, benchCreateOut, error) {
-			// A Workshop is a record the caller may launch, never a file, as for the E2B API: an
-			// operator's agent must not have root read whatever file it names (a recipe's error
-			// quotes its lines) or learn the host's paths.
-			ws, err := mcpCall[app.LaunchableResult](s, ctx, "workshop.launchable", &app.LaunchableRequest{})
-			if err != nil {
-				return nil, benchCreateOut{}, err
-			}
-			if !records.IsName(in.Workshop) {
-				// Not echoed: a file's path is the host's, and it was never going to be read.
-				return nil, benchCreateOut{}, errors.New("workshop is not a Workshop record's name (lowercase letters, digits, '.', '_', '-'): a file is never one here (usage)\nhint: workshop_list lists the records you may launch")
-			}
-			if !slices.ContainsFunc(ws.Workshops, func(v *records.Version) bool { return v.Name == in.Workshop }) {
-				return nil, benchCreateOut{}, fmt.Errorf("%q is not a Workshop record you may launch (not_found)\nhint: workshop_list lists them; an operator allows one with `shed workshop allow NAME USER`", in.Workshop)
-			}
-			res, err := mcpCall[app.BenchCreateResult](s, ctx, "bench.create", &app.BenchCreateRequest{Workshop: in.Workshop, Name: in.Name, LifetimeS: in.LifetimeS})
-			if err != nil {
-				return nil, benchCreateOut{}, err
-			}
-			return nil, benchCreateOut{Bench: res.Bench, Expires: res.Expires.Format(time.RFC3339)}, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "bench_exec", Description: "Run a command in a Bench, as its root, and return its exit code and output. The network is the Workshop's allowlist, through a proxy."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in benchExecIn) (*mcp.CallToolResult, benchExecOut, error) {
-			req := &app.BenchExecRequest{Bench: in.Bench, Argv: in.Command, Cwd: in.Cwd, TimeoutS: in.TimeoutS, Capture: true}
-			keys := make([]string, 0, len(in.Env))
-			for k := range in.Env {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				req.Env = append(req.Env, k+"="+in.Env[k])
-			}
-			if len(in.Command) == 0 {
-				return nil, benchExecOut{}, errors.New("command is empty: give the command and its arguments, e.g. [\"ls\", \"-l\"]")
-			}
-			res, err := mcpCall[app.ExecResult](s, ctx, "bench.exec", req)
-			if err != nil {
-				return nil, benchExecOut{}, err
-			}
-			return nil, benchExecOut{ExitCode: res.Exit, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled, NoSpace: res.NoSpace}, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "bench_write_file", Description: "Write a file in a Bench (missing directories are made)."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in benchWriteIn) (*mcp.CallToolResult, benchWriteOut, error) {
-			if _, err := mcpCall[app.Empty](s, ctx, "bench.write_file", &app.WriteFileRequest{Bench: in.Bench, Path: in.Path, Content: in.Content}); err != nil {
-				return nil, benchWriteOut{}, err
-			}
-			return nil, benchWriteOut{Path: in.Path}, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "bench_read_file", Description: "Read a file of a Bench."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in benchReadIn) (*mcp.CallToolResult, benchReadOut, error) {
-			res, err := mcpCall[app.FileResult](s, ctx, "bench.read_file", &app.ReadFileRequest{Bench: in.Bench, Path: in.Path})
-			if err != nil {
-				return nil, benchReadOut{}, err
-			}
-			return nil, benchReadOut{Content: res.Content}, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "bench_list", Description: "List your Benches."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, _ benchListIn) (*mcp.CallToolResult, benchListOut, error) {
-			res, err := mcpCall[app.BenchListResult](s, ctx, "bench.ls", &app.BenchListRequest{})
-			out := benchListOut{Benches: []mcpBench{}}
-			if err != nil {
-				return nil, out, err
-			}
-			for _, b := range res.Benches {
-				// The record's name, never its file (a path of the store's): users and agents name records.
-				out.Benches = append(out.Benches, mcpBench{b.Name, b.Record, b.Version, b.Running, b.Started.Format(time.RFC3339)})
-			}
-			return nil, out, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "bench_remove", Description: "Remove a Bench: its processes and its files are gone."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in benchIn) (*mcp.CallToolResult, benchRemoveOut, error) {
-			if _, err := mcpCall[app.BenchRemoveResult](s, ctx, "bench.rm", &app.BenchRemoveRequest{Benches: []string{in.Bench}}); err != nil {
-				return nil, benchRemoveOut{}, err
-			}
-			return nil, benchRemoveOut{Removed: in.Bench}, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "bench_propose", Description: "Propose a new version of the Bench's Workshop from the packages installed in it and the network destinations it was refused. A human reads the diff and decides."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in benchIn) (*mcp.CallToolResult, benchProposeOut, error) {
-			res, err := mcpCall[app.ProposeResult](s, ctx, "bench.propose", &app.BenchRequest{Bench: in.Bench})
-			if err != nil {
-				return nil, benchProposeOut{}, err
-			}
-			return nil, benchProposeOut{Proposal: res.Proposal.ID, Diff: res.Diff}, nil
-		})
-	return srv
 }

@@ -26,6 +26,9 @@ out("install", await call("bench_exec", {
 out("write", await call("bench_write_file", { bench, path: "/root/work/run.sh", content: `${pkg} > /root/work/out.txt\necho "ran in $PWD with $GREETING"\n` }));
 out("run", await call("bench_exec", { bench, command: ["sh", "run.sh"], cwd: "/root/work", env: { GREETING: "hi" } }));
 out("read", await call("bench_read_file", { bench, path: "/root/work/out.txt" }));
+out("ls", await call("bench_list_files", { bench, path: "/root/work" }));
+out("stat", await call("bench_stat_file", { bench, path: "/root/work/out.txt" }));
+out("stat-missing", await call("bench_stat_file", { bench, path: "/root/nothing" }));
 out("timeout", await call("bench_exec", { bench, command: ["sleep", "30"], timeout_s: 1 }));
 out("list", await call("bench_list", {}));
 out("propose", await call("bench_propose", { bench }));

@@ -1,0 +1,330 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/metrics"
+	"toolshed.dev/shed/records"
+)
+
+// Caller makes one request of op (an operation of package app) with req, as the user who started the
+// server, and decodes its result into resp (a pointer to op's result type). Requests are marked as
+// MCP's (api.Request's Via: "mcp"), so that the supervisor leaves its host paths out of their errors.
+type Caller func(ctx context.Context, op string, req, resp any) error
+
+// Server is the MCP server of one user.
+type Server struct {
+	Call    Caller
+	Version string // shed's, in the server's implementation info
+	// Hosts are the host's paths this process knows (the socket it reached, the store it opened):
+	// an error shows none of them to the agent.
+	Hosts app.HostPaths
+}
+
+// Run serves the protocol on t until the client goes or ctx ends.
+func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
+	return s.server().Run(ctx, t)
+}
+
+// toolError is a failed call as the agent reads it: the error, then what to do, without a path of
+// the host's (the supervisor leaves its own out for a request marked mcp; these are the ones this
+// process knows: the socket it reached, or the store it opened).
+func (s *Server) toolError(err error) error {
+	e := app.Classify(err)
+	msg, hint := s.Hosts.Hide(e.Error()), s.Hosts.Hide(e.Hint)
+	if hint != "" {
+		return fmt.Errorf("%s (%s)\nhint: %s", msg, e.Code, hint)
+	}
+	return fmt.Errorf("%s (%s)", msg, e.Code)
+}
+
+// call makes one request through s.Call and returns its result, or the error as the agent reads it.
+func call[Resp any](s *Server, ctx context.Context, op string, req any) (*Resp, error) {
+	var resp Resp
+	if err := s.Call(ctx, op, req, &resp); err != nil {
+		return nil, s.toolError(err)
+	}
+	return &resp, nil
+}
+
+// The tools' arguments and results. Their JSON schemas come from these types and their
+// jsonschema tags.
+type (
+	workshopListIn  struct{}
+	workshopListOut struct {
+		Workshops []mcpWorkshop `json:"workshops" jsonschema:"the Workshop records you may launch"`
+	}
+	mcpWorkshop struct {
+		Name    string `json:"name" jsonschema:"the record's name: pass it as workshop to bench_create"`
+		Version int    `json:"version" jsonschema:"its current version"`
+	}
+	benchCreateIn struct {
+		Workshop  string `json:"workshop" jsonschema:"a Workshop record's name (workshop_list)"`
+		Name      string `json:"name,omitempty" jsonschema:"the Bench's name (default: the Workshop's and a random suffix)"`
+		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"seconds after which the Bench is removed (default 3600, at most 86400)"`
+	}
+	benchCreateOut struct {
+		Bench   string `json:"bench" jsonschema:"the Bench's name, for the other tools"`
+		Expires string `json:"expires" jsonschema:"when it is removed (RFC 3339)"`
+	}
+	benchExecIn struct {
+		Bench    string            `json:"bench" jsonschema:"the Bench's name"`
+		Command  []string          `json:"command" jsonschema:"the command and its arguments, e.g. [\"sh\", \"-c\", \"apt-get install -y git\"]"`
+		Cwd      string            `json:"cwd,omitempty" jsonschema:"its working directory: absolute, or relative to the home of the Bench's user (default: that home)"`
+		Env      map[string]string `json:"env,omitempty" jsonschema:"variables to set"`
+		TimeoutS int64             `json:"timeout_s,omitempty" jsonschema:"kill it after this many seconds (exit code 124)"`
+	}
+	benchExecOut struct {
+		ExitCode  int    `json:"exit_code" jsonschema:"the command's exit code"`
+		Stdout    string `json:"stdout" jsonschema:"what it wrote to stdout (at most 1 MiB)"`
+		Stderr    string `json:"stderr" jsonschema:"what it wrote to stderr (at most 1 MiB)"`
+		Truncated bool   `json:"truncated,omitempty" jsonschema:"an output was longer and was cut"`
+		TimedOut  bool   `json:"timed_out,omitempty" jsonschema:"it ran past timeout_s and was killed"`
+		OOMKilled bool   `json:"oom_killed,omitempty" jsonschema:"the kernel killed it (or a process it started) for memory, at the Bench's limit"`
+		NoSpace   string `json:"no_space,omitempty" jsonschema:"it failed with the disk of the Bench's upper layer full: which filesystem, how full"`
+	}
+	benchWriteIn struct {
+		Bench   string `json:"bench" jsonschema:"the Bench's name"`
+		Path    string `json:"path" jsonschema:"an absolute path in the Bench; missing directories are made"`
+		Content string `json:"content" jsonschema:"the file's content"`
+	}
+	benchWriteOut struct {
+		Path string `json:"path" jsonschema:"the file written"`
+	}
+	benchReadIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench's name"`
+		Path  string `json:"path" jsonschema:"an absolute path in the Bench"`
+	}
+	benchReadOut struct {
+		Content string `json:"content" jsonschema:"the file's content"`
+	}
+	benchListIn  struct{}
+	benchListOut struct {
+		Benches []mcpBench `json:"benches" jsonschema:"your Benches"`
+	}
+	mcpBench struct {
+		Name     string     `json:"name"`
+		Workshop string     `json:"workshop" jsonschema:"its Workshop record's name, as workshop_list and bench_create name it (empty: an operator's recipe file, not a record)"`
+		Version  int        `json:"version,omitempty" jsonschema:"the record's version it was made of"`
+		Running  bool       `json:"running"`
+		Started  string     `json:"started" jsonschema:"when it started (RFC 3339)"`
+		Metrics  *mcpMetric `json:"metrics,omitempty" jsonschema:"a running Bench's newest reading of its use (bench_metrics has its history)"`
+	}
+	mcpMetric struct {
+		Time       string  `json:"time" jsonschema:"when it was read (RFC 3339)"`
+		CPUCount   int     `json:"cpu_count" jsonschema:"the cpus the Bench may run on"`
+		CPUUsedPct float64 `json:"cpu_used_pct" jsonschema:"its cpu use since the reading before (about 5 s), in % of all its cpus"`
+		MemUsed    int64   `json:"mem_used" jsonschema:"memory in use, bytes"`
+		MemCache   int64   `json:"mem_cache" jsonschema:"page cache, bytes (the files written in the Bench are in it)"`
+		MemTotal   int64   `json:"mem_total" jsonschema:"its memory limit, bytes: past it the kernel kills a process of it"`
+		DiskUsed   int64   `json:"disk_used" jsonschema:"bytes written in the Bench (its upper layer)"`
+		DiskTotal  int64   `json:"disk_total" jsonschema:"how many bytes may be written in it, in all"`
+	}
+	benchListFilesIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench's name"`
+		Path  string `json:"path" jsonschema:"an absolute directory in the Bench"`
+		Depth int    `json:"depth,omitempty" jsonschema:"how many levels down to list (default 1: the directory's own entries; at most 16)"`
+	}
+	benchListFilesOut struct {
+		Entries []mcpFile `json:"entries" jsonschema:"the entries, sorted by path"`
+	}
+	benchPathIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench's name"`
+		Path  string `json:"path" jsonschema:"an absolute path in the Bench"`
+	}
+	mcpFile struct {
+		Name     string `json:"name" jsonschema:"its name in its directory"`
+		Path     string `json:"path" jsonschema:"its absolute path"`
+		Type     string `json:"type" jsonschema:"file, dir, symlink or other"`
+		Size     int64  `json:"size" jsonschema:"bytes"`
+		Mode     uint32 `json:"mode" jsonschema:"permission bits (e.g. 493 is 0755)"`
+		Owner    string `json:"owner" jsonschema:"its owner's name in the Bench"`
+		Group    string `json:"group" jsonschema:"its group's name"`
+		Modified string `json:"modified" jsonschema:"its last change (RFC 3339)"`
+		Target   string `json:"target,omitempty" jsonschema:"a symlink's target"`
+	}
+	benchMetricsIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench's name"`
+		Start int64  `json:"start,omitempty" jsonschema:"from this unix time in seconds (default: the Bench's start)"`
+		End   int64  `json:"end,omitempty" jsonschema:"to this unix time in seconds (default: now)"`
+	}
+	benchMetricsOut struct {
+		Samples []mcpMetric `json:"samples" jsonschema:"its readings, oldest first, every 5 s (coarser for a Bench that ran long: at most 360)"`
+	}
+	benchIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench's name"`
+	}
+	benchRemoveOut struct {
+		Removed string `json:"removed" jsonschema:"the Bench removed"`
+	}
+	benchProposeOut struct {
+		Proposal string `json:"proposal" jsonschema:"the proposal's id: a human reads its diff and promotes it"`
+		Diff     string `json:"diff" jsonschema:"the change to the Workshop's recipe and lock it proposes"`
+	}
+)
+
+func (s *Server) server() *sdk.Server {
+	srv := sdk.NewServer(&sdk.Implementation{Name: "shed", Version: s.Version}, &sdk.ServerOptions{
+		Instructions: "Toolshed Benches: disposable sandboxes built from Workshop recipes. Create a Bench from a " +
+			"Workshop (workshop_list), run commands and read and write files in it, and when what you installed " +
+			"is worth keeping, propose it (bench_propose): a human reviews the diff. Remove Benches you are done with.",
+	})
+	sdk.AddTool(srv, &sdk.Tool{Name: "workshop_list", Description: "List the Workshops you may create Benches of."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, _ workshopListIn) (*sdk.CallToolResult, workshopListOut, error) {
+			res, err := call[app.LaunchableResult](s, ctx, "workshop.launchable", &app.LaunchableRequest{})
+			out := workshopListOut{Workshops: []mcpWorkshop{}}
+			if err != nil {
+				return nil, out, err
+			}
+			for _, v := range res.Workshops {
+				out.Workshops = append(out.Workshops, mcpWorkshop{v.Name, v.N})
+			}
+			return nil, out, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_create", Description: "Create a Bench (a sandbox) of a Workshop. It stays up for exec and files until removed or its lifetime ends."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchCreateIn) (*sdk.CallToolResult, benchCreateOut, error) {
+			// A Workshop is a record the caller may launch, never a file, as for the E2B API: an
+			// operator's agent must not have root read whatever file it names (a recipe's error
+			// quotes its lines) or learn the host's paths.
+			ws, err := call[app.LaunchableResult](s, ctx, "workshop.launchable", &app.LaunchableRequest{})
+			if err != nil {
+				return nil, benchCreateOut{}, err
+			}
+			if !records.IsName(in.Workshop) {
+				// Not echoed: a file's path is the host's, and it was never going to be read.
+				return nil, benchCreateOut{}, errors.New("workshop is not a Workshop record's name (lowercase letters, digits, '.', '_', '-'): a file is never one here (usage)\nhint: workshop_list lists the records you may launch")
+			}
+			if !slices.ContainsFunc(ws.Workshops, func(v *records.Version) bool { return v.Name == in.Workshop }) {
+				return nil, benchCreateOut{}, fmt.Errorf("%q is not a Workshop record you may launch (not_found)\nhint: workshop_list lists them; an operator allows one with `shed workshop allow NAME USER`", in.Workshop)
+			}
+			res, err := call[app.BenchCreateResult](s, ctx, "bench.create", &app.BenchCreateRequest{Workshop: in.Workshop, Name: in.Name, LifetimeS: in.LifetimeS})
+			if err != nil {
+				return nil, benchCreateOut{}, err
+			}
+			return nil, benchCreateOut{Bench: res.Bench, Expires: res.Expires.Format(time.RFC3339)}, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_exec", Description: "Run a command in a Bench, as its root, and return its exit code and output. The network is the Workshop's allowlist, through a proxy."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchExecIn) (*sdk.CallToolResult, benchExecOut, error) {
+			req := &app.BenchExecRequest{Bench: in.Bench, Argv: in.Command, Cwd: in.Cwd, TimeoutS: in.TimeoutS, Capture: true}
+			keys := make([]string, 0, len(in.Env))
+			for k := range in.Env {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				req.Env = append(req.Env, k+"="+in.Env[k])
+			}
+			if len(in.Command) == 0 {
+				return nil, benchExecOut{}, errors.New("command is empty: give the command and its arguments, e.g. [\"ls\", \"-l\"]")
+			}
+			res, err := call[app.ExecResult](s, ctx, "bench.exec", req)
+			if err != nil {
+				return nil, benchExecOut{}, err
+			}
+			return nil, benchExecOut{ExitCode: res.Exit, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled, NoSpace: res.NoSpace}, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_write_file", Description: "Write a file in a Bench (missing directories are made)."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchWriteIn) (*sdk.CallToolResult, benchWriteOut, error) {
+			if _, err := call[app.Empty](s, ctx, "bench.write_file", &app.WriteFileRequest{Bench: in.Bench, Path: in.Path, Content: in.Content}); err != nil {
+				return nil, benchWriteOut{}, err
+			}
+			return nil, benchWriteOut{Path: in.Path}, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_read_file", Description: "Read a file of a Bench."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchReadIn) (*sdk.CallToolResult, benchReadOut, error) {
+			res, err := call[app.FileResult](s, ctx, "bench.read_file", &app.ReadFileRequest{Bench: in.Bench, Path: in.Path})
+			if err != nil {
+				return nil, benchReadOut{}, err
+			}
+			return nil, benchReadOut{Content: res.Content}, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_list_files", Description: "List a directory of a Bench: each entry's name, path, type, size, mode, owner, group and last change."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchListFilesIn) (*sdk.CallToolResult, benchListFilesOut, error) {
+			out := benchListFilesOut{Entries: []mcpFile{}}
+			res, err := call[app.ListFilesResult](s, ctx, "bench.list_files", &app.ListFilesRequest{Bench: in.Bench, Path: in.Path, Depth: in.Depth})
+			if err != nil {
+				return nil, out, err
+			}
+			for _, e := range res.Entries {
+				out.Entries = append(out.Entries, fileOf(e))
+			}
+			return nil, out, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_stat_file", Description: "Describe one file of a Bench (a symlink itself, not its target)."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchPathIn) (*sdk.CallToolResult, mcpFile, error) {
+			res, err := call[app.FileEntry](s, ctx, "bench.stat_file", &app.BenchPathRequest{Bench: in.Bench, Path: in.Path})
+			if err != nil {
+				return nil, mcpFile{}, err
+			}
+			return nil, fileOf(*res), nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_list", Description: "List your Benches."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, _ benchListIn) (*sdk.CallToolResult, benchListOut, error) {
+			res, err := call[app.BenchListResult](s, ctx, "bench.ls", &app.BenchListRequest{})
+			out := benchListOut{Benches: []mcpBench{}}
+			if err != nil {
+				return nil, out, err
+			}
+			for _, b := range res.Benches {
+				// The record's name, never its file (a path of the store's): users and agents name records.
+				mb := mcpBench{Name: b.Name, Workshop: b.Record, Version: b.Version, Running: b.Running, Started: b.Started.Format(time.RFC3339)}
+				if b.Metrics != nil {
+					m := metricOf(*b.Metrics)
+					mb.Metrics = &m
+				}
+				out.Benches = append(out.Benches, mb)
+			}
+			return nil, out, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_metrics", Description: "What a running Bench uses over time: cpu, memory and the disk of what was written in it, read every 5 s."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchMetricsIn) (*sdk.CallToolResult, benchMetricsOut, error) {
+			out := benchMetricsOut{Samples: []mcpMetric{}}
+			res, err := call[app.BenchMetricsResult](s, ctx, "bench.metrics", &app.BenchMetricsRequest{Benches: []string{in.Bench}, Start: in.Start, End: in.End})
+			if err != nil {
+				return nil, out, err
+			}
+			for _, b := range res.Benches {
+				if !b.Running {
+					return nil, out, fmt.Errorf("bench %s is not running: a Bench has metrics while it runs (not_found)", b.Bench)
+				}
+				for _, x := range b.Samples {
+					out.Samples = append(out.Samples, metricOf(x))
+				}
+			}
+			return nil, out, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_remove", Description: "Remove a Bench: its processes and its files are gone."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchIn) (*sdk.CallToolResult, benchRemoveOut, error) {
+			if _, err := call[app.BenchRemoveResult](s, ctx, "bench.rm", &app.BenchRemoveRequest{Benches: []string{in.Bench}}); err != nil {
+				return nil, benchRemoveOut{}, err
+			}
+			return nil, benchRemoveOut{Removed: in.Bench}, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_propose", Description: "Propose a new version of the Bench's Workshop from the packages installed in it and the network destinations it was refused. A human reads the diff and decides."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchIn) (*sdk.CallToolResult, benchProposeOut, error) {
+			res, err := call[app.ProposeResult](s, ctx, "bench.propose", &app.BenchRequest{Bench: in.Bench})
+			if err != nil {
+				return nil, benchProposeOut{}, err
+			}
+			return nil, benchProposeOut{Proposal: res.Proposal.ID, Diff: res.Diff}, nil
+		})
+	return srv
+}
+
+func metricOf(x metrics.Sample) mcpMetric {
+	return mcpMetric{Time: x.Time.Format(time.RFC3339), CPUCount: x.CPUCount, CPUUsedPct: x.CPUUsedPct,
+		MemUsed: x.MemUsed, MemCache: x.MemCache, MemTotal: x.MemTotal, DiskUsed: x.DiskUsed, DiskTotal: x.DiskTotal}
+}
+
+func fileOf(e app.FileEntry) mcpFile {
+	return mcpFile{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, Owner: e.Owner, Group: e.Group,
+		Modified: e.Modified.Format(time.RFC3339), Target: e.Target}
+}
