@@ -38,7 +38,7 @@ type WatcherCreateRequest struct {
 
 // WatcherResult names a watcher.
 type WatcherResult struct {
-	Bench   string `json:"bench"`
+	Bench   string `json:"bench"`   // the Bench's name
 	Watcher string `json:"watcher"` // its id, for bench.watcher_events and bench.watcher_remove
 }
 
@@ -51,7 +51,7 @@ type WatcherRequest struct {
 // WatcherEventsResult is what a watcher saw since the last poll.
 type WatcherEventsResult struct {
 	Events  []FileEvent `json:"events"`            // oldest first
-	Dropped int         `json:"dropped,omitempty"` // events not kept: more than MaxWatcherEvents waited for a poll
+	Dropped int         `json:"dropped,omitempty"` // events not kept: more than 4096 (MaxWatcherEvents) waited for a poll
 }
 
 // watcher is one watch of bench.watcher_create.
