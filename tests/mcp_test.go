@@ -221,6 +221,9 @@ func mcpWatchSteps(t *testing.T, step func(string) mcpResult, events json.RawMes
 	if r := step("watch-events-stopped"); !r.Error || !strings.Contains(r.Text, "no watcher") {
 		t.Errorf("bench_watch_events of a stopped watcher: %+v", r)
 	}
+	if r := step("watch-left"); r.Error {
+		t.Errorf("bench_watch_start of a watcher left to the Bench's end: %+v", r)
+	}
 }
 
 // mcpNetworkSteps checks the client's network steps: the rules shown and replaced, a rule outside the

@@ -56,6 +56,7 @@ out("watch-events-bad", await call("bench_watch_events", { bench, watcher: "wnot
 out("watch-stop-bad", await call("bench_watch_stop", { bench, watcher: "wnotawatcher" }));
 out("watch-stop", await call("bench_watch_stop", { bench, watcher }));
 out("watch-events-stopped", await call("bench_watch_events", { bench, watcher }));
+out("watch-left", await call("bench_watch_start", { bench, path: "/root" })); // held when the Bench is removed
 
 // Network rules, within the Workshop's profile: a rule outside it changes nothing.
 out("net-show", await call("bench_network", { bench }));
