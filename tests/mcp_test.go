@@ -115,7 +115,7 @@ func TestMCP(t *testing.T) {
 		t.Errorf("a command past its timeout: %+v", r)
 	}
 	mcpMetadataSteps(t, step)
-	mcpWatchSteps(t, step, steps["watch-events"])
+	mcpWatchSteps(t, step, steps)
 	mcpNetworkSteps(t, step)
 	if r := step("list"); r.Error || !strings.Contains(fmt.Sprint(r.Data), bench) {
 		t.Errorf("bench_list: %+v", r)
@@ -189,8 +189,9 @@ func mcpMetadataSteps(t *testing.T, step func(string) mcpResult) {
 }
 
 // mcpWatchSteps checks the client's watch steps: a watcher sees a command's changes, recursively,
-// polled; a missing directory and an id that is no watcher are refused; a stopped watcher is gone.
-func mcpWatchSteps(t *testing.T, step func(string) mcpResult, events json.RawMessage) {
+// polled; a missing directory, an id that is no watcher and a 17th watcher of a Bench are refused; a
+// stopped watcher is gone.
+func mcpWatchSteps(t *testing.T, step func(string) mcpResult, steps map[string]json.RawMessage) {
 	t.Helper()
 	if r := step("watch-missing"); !r.Error || !strings.Contains(r.Text, "/root/nothere") || !strings.Contains(r.Text, "no such directory") {
 		t.Errorf("bench_watch_start of a missing directory: %+v", r)
@@ -202,7 +203,7 @@ func mcpWatchSteps(t *testing.T, step func(string) mcpResult, events json.RawMes
 		Error  any `json:"error"`
 		Events []struct{ Name, Type string }
 	}
-	json.Unmarshal(events, &seen)
+	json.Unmarshal(steps["watch-events"], &seen)
 	got := fmt.Sprint(seen.Events)
 	for _, want := range []string{"{new.txt create}", "{sub create}", "{meta.txt remove}"} {
 		if !strings.Contains(got, want) {
@@ -223,6 +224,14 @@ func mcpWatchSteps(t *testing.T, step func(string) mcpResult, events json.RawMes
 	}
 	if r := step("watch-left"); r.Error {
 		t.Errorf("bench_watch_start of a watcher left to the Bench's end: %+v", r)
+	}
+	var bound struct {
+		Errors []string
+		After  mcpResult
+	}
+	json.Unmarshal(steps["watch-bound"], &bound)
+	if len(bound.Errors) != 1 || !strings.Contains(bound.Errors[0], "16 watchers already") || !strings.Contains(bound.Errors[0], "hint:") || bound.After.Error {
+		t.Errorf("the 17th watcher of a Bench: %+v", bound)
 	}
 }
 

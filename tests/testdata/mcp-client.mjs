@@ -57,6 +57,10 @@ out("watch-stop-bad", await call("bench_watch_stop", { bench, watcher: "wnotawat
 out("watch-stop", await call("bench_watch_stop", { bench, watcher }));
 out("watch-events-stopped", await call("bench_watch_events", { bench, watcher }));
 out("watch-left", await call("bench_watch_start", { bench, path: "/root" })); // held when the Bench is removed
+// A Bench holds at most 16 watchers: the 17th is refused, and the Bench works on.
+const more = [];
+for (let i = 0; i < 16; i++) more.push(await call("bench_watch_start", { bench, path: "/root/work" }));
+out("watch-bound", { errors: more.filter((r) => r.error).map((r) => r.text), after: await call("bench_exec", { bench, command: ["true"] }) });
 
 // Network rules, within the Workshop's profile: a rule outside it changes nothing.
 out("net-show", await call("bench_network", { bench }));
