@@ -167,6 +167,12 @@ type Log struct {
 	mu  sync.Mutex // appends within this process; a flock serializes processes
 	// last is where this process's last write left the log, while nobody else wrote after it.
 	last *tail
+
+	// Group commit: appends that wait for the disk at once share one fsync and one head. syncMu
+	// makes one of them the one that syncs; durable is how far the file is known synced.
+	syncMu  sync.Mutex
+	durable *tail
+	commits int // fsyncs made (for tests)
 }
 
 // tail is where a log ends: its last entry, and whether a torn line follows it.
@@ -195,8 +201,10 @@ func hashOf(e Entry) string {
 }
 
 // Append adds e (its Seq, Time, Prev and Hash are set here, its fields bounded) durably: the entry,
-// and the head, are fsynced before Append returns. For what the supervisor did for a caller, before
-// it answers. It returns the entry as written.
+// and a head that names it or an entry after it, are fsynced before Append returns. For what the
+// supervisor did for a caller, before it answers. It returns the entry as written. Appends waiting
+// at once share their fsyncs (group commit): each still returns only after an fsync that began after
+// its entry was written.
 func (l *Log) Append(e Entry) (Entry, error) { return l.append(e, true) }
 
 // Note adds e without waiting for the disk, marked noted: for the events of a running Bench (its start
@@ -208,16 +216,45 @@ func (l *Log) Note(e Entry) error {
 }
 
 func (l *Log) append(e Entry, durable bool) (Entry, error) {
+	f, written, err := l.write(e, durable)
+	if err != nil {
+		return e, err
+	}
+	defer f.Close()
+	if !durable {
+		return written.e, nil
+	}
+	return written.e, l.commit(f, written.at)
+}
+
+// written is an entry as written, and where its line ends.
+type written struct {
+	e  Entry
+	at tail
+}
+
+// write appends e's line (under the process's lock and the file's) and returns the file, still
+// open, and the entry as written.
+func (l *Log) write(e Entry, durable bool) (*os.File, written, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := atomicfile.MkdirAll(l.dir, 0o700); err != nil {
-		return e, fmt.Errorf("audit: %w", err)
+		return nil, written{}, fmt.Errorf("audit: %w", err)
 	}
 	f, err := os.OpenFile(l.file(), os.O_CREATE|os.O_RDWR|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return e, fmt.Errorf("audit: %w", err)
+		return nil, written{}, fmt.Errorf("audit: %w", err)
 	}
-	defer f.Close()
+	e, err = l.writeLocked(f, e, durable)
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	if err != nil {
+		f.Close()
+		return nil, written{}, err
+	}
+	return f, written{e: e, at: *l.last}, nil
+}
+
+func (l *Log) writeLocked(f *os.File, e Entry, durable bool) (Entry, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		return e, fmt.Errorf("audit: %w", err)
 	}
@@ -245,17 +282,52 @@ func (l *Log) append(e Entry, durable bool) (Entry, error) {
 		return e, fmt.Errorf("audit: append: %w", err)
 	}
 	l.last = &tail{seq: e.Seq, hash: e.Hash, dev: t.dev, ino: t.ino, size: t.size + int64(len(line))}
-	if !durable {
-		return e, nil
+	return e, nil
+}
+
+// commit returns once the log is fsynced past w (an entry this process wrote to f) and the head
+// names w or an entry after it. Of the appends waiting at once, one syncs for all: it takes both
+// locks, finds where the log ends now (entries other appends, of this process or another, wrote
+// since), fsyncs, and writes the head for that end, unless the head names it or a later one already
+// (another process's commit): a head never goes back.
+func (l *Log) commit(f *os.File, w tail) error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if d := l.durable; d != nil && d.dev == w.dev && d.ino == w.ino && d.size >= w.size {
+		return nil // an fsync that began after w was written covered it
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	t, err := l.tail(f)
+	if err != nil {
+		return err
 	}
 	if err := f.Sync(); err != nil {
-		return e, fmt.Errorf("audit: fsync: %w", err)
+		return fmt.Errorf("audit: fsync: %w", err)
 	}
-	h := fmt.Sprintf("%d %s %d\n", e.Seq, e.Hash, l.last.size)
-	if err := atomicfile.WriteFile(l.head(), []byte(h), 0o600); err != nil {
-		return e, fmt.Errorf("audit: %w", err)
+	l.commits++
+	// The head names the last entry and where its line ends: the file's end, unless a torn line
+	// (a writer that crashed) follows it; then w, whose end is known.
+	named := t
+	if t.open || t.dev != w.dev || t.ino != w.ino {
+		named = w
 	}
-	return e, nil
+	if h, err := l.readHead(); err != nil || h.seq < named.seq {
+		line := fmt.Sprintf("%d %s %d\n", named.seq, named.hash, named.size)
+		if err := atomicfile.WriteFile(l.head(), []byte(line), 0o600); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+	}
+	if !t.open {
+		l.durable = &tail{dev: t.dev, ino: t.ino, size: t.size}
+	} else {
+		l.durable = &tail{dev: w.dev, ino: w.ino, size: w.size}
+	}
+	return nil
 }
 
 // tail finds the log's last entry, by structure: it reads whole lines forward from a known entry's

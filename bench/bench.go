@@ -517,33 +517,52 @@ func ListIn(benches string) ([]*Record, error) {
 		if !e.IsDir() {
 			continue // .names.lock
 		}
-		dir := filepath.Join(benches, e.Name())
-		b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
-		if err != nil {
-			// Starting (it holds its name already), or debris for Sweep.
-			if name, err := os.ReadFile(filepath.Join(dir, "name")); err == nil && running(dir) {
-				out = append(out, &Record{ID: e.Name(), Name: string(name), Running: true})
-			}
-			continue
+		if rec := readEntry(benches, e.Name()); rec != nil {
+			out = append(out, rec)
 		}
-		var rec Record
-		if json.Unmarshal(b, &rec) != nil {
-			continue
-		}
-		rec.Running = running(dir)
-		if !rec.Running && !rec.Keep {
-			continue // a dead Bench's leftovers
-		}
-		out = append(out, &rec)
 	}
 	slices.SortFunc(out, func(a, b *Record) int { return a.Started.Compare(b.Started) })
 	return out, nil
 }
 
+// readEntry is the Bench whose state is benches/id, if it is running or kept; nil otherwise.
+func readEntry(benches, id string) *Record {
+	dir := filepath.Join(benches, id)
+	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
+	if err != nil {
+		// Starting (it holds its name already), or debris for Sweep.
+		if name, err := os.ReadFile(filepath.Join(dir, "name")); err == nil && running(dir) {
+			return &Record{ID: id, Name: string(name), Running: true}
+		}
+		return nil
+	}
+	var rec Record
+	if json.Unmarshal(b, &rec) != nil {
+		return nil
+	}
+	rec.Running = running(dir)
+	if !rec.Running && !rec.Keep {
+		return nil // a dead Bench's leftovers
+	}
+	return &rec
+}
+
+// idRE is a Bench's id (randomID).
+var idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{16}$`) })
+
 func find(s *store.Store, nameOrID string) (*Record, error) { return FindIn(Dir(s), nameOrID) }
 
 // FindIn returns the Bench named nameOrID whose state is in benches.
 func FindIn(benches, nameOrID string) (*Record, error) {
+	// By id, the Bench's own state alone is read: every operation on a Bench finds it (an E2B
+	// sandbox's, by id, several times a command), and reading every Bench's record each time made
+	// a command's cost grow with the number of Benches. Ids are random: a name that is another
+	// Bench's id could only be guessed, and the id wins.
+	if idRE().MatchString(nameOrID) {
+		if rec := readEntry(benches, nameOrID); rec != nil && rec.ID == nameOrID {
+			return rec, nil
+		}
+	}
 	recs, err := ListIn(benches)
 	if err != nil {
 		return nil, err

@@ -58,6 +58,10 @@ type sandboxJSON struct {
 	MemoryMB        int64             `json:"memoryMB"`
 	DiskSizeMB      int64             `json:"diskSizeMB"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
+
+	// TrafficAccessToken is what a sandbox made with allowPublicTraffic false wants of its ports'
+	// clients (ports.go).
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
 }
 
 // apiError is the control plane's error body: the SDK shows message.
@@ -124,6 +128,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request body: %v", err)
 		return
 	}
+	// The sandbox's URLs' access (ports.go); the network's other fields are checked below.
+	public, mask, rest, err := networkAccess(req.Network)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	req.Network = rest
 	if msg := unsupportedCreate(&req); msg != "" {
 		writeError(w, http.StatusBadRequest, "%s", msg)
 		return
@@ -181,11 +192,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	sb := &sandbox{
 		id: b.Bench, bench: b.ID, template: req.TemplateID, keyID: k.ID, user: c.User, token: newToken(),
 		started: time.Now().UTC(), envs: req.EnvVars, metadata: req.Metadata, procs: map[uint32]*proc{},
-		files: make(chan struct{}, maxFileOps),
+		files: make(chan struct{}, maxFileOps), secure: req.Secure == nil || *req.Secure, maskHost: mask,
+	}
+	if !public {
+		sb.traffic = newToken()
 	}
 	s.add(sb)
 	out := s.describe(sb, &b.Expires)
-	out.EnvdAccessToken = sb.token
+	if sb.secure {
+		out.EnvdAccessToken = sb.token
+	}
 	writeJSON(w, http.StatusCreated, out)
 }
 
@@ -208,15 +224,20 @@ func unsupportedCreate(r *newSandbox) string {
 // describe is the control plane's view of a sandbox.
 func (s *Server) describe(sb *sandbox, expires *time.Time) sandboxJSON {
 	started := sb.started
+	domain := s.domain()
 	return sandboxJSON{
 		SandboxID: sb.id, TemplateID: sb.template, Alias: sb.id, ClientID: "shed", EnvdVersion: EnvdVersion,
 		StartedAt: &started, EndAt: expires, State: "running", CPUCount: 1, Metadata: sb.metadata,
+		Domain: &domain, TrafficAccessToken: sb.traffic,
 	}
 }
 
 // running returns the caller's sandboxes that still run, by start, with their Benches' records;
-// sandboxes whose Bench ended (a timeout, `shed bench rm`) are forgotten.
+// sandboxes whose Bench ended (a timeout, `shed bench rm`) are forgotten. A sandbox made while the
+// Benches were listed is not in the list and not forgotten: in a burst of creates, one create's
+// listing forgot the sandboxes others made meanwhile, and their first command was refused.
 func (s *Server) running(w http.ResponseWriter, r *http.Request, c *app.Caller) ([]*sandbox, map[string]*bench.Record, bool) {
+	listed := time.Now()
 	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.ls", &app.BenchListRequest{})
 	if err != nil {
 		writeAppError(w, err)
@@ -235,7 +256,9 @@ func (s *Server) running(w http.ResponseWriter, r *http.Request, c *app.Caller) 
 			continue
 		}
 		if recs[sb.bench] == nil {
-			delete(s.sandboxes, id) // its Bench ended: a created Bench is never kept
+			if sb.started.Before(listed) {
+				delete(s.sandboxes, id) // its Bench ended: a created Bench is never kept
+			}
 			continue
 		}
 		out = append(out, sb)
@@ -469,7 +492,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		}
 		out.EndAt = exp
 	}
-	out.EnvdAccessToken = sb.token
+	if sb.secure {
+		out.EnvdAccessToken = sb.token
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -36,6 +36,9 @@ var (
 
 const maxHeader = 64 << 10
 
+// smallBody is the most a refused request's body may be for it to be drained (for a second at most).
+const smallBody = 64 << 10
+
 // limits are the port's caps (zero fields: the process's descriptor budget) and its counts.
 type limits struct {
 	conns, preAuth, perPeer, perUser, inFlight int
@@ -256,7 +259,14 @@ func (s *Server) guard(h http.Handler) http.Handler {
 			}
 			w.Header().Set("Connection", "close")
 			if r.ContentLength != 0 {
-				_ = rc.SetReadDeadline(time.Now())
+				// A stranger's small body that is all but sent (a signed URL's form) gets a second to
+				// arrive, so that net/http drains it and the client reads the 401, not a reset. A key's
+				// user past its share is not held a second longer.
+				d := time.Now()
+				if status == http.StatusUnauthorized && r.ContentLength > 0 && r.ContentLength <= smallBody {
+					d = d.Add(time.Second)
+				}
+				_ = rc.SetReadDeadline(d)
 			}
 			if isConnect(r.URL.Path) {
 				_ = ew.Write(w, r, connect.NewError(code, err))
@@ -271,6 +281,11 @@ func (s *Server) guard(h http.Handler) http.Handler {
 				w.Header().Set("Connection", "close") // a connection that has not authenticated is not kept
 			}
 			h.ServeHTTP(w, r)
+			return
+		}
+		// A signed URL, or a sandbox made with secure false (secure.go).
+		if status, err := s.dataAuth(r); err != nil {
+			refuse(status, connect.CodeUnauthenticated, err)
 			return
 		}
 		user := s.userOf(r)

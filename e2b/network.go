@@ -61,9 +61,10 @@ func (n *networkJSON) rules(where string, internet *bool) (allow, deny []string,
 	case set(n.EgressProxy):
 		return nil, nil, where + ".egressProxy: tunneling through a SOCKS5 proxy is not supported: the Bench's traffic leaves through shed's own proxy, within the Workshop's network profile"
 	case n.MaskRequestHost != nil:
-		return nil, nil, where + ".maskRequestHost is not supported"
+		// Create takes both out first (ports.go): here they are an update's.
+		return nil, nil, where + ".maskRequestHost is set at create only (the sandbox's ports keep it)"
 	case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
-		return nil, nil, where + ".allowPublicTraffic: false is not supported"
+		return nil, nil, where + ".allowPublicTraffic: false is set at create only (its trafficAccessToken is create's answer)"
 	}
 	if internet == nil {
 		internet = n.AllowInternetAccess

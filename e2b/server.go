@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -55,6 +56,11 @@ type Server struct {
 	// yet authenticated in all and of one peer, those of one key's user, and one key's user's
 	// requests in flight.
 	MaxConns, MaxPreAuth, MaxPerPeer, MaxPerUser, MaxInFlight int
+	// Domain is the sandboxes' domain create answers (DefaultDomain if empty): the SDK reaches a
+	// sandbox's port at PORT-ID.DOMAIN on this address (ports.go).
+	Domain string
+	// TLS, if set, serves the address over TLS (HTTP/1.1).
+	TLS *tls.Config
 
 	limOnce sync.Once
 	lim     *limits
@@ -76,6 +82,9 @@ type sandbox struct {
 	envs     map[string]string // added to every command's environment
 	metadata map[string]string
 	files    chan struct{} // a slot for each file operation in flight (each may hold MaxText twice)
+	secure   bool          // made with secure (the SDK's default): its access token guards everything
+	traffic  string        // made with allowPublicTraffic false: the token its ports want (ports.go)
+	maskHost string        // network.maskRequestHost: the Host its ports' servers are sent
 
 	mu      sync.Mutex
 	procs   map[uint32]*proc
@@ -121,7 +130,7 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle(path, boundedMessages(handler))
 	}
 	// Refusals are not logged one by one (guard counts them): a flood must not flood the log too.
-	return s.guard(s.logged(mux))
+	return s.hosts(s.guard(s.logged(mux)))
 }
 
 // Serve answers on ln until ctx ends; the sandboxes' Benches end with the supervisor's context.
@@ -137,7 +146,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 		MaxHeaderBytes:    maxHeader,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, c)
+			return context.WithValue(ctx, connKey{}, tlsConn(c))
 		},
 		ErrorLog: slog.NewLogLogger(s.log().Handler(), slog.LevelWarn),
 	}
@@ -156,12 +165,17 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 	// Connections are bounded by party, keyed or not: each costs the root daemon a descriptor, a
 	// goroutine and buffers (limits.go).
 	var refused atomic.Int64
-	err := hs.Serve(&listener{Listener: ln, lim: s.limits(), log: func(peer string) {
+	var l net.Listener = &listener{Listener: ln, lim: s.limits(), log: func(peer string) {
 		// One line per 1000: a flood must not flood the log too.
 		if n := refused.Add(1); n%1000 == 1 {
 			s.log().Warn("e2b connection refused: its peer holds its share", "peer", peer, "refused", n)
 		}
-	}})
+	}}
+	if s.TLS != nil {
+		// After the caps: a connection over them is refused before its handshake costs anything.
+		l = tls.NewListener(l, s.TLS)
+	}
+	err := hs.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		<-shut
 		return nil

@@ -14,7 +14,8 @@
 #   E2B_SDK_TESTS_USER    the user the test key acts as (default nobody); the Workshop record `base` allows it
 #
 # Needs: root (a store and Benches), node >= 20 and npm (the npm registry), Debian's mirror the first time a
-# store builds the `base` Workshop (python3 git sudo procps curl: about 45 s), unshare and ip.
+# store builds the `base` Workshop (python3 python-is-python3 git sudo procps curl: about 45 s), unshare, ip, openssl and
+# libnss-myhostname (for the sandboxes' ports: see Ports below).
 # Takes: about 4 minutes on 2 cores: npm install 20 s (the first time), a new store's `base` 45 s, the server run
 # 2 minutes, the offline run 40 s. Exit status: 0 when no test failed, 1 when some did, 2 when it could not run.
 #
@@ -25,8 +26,19 @@
 # vitest. Nothing a test sends leaves the machine: what is not for shed or a mock fails at once.
 # Two runs, because the mocks must see the environment E2B's CI gives them:
 #   server   the files that reach a server, with E2B_API_URL, E2B_SANDBOX_URL (shed), E2B_API_KEY (a key of
-#            E2B_SDK_TESTS_USER's) and E2B_DOMAIN=localhost (else getHost names e2b.app). The two tests that curl
+#            E2B_SDK_TESTS_USER's) and E2B_DOMAIN=e2b.localhost (else getHost names e2b.app). The two tests that curl
 #            an internet host ("internet access enabled" and "... default") are filtered out (skipped).
+# Ports: the tests reach a sandbox's port as https://PORT-ID.e2b.localhost (sandbox.getHost; no port, so 443, and
+# TLS, E2B_DEBUG being unset), as users of E2B do. So the daemon serves its E2B address over TLS on 127.0.0.1:443
+# (the namespace is ours: 443 is free), with --e2b-domain e2b.localhost (create's `domain`, which getHost uses) and
+# a certificate this script makes for *.e2b.localhost and 127.0.0.1, signed by a CA of this run that node trusts
+# through NODE_EXTRA_CA_CERTS (two labels under the wildcard: node refuses *.localhost, a wildcard over one
+# label). The names resolve to loopback through glibc's myhostname module (libnss-myhostname: every *.localhost
+# name is loopback, as RFC 6761 has it), in a mount namespace of this run with an nsswitch.conf that asks it
+# first; an /etc/hosts could not list the sandboxes' names, which are random. E2B_API_URL and E2B_SANDBOX_URL are
+# https://127.0.0.1 (the one address; the certificate names the IP), so that only the ports' tests need the
+# names. Without libnss-myhostname the port tests fail (fetch failed) and the script says why at the start.
+# Needs openssl for the certificate.
 #   offline  the files that mock the API with msw or test the SDK alone (OFFLINE below), with only a placeholder
 #            E2B_API_KEY: their mocks answer for https://api.e2b.app, so shed's URLs would make them miss.
 set -euo pipefail
@@ -46,7 +58,8 @@ OFFLINE=(
 	tests/secret/secret.test.ts tests/volume/file.test.ts tests/volume/volume.test.ts
 )
 SKIP_NAMES='internet access (enabled|default)$'
-PORT=49982 # the namespace is ours: no other listener there
+PORT=443 # the namespace is ours: no other listener there
+DOMAIN=e2b.localhost
 
 die() { echo "e2b-sdk-tests: $*" >&2; exit 2; }
 
@@ -56,8 +69,14 @@ if [ "${E2B_SDK_TESTS_STAGE:-}" = netns ]; then
 	# edgeCompat.test.ts fails for want of a dist/.
 	for v in $(compgen -e); do case $v in E2B_SDK_TESTS_*) ;; E2B_* | CI) unset "$v" ;; esac; done
 	ip link set lo up
+	# *.localhost is loopback (see Ports above), in this mount namespace only.
+	if [ -n "$MYHOSTNAME" ]; then
+		sed -E 's/^hosts:.*/hosts: files myhostname dns/' /etc/nsswitch.conf >"$RUN/nsswitch.conf"
+		mount --bind "$RUN/nsswitch.conf" /etc/nsswitch.conf
+	fi
 	mkdir -p "$SOCKDIR"
-	"$SHED" --root "$STORE" daemon --socket "$SOCKDIR/shed.sock" --e2b "127.0.0.1:$PORT" \
+	"$SHED" --root "$STORE" daemon --socket "$SOCKDIR/shed.sock" --e2b "127.0.0.1:$PORT" --e2b-domain "$DOMAIN" \
+		--e2b-tls-cert "$RUN/tls/cert.pem" --e2b-tls-key "$RUN/tls/key.pem" \
 		--user-benches 64 >"$OUT/daemon.log" 2>&1 &
 	daemon=$!
 	trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$SOCKDIR"' EXIT
@@ -65,9 +84,9 @@ if [ "${E2B_SDK_TESTS_STAGE:-}" = netns ]; then
 	[ -S "$SOCKDIR/shed.sock" ] || { cat "$OUT/daemon.log"; die "the daemon did not start"; }
 	cd "$RUN"
 	status=0
-	echo "== server run: $(wc -l <server.txt) files, E2B_API_URL=http://127.0.0.1:$PORT"
-	SHED_E2B_TESTS=server.txt E2B_API_URL="http://127.0.0.1:$PORT" E2B_SANDBOX_URL="http://127.0.0.1:$PORT" \
-		E2B_DOMAIN=localhost E2B_API_KEY="$KEY" \
+	echo "== server run: $(wc -l <server.txt) files, E2B_API_URL=https://127.0.0.1, ports at https://PORT-ID.$DOMAIN"
+	SHED_E2B_TESTS=server.txt E2B_API_URL="https://127.0.0.1" E2B_SANDBOX_URL="https://127.0.0.1" \
+		E2B_DOMAIN="$DOMAIN" E2B_API_KEY="$KEY" NODE_EXTRA_CA_CERTS="$RUN/tls/ca.pem" \
 		"$CACHE/node_modules/.bin/vitest" run --config vitest.config.mts --testNamePattern "^(?!.*($SKIP_NAMES))" \
 		--reporter=default --reporter=json --outputFile.json="$OUT/report-server.json" --passWithNoTests "$@" || status=1
 	echo "== offline run: $(wc -l <offline.txt) files, mocked or SDK-only"
@@ -87,7 +106,9 @@ VITEST_ARGS=("$@")
 [ -t 1 ] || export NO_COLOR=1 # a log without vitest's colours
 SHED=$(cd "$bin" && pwd)/shed
 [ -x "$SHED" ] && [ -x "$bin/shed-init" ] || die "no shed and shed-init in $bin: make build, or name the directory"
-for c in node npm unshare ip; do command -v $c >/dev/null || die "$c is missing"; done
+for c in node npm unshare ip openssl; do command -v $c >/dev/null || die "$c is missing"; done
+MYHOSTNAME=$(ldconfig -p | grep -o '/.*libnss_myhostname\.so\.2' | head -1 || true)
+[ -n "$MYHOSTNAME" ] || echo "e2b-sdk-tests: no libnss-myhostname: the tests of sandboxes' ports will fail (apt-get install libnss-myhostname)" >&2
 CACHE=${E2B_SDK_TESTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shed-e2b-sdk-tests}
 OUT=${E2B_SDK_TESTS_OUT:-$CACHE/out}
 USER_=${E2B_SDK_TESTS_USER:-nobody}
@@ -154,6 +175,17 @@ export default defineConfig({
 })
 EOF
 
+# The E2B address's certificate (see Ports above): a CA of this run, and a server certificate it signs.
+mkdir -p "$RUN/tls"
+(
+	cd "$RUN/tls"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=shed e2b-sdk-tests CA" \
+		-keyout ca-key.pem -out ca.pem
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$DOMAIN" -keyout key.pem -out req.pem
+	printf 'subjectAltName=DNS:%s,DNS:*.%s,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$DOMAIN" "$DOMAIN" >ext.cnf
+	openssl x509 -req -in req.pem -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 -extfile ext.cnf -out cert.pem
+) >/dev/null 2>&1 || die "openssl could not make the E2B address's certificate"
+
 # 3. A store with the Workshop record `base` (E2B's tests create every sandbox of the template "base"), and a key.
 if [ -n "${SHED_ROOT:-}" ]; then
 	STORE=$SHED_ROOT
@@ -167,11 +199,12 @@ if "$SHED" --root "$STORE" workshop show base >/dev/null 2>&1; then
 else
 	mkdir -p "$RUN/record"
 	cat >"$RUN/record/workshop.toml" <<'EOF'
-# What E2B's "base" template has that the tests use. No network: allowInternetAccess can only take it away.
+# What E2B's "base" template has that the tests use (`python` too: host.test.ts serves with python -m http.server).
+# No network: allowInternetAccess can only take it away.
 name = "base"
 seed = "debian/bookworm"
 [apt]
-packages = ["python3", "git", "sudo", "procps", "curl"]
+packages = ["python3", "python-is-python3", "git", "sudo", "procps", "curl"]
 EOF
 	"$SHED" --root "$STORE" workshop add --allow "$USER_" "$RUN/record/workshop.toml"
 fi
@@ -191,7 +224,7 @@ echo "store $STORE, key $key_id of $USER_, $(wc -l <"$RUN/server.txt") server fi
 start=$(date +%s)
 status=0
 E2B_SDK_TESTS_STAGE=netns SHED="$SHED" STORE="$STORE" KEY="$KEY" CACHE="$CACHE" OUT="$OUT" RUN="$RUN" \
-	SOCKDIR="/run/shed-e2b-sdk-tests.$$" unshare --net -- bash "$0" "${VITEST_ARGS[@]}" || status=$?
+	SOCKDIR="/run/shed-e2b-sdk-tests.$$" MYHOSTNAME="$MYHOSTNAME" DOMAIN="$DOMAIN" unshare --net --mount -- bash "$0" "${VITEST_ARGS[@]}" || status=$?
 [ -f "$OUT/report-server.json" ] && [ -f "$OUT/report-offline.json" ] || die "vitest wrote no report (exit $status)"
 
 # 5. One report (vitest's JSON format, the two runs' results together) and the summary.

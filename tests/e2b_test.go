@@ -232,7 +232,7 @@ func othersCannot(t *testing.T, sock, addr, id string) {
 }
 
 // freeLoopback is a loopback address with a port free now.
-func freeLoopback(t *testing.T) string {
+func freeLoopback(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -21,7 +21,7 @@ const npmCache = "/var/cache/toolshed-ci/npm"
 
 // npmPackage installs pkg at version (once) in the project dir npmCache/name and returns the
 // directory, readable by everyone (the clients run as an unprivileged user).
-func npmPackage(t *testing.T, name, pkg, version string) string {
+func npmPackage(t testing.TB, name, pkg, version string) string {
 	t.Helper()
 	dir := filepath.Join(npmCache, name)
 	b, _ := os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(pkg), "package.json"))
@@ -284,7 +284,7 @@ profile = "debian"
 
 // nobodyUID is the uid the agent clients run as: nobody, a user with no rights on the store, who can
 // reach shed's binary (its directories are opened for search).
-func nobodyUID(t *testing.T) int {
+func nobodyUID(t testing.TB) int {
 	t.Helper()
 	nobody, err := user.Lookup("nobody")
 	if err != nil {

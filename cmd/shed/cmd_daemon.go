@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,11 +50,21 @@ func cmdDaemon() *cli.Command {
 			&cli.StringFlag{Name: "user-benches", Value: "8", Usage: "the most Benches, `N` (running, created or kept), a user may have at once (0: no bound)"},
 			&cli.StringFlag{Name: "warm", Value: "2", Usage: "`N` Bench inits kept started ahead for API creates (each holds one of the 512 id slots; at most 64 with --warm-workshop's)"},
 			&cli.StringSliceFlag{Name: "warm-workshop", Usage: "`NAME=N`: N more inits kept ready for creates of the Workshop record NAME only (repeatable)"},
-			&cli.StringFlag{Name: "e2b", Usage: "also serve the E2B API (control and data plane) on `ADDR` (host:port; docs/agents.md): plain HTTP, so keep it on loopback or behind TLS"},
+			&cli.StringFlag{Name: "e2b", Usage: "also serve the E2B API (control and data plane, and the sandboxes' ports at PORT-ID.DOMAIN) on `ADDR` (host:port; docs/agents.md): plain HTTP unless --e2b-tls-cert, so keep it on loopback or behind TLS"},
+			&cli.StringFlag{Name: "e2b-domain", Usage: "the sandboxes' `DOMAIN` the E2B API answers (the SDK's getHost(port) is PORT-ID.DOMAIN, sent to --e2b's address; default localhost:PORT of --e2b, whose names are loopback)"},
+			&cli.StringFlag{Name: "e2b-tls-cert", Usage: "serve --e2b over TLS with the certificate chain in `FILE` (PEM; for *.DOMAIN too, to reach the ports by https://PORT-ID.DOMAIN)"},
+			&cli.StringFlag{Name: "e2b-tls-key", Usage: "the private key of --e2b-tls-cert, in `FILE` (PEM)"},
 		},
 		Action: func(c *cli.Context) error {
 			if os.Geteuid() != 0 {
 				return withHint(exitUsage, errors.New("the supervisor runs as root"), "start it with systemd (docs/supervisor.md) or sudo")
+			}
+			etls, err := e2bTLS(c)
+			if err != nil {
+				return err
+			}
+			if _, err := e2bDomain(c.String("e2b-domain"), 49982, false); err != nil {
+				return err
 			}
 			mem, err := memoryFlag(c, "user-memory")
 			if err != nil {
@@ -139,11 +150,20 @@ func cmdDaemon() *cli.Command {
 				"propose_conns", b.ProposeConns, "propose_per_bench", b.ProposePerBench, "proxy_conns", b.ProxyConns, "proxy_per_bench", b.ProxyPerBench)
 			fmt.Fprintf(c.App.ErrWriter, "shed: supervisor on %s for the store at %s\n", c.String("socket"), svc.Root)
 			if eln != nil {
-				if ip := eln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
-					log.Warn("the E2B API is plain HTTP on a non-loopback address: API keys and tokens cross the network in clear; put TLS in front", "addr", eln.Addr().String())
+				if ip := eln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && etls == nil {
+					log.Warn("the E2B API is plain HTTP on a non-loopback address: API keys and tokens cross the network in clear; put TLS in front (--e2b-tls-cert)", "addr", eln.Addr().String())
 				}
-				es := &e2b.Server{Service: svc, Operators: c.String("operators-group"), Log: log, Keys: apikey.Open(svc.Root), CallerOf: api.CallerOf}
-				fmt.Fprintf(c.App.ErrWriter, "shed: E2B API on http://%s (E2B_API_URL and E2B_SANDBOX_URL)\n", eln.Addr())
+				domain, err := e2bDomain(c.String("e2b-domain"), eln.Addr().(*net.TCPAddr).Port, etls != nil)
+				if err != nil {
+					return err
+				}
+				es := &e2b.Server{Service: svc, Operators: c.String("operators-group"), Log: log, Keys: apikey.Open(svc.Root), CallerOf: api.CallerOf,
+					Domain: domain, TLS: etls}
+				scheme := "http"
+				if etls != nil {
+					scheme = "https"
+				}
+				fmt.Fprintf(c.App.ErrWriter, "shed: E2B API on %s://%s (E2B_API_URL and E2B_SANDBOX_URL), sandboxes' ports at PORT-ID.%s\n", scheme, eln.Addr(), domain)
 				go func() {
 					if err := es.Serve(c.Context, eln); err != nil {
 						log.Error("e2b server", "err", err)
@@ -154,6 +174,46 @@ func cmdDaemon() *cli.Command {
 			return srv.Serve(c.Context, ln)
 		},
 	}
+}
+
+// e2bTLS is the TLS configuration of --e2b-tls-cert and --e2b-tls-key, or nil without them. The
+// files are read at start: a bad pair is said before the supervisor is on.
+func e2bTLS(c *cli.Context) (*tls.Config, error) {
+	cert, key := c.String("e2b-tls-cert"), c.String("e2b-tls-key")
+	switch {
+	case cert == "" && key == "":
+		return nil, nil
+	case cert == "" || key == "":
+		return nil, usageError("--e2b-tls-cert and --e2b-tls-key go together: the certificate chain and its private key, PEM files")
+	case c.String("e2b") == "":
+		return nil, usageError("--e2b-tls-cert serves --e2b over TLS: name the address too, e.g. --e2b 127.0.0.1:443")
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, withHint(exitUsage, fmt.Errorf("--e2b-tls-cert %s, --e2b-tls-key %s: %w", cert, key, err), "PEM files: the certificate (its chain after it) and its unencrypted private key, e.g. made with `openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=e2b.localhost -addext subjectAltName=DNS:e2b.localhost,DNS:*.e2b.localhost -keyout key.pem -out cert.pem` (with --e2b-domain e2b.localhost)")
+	}
+	// HTTP/1.1 only: a port's WebSocket is an HTTP/1.1 upgrade.
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}, nil
+}
+
+// e2bDomain is --e2b-domain, or localhost with the E2B address's port (none for 443 over TLS or 80
+// without): the SDK appends no port to PORT-ID.DOMAIN, so the domain carries it.
+func e2bDomain(flag string, port int, tls bool) (string, error) {
+	if flag != "" {
+		host, bad := flag, false
+		if h, p, err := net.SplitHostPort(flag); err == nil {
+			n, perr := strconv.Atoi(p)
+			host, bad = h, perr != nil || n < 1 || n > 65535
+		}
+		if bad || host == "" || strings.ContainsAny(host, "/ \t@:") {
+			return "", usageError("--e2b-domain %q: a domain, with a port if the address has no default one, e.g. localhost:%d or sandboxes.example.com", flag, port)
+		}
+		return flag, nil
+	}
+	if (tls && port == 443) || (!tls && port == 80) {
+		return "localhost", nil
+	}
+	return net.JoinHostPort("localhost", strconv.Itoa(port)), nil
 }
 
 // listenError says why --NAME ADDR could not be listened on, and names what to do: for a port in use,

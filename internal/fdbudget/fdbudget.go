@@ -47,7 +47,9 @@ func For(limit int) Budget {
 	b.SocketPerUser = max(b.SocketRequests/4, 2)
 	b.E2BConns = clamp(limit/8, 32, 2048)
 	b.E2BPreAuth = b.E2BConns / 2
-	b.E2BPerPeer = clamp(b.E2BConns/64, 4, 32)
+	// A harness starts its sandboxes at once (ComputeSDK's burst: 100 creates from one client, each
+	// on a connection of its own): a local user's share holds that, within a quarter of all.
+	b.E2BPerPeer = clamp(b.E2BConns/16, 4, 128)
 	b.E2BPerUser = clamp(b.E2BConns/8, 8, 256)
 	b.E2BInFlight = max(b.E2BPerUser/2, 4)
 	b.ProposeConns = clamp(limit/32, 16, 1024)
