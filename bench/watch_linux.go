@@ -242,8 +242,8 @@ func (w *DirWatch) add(fd int, rel string) error {
 	}
 }
 
-// errBenchEnded ends the watches of a Bench that ended.
-var errBenchEnded = errors.New("the Bench ended")
+// ErrBenchEnded ends the watches of a Bench that ended.
+var ErrBenchEnded = errors.New("the Bench ended")
 
 // awaitEnd fails the watch when the Bench's init exits (its pidfd becomes readable), or returns when
 // the watch is closed.
@@ -258,7 +258,7 @@ func (w *DirWatch) awaitEnd() {
 		polled = true
 		return done
 	}) == nil {
-		w.fail(errBenchEnded)
+		w.fail(ErrBenchEnded)
 	}
 }
 

@@ -70,6 +70,51 @@ type (
 		Workshop  string `json:"workshop" jsonschema:"a Workshop record's name (workshop_list)"`
 		Name      string `json:"name,omitempty" jsonschema:"the Bench's name (default: the Workshop's and a random suffix)"`
 		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"seconds after which the Bench is removed (default 3600, at most 86400)"`
+		networkIn
+	}
+	// networkIn are a Bench's network rules (E2B's allowOut, denyOut and allowInternetAccess), which
+	// narrow the Workshop's network profile.
+	networkIn struct {
+		AllowOut            []string `json:"allow_out,omitempty" jsonschema:"destinations allowed even where deny_out denies them: IP addresses, CIDR blocks, host names, *.names; each must be within the Workshop's network profile"`
+		DenyOut             []string `json:"deny_out,omitempty" jsonschema:"destinations refused: the same forms; 0.0.0.0/0 refuses everything allow_out does not name"`
+		AllowInternetAccess *bool    `json:"allow_internet_access,omitempty" jsonschema:"false: the same as deny_out 0.0.0.0/0"`
+	}
+	benchNetworkIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench's name"`
+		networkIn
+		Clear bool `json:"clear,omitempty" jsonschema:"remove every rule: the Workshop's profile alone"`
+	}
+	benchNetworkOut struct {
+		AllowOut []string `json:"allow_out" jsonschema:"the allow rules in force"`
+		DenyOut  []string `json:"deny_out" jsonschema:"the deny rules in force (none: the Workshop's profile alone)"`
+		Cut      int      `json:"cut,omitempty" jsonschema:"open connections the new rules denied, which were cut"`
+	}
+	benchLifetimeIn struct {
+		Bench     string `json:"bench" jsonschema:"the Bench's name"`
+		LifetimeS int64  `json:"lifetime_s" jsonschema:"seconds from now after which the Bench is removed (shorter or longer than before; at most 86400)"`
+	}
+	benchWatchIn struct {
+		Bench     string `json:"bench" jsonschema:"the Bench's name"`
+		Path      string `json:"path" jsonschema:"an absolute directory in the Bench"`
+		Recursive bool   `json:"recursive,omitempty" jsonschema:"the directories below it too"`
+	}
+	benchWatchOut struct {
+		Watcher string `json:"watcher" jsonschema:"the watcher's id, for bench_watch_events and bench_watch_stop"`
+	}
+	benchWatcherIn struct {
+		Bench   string `json:"bench" jsonschema:"the Bench's name"`
+		Watcher string `json:"watcher" jsonschema:"the watcher's id (bench_watch_start's)"`
+	}
+	benchWatchEventsOut struct {
+		Events  []mcpEvent `json:"events" jsonschema:"the changes since the last call, oldest first"`
+		Dropped int        `json:"dropped,omitempty" jsonschema:"changes not kept: more than 4096 waited between two calls"`
+	}
+	mcpEvent struct {
+		Name string `json:"name" jsonschema:"the file's path relative to the watched directory"`
+		Type string `json:"type" jsonschema:"create, write, remove, rename or chmod"`
+	}
+	benchWatchStopOut struct {
+		Stopped string `json:"stopped" jsonschema:"the watcher stopped"`
 	}
 	benchCreateOut struct {
 		Bench   string `json:"bench" jsonschema:"the Bench's name, for the other tools"`
@@ -95,6 +140,8 @@ type (
 		Bench   string `json:"bench" jsonschema:"the Bench's name"`
 		Path    string `json:"path" jsonschema:"an absolute path in the Bench; missing directories are made"`
 		Content string `json:"content" jsonschema:"the file's content"`
+		// Metadata as E2B's files.write keeps it.
+		Metadata map[string]string `json:"metadata,omitempty" jsonschema:"key-value pairs kept with the file (replacing any it had), shown by bench_stat_file and bench_list_files; keys of letters, digits and !#$%&'*+-.^_|~, values printable ASCII"`
 	}
 	benchWriteOut struct {
 		Path string `json:"path" jsonschema:"the file written"`
@@ -141,15 +188,16 @@ type (
 		Path  string `json:"path" jsonschema:"an absolute path in the Bench"`
 	}
 	mcpFile struct {
-		Name     string `json:"name" jsonschema:"its name in its directory"`
-		Path     string `json:"path" jsonschema:"its absolute path"`
-		Type     string `json:"type" jsonschema:"file, dir, symlink or other"`
-		Size     int64  `json:"size" jsonschema:"bytes"`
-		Mode     uint32 `json:"mode" jsonschema:"permission bits (e.g. 493 is 0755)"`
-		Owner    string `json:"owner" jsonschema:"its owner's name in the Bench"`
-		Group    string `json:"group" jsonschema:"its group's name"`
-		Modified string `json:"modified" jsonschema:"its last change (RFC 3339)"`
-		Target   string `json:"target,omitempty" jsonschema:"a symlink's target"`
+		Name     string            `json:"name" jsonschema:"its name in its directory"`
+		Path     string            `json:"path" jsonschema:"its absolute path"`
+		Type     string            `json:"type" jsonschema:"file, dir, symlink or other"`
+		Size     int64             `json:"size" jsonschema:"bytes"`
+		Mode     uint32            `json:"mode" jsonschema:"permission bits (e.g. 493 is 0755)"`
+		Owner    string            `json:"owner" jsonschema:"its owner's name in the Bench"`
+		Group    string            `json:"group" jsonschema:"its group's name"`
+		Modified string            `json:"modified" jsonschema:"its last change (RFC 3339)"`
+		Target   string            `json:"target,omitempty" jsonschema:"a symlink's target"`
+		Metadata map[string]string `json:"metadata,omitempty" jsonschema:"the key-value pairs bench_write_file kept with it"`
 	}
 	benchMetricsIn struct {
 		Bench string `json:"bench" jsonschema:"the Bench's name"`
@@ -189,7 +237,7 @@ func (s *Server) server() *sdk.Server {
 			}
 			return nil, out, nil
 		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "bench_create", Description: "Create a Bench (a sandbox) of a Workshop. It stays up for exec and files until removed or its lifetime ends."},
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_create", Description: "Create a Bench (a sandbox) of a Workshop. It stays up for exec and files until removed or its lifetime ends. allow_out, deny_out and allow_internet_access narrow its network within the Workshop's network profile (bench_network changes them later)."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in benchCreateIn) (*sdk.CallToolResult, benchCreateOut, error) {
 			// A Workshop is a record the caller may launch, never a file, as for the E2B API: an
 			// operator's agent must not have root read whatever file it names (a recipe's error
@@ -205,7 +253,8 @@ func (s *Server) server() *sdk.Server {
 			if !slices.ContainsFunc(ws.Workshops, func(v *records.Version) bool { return v.Name == in.Workshop }) {
 				return nil, benchCreateOut{}, fmt.Errorf("%q is not a Workshop record you may launch (not_found)\nhint: workshop_list lists them; an operator allows one with `shed workshop allow NAME USER`", in.Workshop)
 			}
-			res, err := call[app.BenchCreateResult](s, ctx, "bench.create", &app.BenchCreateRequest{Workshop: in.Workshop, Name: in.Name, LifetimeS: in.LifetimeS})
+			allow, deny := in.networkIn.rules()
+			res, err := call[app.BenchCreateResult](s, ctx, "bench.create", &app.BenchCreateRequest{Workshop: in.Workshop, Name: in.Name, LifetimeS: in.LifetimeS, NetAllow: allow, NetDeny: deny})
 			if err != nil {
 				return nil, benchCreateOut{}, err
 			}
@@ -231,8 +280,17 @@ func (s *Server) server() *sdk.Server {
 			}
 			return nil, benchExecOut{ExitCode: res.Exit, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled, NoSpace: res.NoSpace}, nil
 		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "bench_write_file", Description: "Write a file in a Bench (missing directories are made)."},
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_write_file", Description: "Write a file in a Bench (missing directories are made), with metadata if given."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in benchWriteIn) (*sdk.CallToolResult, benchWriteOut, error) {
+			if in.Metadata != nil {
+				// bench.write_files is the operation that keeps metadata (E2B's upload).
+				res, err := call[app.WriteFilesResult](s, ctx, "bench.write_files", &app.WriteFilesRequest{Bench: in.Bench,
+					Files: []app.FileWrite{{Path: in.Path, Content: in.Content}}, Metadata: in.Metadata})
+				if err != nil {
+					return nil, benchWriteOut{}, err
+				}
+				return nil, benchWriteOut{Path: res.Paths[0]}, nil
+			}
 			if _, err := call[app.Empty](s, ctx, "bench.write_file", &app.WriteFileRequest{Bench: in.Bench, Path: in.Path, Content: in.Content}); err != nil {
 				return nil, benchWriteOut{}, err
 			}
@@ -246,7 +304,7 @@ func (s *Server) server() *sdk.Server {
 			}
 			return nil, benchReadOut{Content: res.Content}, nil
 		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "bench_list_files", Description: "List a directory of a Bench: each entry's name, path, type, size, mode, owner, group and last change."},
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_list_files", Description: "List a directory of a Bench: each entry's name, path, type, size, mode, owner, group, last change and metadata."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in benchListFilesIn) (*sdk.CallToolResult, benchListFilesOut, error) {
 			out := benchListFilesOut{Entries: []mcpFile{}}
 			res, err := call[app.ListFilesResult](s, ctx, "bench.list_files", &app.ListFilesRequest{Bench: in.Bench, Path: in.Path, Depth: in.Depth})
@@ -258,7 +316,7 @@ func (s *Server) server() *sdk.Server {
 			}
 			return nil, out, nil
 		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "bench_stat_file", Description: "Describe one file of a Bench (a symlink itself, not its target)."},
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_stat_file", Description: "Describe one file of a Bench (a symlink itself, not its target), with its metadata."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in benchPathIn) (*sdk.CallToolResult, mcpFile, error) {
 			res, err := call[app.FileEntry](s, ctx, "bench.stat_file", &app.BenchPathRequest{Bench: in.Bench, Path: in.Path})
 			if err != nil {
@@ -301,6 +359,70 @@ func (s *Server) server() *sdk.Server {
 			}
 			return nil, out, nil
 		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_network", Description: "Show or replace a running Bench's network rules. With only bench, it shows the rules in force. " +
+		"With allow_out, deny_out, allow_internet_access or clear, it replaces them all at once (a field left out is cleared) and returns the rules now in force. " +
+		"Rules narrow the Workshop's network profile and never widen it: an allow_out outside the profile is refused and the old rules stay. " +
+		"New rules apply to the next connection, and cut the open connections they deny."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchNetworkIn) (*sdk.CallToolResult, benchNetworkOut, error) {
+			n := in.networkIn
+			var res *app.NetworkResult
+			var err error
+			if !in.Clear && n.AllowOut == nil && n.DenyOut == nil && n.AllowInternetAccess == nil {
+				res, err = call[app.NetworkResult](s, ctx, "bench.network", &app.BenchRequest{Bench: in.Bench})
+			} else {
+				if in.Clear && (n.AllowOut != nil || n.DenyOut != nil || n.AllowInternetAccess != nil) {
+					return nil, benchNetworkOut{}, errors.New("clear removes every rule: give it alone, or give the rules that replace them (usage)")
+				}
+				allow, deny := n.rules()
+				res, err = call[app.NetworkResult](s, ctx, "bench.set_network", &app.SetNetworkRequest{Bench: in.Bench, Allow: allow, Deny: deny})
+			}
+			if err != nil {
+				return nil, benchNetworkOut{}, err
+			}
+			return nil, benchNetworkOut{AllowOut: nonNil(res.Allow), DenyOut: nonNil(res.Deny), Cut: res.Cut}, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_set_lifetime", Description: "Move the end of a Bench to lifetime_s seconds from now, sooner or later than before."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchLifetimeIn) (*sdk.CallToolResult, benchCreateOut, error) {
+			if in.LifetimeS <= 0 {
+				return nil, benchCreateOut{}, errors.New("lifetime_s must be a number of seconds from now, at least 1 (usage)\nhint: bench_remove removes a Bench now")
+			}
+			res, err := call[app.BenchCreateResult](s, ctx, "bench.set_lifetime", &app.SetLifetimeRequest{Bench: in.Bench, LifetimeS: in.LifetimeS})
+			if err != nil {
+				return nil, benchCreateOut{}, err
+			}
+			return nil, benchCreateOut{Bench: res.Bench, Expires: res.Expires.Format(time.RFC3339)}, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_watch_start", Description: "Start watching a directory of a running Bench for changes (files created, written, removed, renamed, chmod). " +
+		"Returns a watcher id: bench_watch_events takes the changes since the last call, bench_watch_stop ends it. A watcher ends with its Bench; a Bench has at most 16."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchWatchIn) (*sdk.CallToolResult, benchWatchOut, error) {
+			res, err := call[app.WatcherResult](s, ctx, "bench.watcher_create", &app.WatcherCreateRequest{Bench: in.Bench, Path: in.Path, Recursive: in.Recursive})
+			if err != nil {
+				return nil, benchWatchOut{}, err
+			}
+			return nil, benchWatchOut{Watcher: res.Watcher}, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_watch_events", Description: "Take the changes a watcher (bench_watch_start) saw since the last call; none yet is an empty list. " +
+		"A watch that ended (its directory removed) gives its last changes, then an error."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchWatcherIn) (*sdk.CallToolResult, benchWatchEventsOut, error) {
+			out := benchWatchEventsOut{Events: []mcpEvent{}}
+			res, err := call[app.WatcherEventsResult](s, ctx, "bench.watcher_events", &app.WatcherRequest{Bench: in.Bench, Watcher: in.Watcher})
+			if err != nil {
+				return nil, out, err
+			}
+			for _, e := range res.Events {
+				out.Events = append(out.Events, mcpEvent{Name: e.Name, Type: e.Type})
+			}
+			out.Dropped = res.Dropped
+			return nil, out, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_watch_stop", Description: "Stop a watcher (bench_watch_start); the changes it holds are gone."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchWatcherIn) (*sdk.CallToolResult, benchWatchStopOut, error) {
+			res, err := call[app.WatcherResult](s, ctx, "bench.watcher_remove", &app.WatcherRequest{Bench: in.Bench, Watcher: in.Watcher})
+			if err != nil {
+				return nil, benchWatchStopOut{}, err
+			}
+			return nil, benchWatchStopOut{Stopped: res.Watcher}, nil
+		})
 	sdk.AddTool(srv, &sdk.Tool{Name: "bench_remove", Description: "Remove a Bench: its processes and its files are gone."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in benchIn) (*sdk.CallToolResult, benchRemoveOut, error) {
 			if _, err := call[app.BenchRemoveResult](s, ctx, "bench.rm", &app.BenchRemoveRequest{Benches: []string{in.Bench}}); err != nil {
@@ -319,6 +441,23 @@ func (s *Server) server() *sdk.Server {
 	return srv
 }
 
+// rules are bench.create's and bench.set_network's allow and deny for n, as the E2B API maps them:
+// allow_internet_access false is deny_out 0.0.0.0/0.
+func (n networkIn) rules() (allow, deny []string) {
+	deny = n.DenyOut
+	if n.AllowInternetAccess != nil && !*n.AllowInternetAccess {
+		deny = append(slices.Clone(deny), "0.0.0.0/0")
+	}
+	return n.AllowOut, deny
+}
+
+func nonNil(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}
+
 func metricOf(x metrics.Sample) mcpMetric {
 	return mcpMetric{Time: x.Time.Format(time.RFC3339), CPUCount: x.CPUCount, CPUUsedPct: x.CPUUsedPct,
 		MemUsed: x.MemUsed, MemCache: x.MemCache, MemTotal: x.MemTotal, DiskUsed: x.DiskUsed, DiskTotal: x.DiskTotal}
@@ -326,5 +465,5 @@ func metricOf(x metrics.Sample) mcpMetric {
 
 func fileOf(e app.FileEntry) mcpFile {
 	return mcpFile{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, Owner: e.Owner, Group: e.Group,
-		Modified: e.Modified.Format(time.RFC3339), Target: e.Target}
+		Modified: e.Modified.Format(time.RFC3339), Target: e.Target, Metadata: e.Metadata}
 }

@@ -75,6 +75,11 @@ var Roles = map[string][]app.Role{
 	"key.untrust":         {app.Operator},
 	"copy":                {app.Operator},
 	"import":              {app.Operator},
+
+	// Polled watchers (MCP's bench_watch_*): a group of their own keeps the lines above as they were.
+	"bench.watcher_create": {app.Operator, app.User},
+	"bench.watcher_events": {app.Operator, app.User},
+	"bench.watcher_remove": {app.Operator, app.User},
 }
 
 var benchNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
@@ -153,6 +158,10 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 	case *app.MoveFileRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.WatchDirRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.WatcherCreateRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.WatcherRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.SetLifetimeRequest:
 		return ownBench(s, caller, r.Bench)

@@ -131,6 +131,10 @@ func requests() map[string]any {
 		"key.untrust":         &app.KeyRequest{Key: "test-1"},
 		"copy":                &app.CopyRequest{To: "oci-layout:/tmp/x"},
 		"import":              &app.ImportRequest{Dir: "/tmp"},
+
+		"bench.watcher_create": &app.WatcherCreateRequest{Bench: "someones", Path: "/root"},
+		"bench.watcher_events": &app.WatcherRequest{Bench: "someones", Watcher: "w1"},
+		"bench.watcher_remove": &app.WatcherRequest{Bench: "someones", Watcher: "w1"},
 	}
 }
 

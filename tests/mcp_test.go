@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // npmCache is where the tests install the real JavaScript clients from npm: outside the clone, so
@@ -42,8 +43,12 @@ func npmPackage(t testing.TB, name, pkg, version string) string {
 // TestMCP: the official MCP TypeScript SDK's client drives `shed mcp` through a real supervisor, as an
 // unprivileged user: it lists the Workshops it may use, creates a Bench, installs a package with
 // apt through the recipe's network profile, writes and runs a script, reads a file back, lists its
-// directory and describes a file (and one that is not there), proposes,
-// removes the Bench; a Bench created with a short lifetime is removed by the supervisor.
+// directory and describes a file (and one that is not there), writes a file with metadata and sees it
+// in stat and ls, watches a directory (polled) and sees a command's changes, shows and replaces the
+// Bench's network rules (everything denied: apt-get update fails), proposes, removes the Bench; a
+// Bench created with network rules has them, and is removed by the supervisor once bench_set_lifetime
+// shortens its lifetime. Each new tool's bad input (a rule outside the profile, a missing directory, an
+// id that is no watcher, a lifetime past the bound, a metadata key) is refused and changes nothing.
 func TestMCP(t *testing.T) {
 	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
@@ -65,21 +70,16 @@ func TestMCP(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the MCP client: %v\n%s\n%s", err, out, stderr.String())
 	}
-	type result struct {
-		Error bool           `json:"error"`
-		Data  map[string]any `json:"data"`
-		Text  string         `json:"text"`
-	}
 	steps := clientSteps(out)
-	step := func(n string) result {
+	step := func(n string) mcpResult {
 		t.Helper()
-		var r result
+		var r mcpResult
 		if err := json.Unmarshal(steps[n], &r); err != nil {
 			t.Fatalf("step %s: %v (%s)\nall output:\n%s\n%s", n, err, steps[n], out, stderr.String())
 		}
 		return r
 	}
-	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_list_files","bench_metrics","bench_propose","bench_read_file","bench_remove","bench_stat_file","bench_write_file","workshop_list"]` {
+	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_list_files","bench_metrics","bench_network","bench_propose","bench_read_file","bench_remove","bench_set_lifetime","bench_stat_file","bench_watch_events","bench_watch_start","bench_watch_stop","bench_write_file","workshop_list"]` {
 		t.Errorf("tools: %s", got)
 	}
 	if r := step("workshops"); r.Error || !strings.Contains(fmt.Sprint(r.Data), name) {
@@ -114,6 +114,9 @@ func TestMCP(t *testing.T) {
 	if r := step("timeout"); r.Error || r.Data["timed_out"] != true || r.Data["exit_code"] != 124.0 {
 		t.Errorf("a command past its timeout: %+v", r)
 	}
+	mcpMetadataSteps(t, step)
+	mcpWatchSteps(t, step, steps)
+	mcpNetworkSteps(t, step)
 	if r := step("list"); r.Error || !strings.Contains(fmt.Sprint(r.Data), bench) {
 		t.Errorf("bench_list: %+v", r)
 	}
@@ -135,16 +138,132 @@ func TestMCP(t *testing.T) {
 	if r := step("not-allowed"); !r.Error || !strings.Contains(r.Text, "not a Workshop record") {
 		t.Errorf("bench_create of no record: %+v", r)
 	}
+	if r := step("create-net-bad"); !r.Error || !strings.Contains(r.Text, "example.com") || !strings.Contains(r.Text, "profile") {
+		t.Errorf("bench_create with a rule outside the profile: %+v", r)
+	}
 	short := step("short")
 	if b, _ := short.Data["bench"].(string); short.Error || b == "" {
-		t.Errorf("bench_create with a lifetime: %+v", short)
-	} else if r := step("short-after"); strings.Contains(fmt.Sprint(r.Data), b) {
-		t.Errorf("a Bench past its lifetime is still listed: %+v", r)
+		t.Errorf("bench_create with network rules: %+v", short)
+	} else {
+		if r := step("short-net"); r.Error || fmt.Sprint(r.Data["deny_out"]) != "[0.0.0.0/0]" || fmt.Sprint(r.Data["allow_out"]) != "[]" {
+			t.Errorf("the rules of a Bench created with deny_out: %+v", r)
+		}
+		if r := step("lifetime-bad"); !r.Error || !strings.Contains(r.Text, "86400") {
+			t.Errorf("bench_set_lifetime past the bound: %+v", r)
+		}
+		if r := step("lifetime"); r.Error || r.Data["bench"] != b {
+			t.Errorf("bench_set_lifetime: %+v", r)
+		} else if exp, err := time.Parse(time.RFC3339, r.Data["expires"].(string)); err != nil || time.Until(exp) > 10*time.Second {
+			t.Errorf("bench_set_lifetime 2 s: expires %v (%v)", r.Data["expires"], err)
+		}
+		// Created with a 600 s lifetime: gone now only because bench_set_lifetime moved its end.
+		if r := step("short-after"); strings.Contains(fmt.Sprint(r.Data), b) || strings.Contains(fmt.Sprint(r.Data), "mcp-net-bad") {
+			t.Errorf("a Bench past its new lifetime, or the one refused, is listed: %+v", r)
+		}
 	}
 	// The record is as it was: an agent proposes, it never changes a Workshop.
 	if r := via(t, sock, 0, "", "workshop", "log", name); !strings.Contains(r.stdout, "version 1") || strings.Contains(r.stdout, "version 2") {
 		t.Errorf("the record changed:\n%s", r.stdout)
 	}
+}
+
+// mcpMetadataSteps checks the client's file metadata steps: kept with a write, shown by stat and ls;
+// a key that could not be kept is refused and writes nothing.
+func mcpMetadataSteps(t *testing.T, step func(string) mcpResult) {
+	t.Helper()
+	if r := step("write-meta"); r.Error || r.Data["path"] != "/root/work/meta.txt" {
+		t.Errorf("bench_write_file with metadata: %+v", r)
+	}
+	if r := step("stat-meta"); r.Error || fmt.Sprint(r.Data["metadata"]) != "map[author:agent run-id:42]" {
+		t.Errorf("bench_stat_file's metadata: %+v", r)
+	}
+	if r := step("ls-meta"); r.Error || !strings.Contains(fmt.Sprint(r.Data), "metadata:map[author:agent run-id:42]") {
+		t.Errorf("bench_list_files' metadata: %+v", r)
+	}
+	if r := step("write-meta-bad"); !r.Error || !strings.Contains(r.Text, "metadata key") || !strings.Contains(r.Text, "a key") {
+		t.Errorf("bench_write_file with a bad metadata key: %+v", r)
+	}
+	if r := step("stat-meta-bad"); !r.Error {
+		t.Errorf("a write refused for its metadata wrote the file: %+v", r)
+	}
+}
+
+// mcpWatchSteps checks the client's watch steps: a watcher sees a command's changes, recursively,
+// polled; a missing directory, an id that is no watcher and a 17th watcher of a Bench are refused; a
+// stopped watcher is gone.
+func mcpWatchSteps(t *testing.T, step func(string) mcpResult, steps map[string]json.RawMessage) {
+	t.Helper()
+	if r := step("watch-missing"); !r.Error || !strings.Contains(r.Text, "/root/nothere") || !strings.Contains(r.Text, "no such directory") {
+		t.Errorf("bench_watch_start of a missing directory: %+v", r)
+	}
+	if r := step("watch-start"); r.Error || !strings.HasPrefix(fmt.Sprint(r.Data["watcher"]), "w") {
+		t.Errorf("bench_watch_start: %+v", r)
+	}
+	var seen struct {
+		Error  any `json:"error"`
+		Events []struct{ Name, Type string }
+	}
+	json.Unmarshal(steps["watch-events"], &seen)
+	got := fmt.Sprint(seen.Events)
+	for _, want := range []string{"{new.txt create}", "{sub create}", "{meta.txt remove}"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("bench_watch_events: %s not among %s (%v)", want, got, seen.Error)
+		}
+	}
+	if r := step("watch-events-bad"); !r.Error || !strings.Contains(r.Text, "wnotawatcher") || !strings.Contains(r.Text, "not_found") {
+		t.Errorf("bench_watch_events of no watcher: %+v", r)
+	}
+	if r := step("watch-stop-bad"); !r.Error || !strings.Contains(r.Text, "wnotawatcher") {
+		t.Errorf("bench_watch_stop of no watcher: %+v", r)
+	}
+	if r := step("watch-stop"); r.Error {
+		t.Errorf("bench_watch_stop: %+v", r)
+	}
+	if r := step("watch-events-stopped"); !r.Error || !strings.Contains(r.Text, "no watcher") {
+		t.Errorf("bench_watch_events of a stopped watcher: %+v", r)
+	}
+	if r := step("watch-left"); r.Error {
+		t.Errorf("bench_watch_start of a watcher left to the Bench's end: %+v", r)
+	}
+	var bound struct {
+		Errors []string
+		After  mcpResult
+	}
+	json.Unmarshal(steps["watch-bound"], &bound)
+	if len(bound.Errors) != 1 || !strings.Contains(bound.Errors[0], "16 watchers already") || !strings.Contains(bound.Errors[0], "hint:") || bound.After.Error {
+		t.Errorf("the 17th watcher of a Bench: %+v", bound)
+	}
+}
+
+// mcpNetworkSteps checks the client's network steps: the rules shown and replaced, a rule outside the
+// profile refused with the rules in force unchanged, the new rules in effect in the Bench.
+func mcpNetworkSteps(t *testing.T, step func(string) mcpResult) {
+	t.Helper()
+	if r := step("net-show"); r.Error || fmt.Sprint(r.Data["allow_out"], r.Data["deny_out"]) != "[] []" {
+		t.Errorf("bench_network of a Bench with no rules: %+v", r)
+	}
+	if r := step("net-deny"); r.Error || fmt.Sprint(r.Data["deny_out"]) != "[0.0.0.0/0]" {
+		t.Errorf("bench_network allow_internet_access false: %+v", r)
+	}
+	if r := step("net-bad"); !r.Error || !strings.Contains(r.Text, "example.com") || !strings.Contains(r.Text, "profile") {
+		t.Errorf("bench_network with a rule outside the profile: %+v", r)
+	}
+	if r := step("net-after-bad"); r.Error || fmt.Sprint(r.Data["deny_out"]) != "[0.0.0.0/0]" {
+		t.Errorf("the rules after a refused update: %+v", r)
+	}
+	if r := step("net-denied"); r.Error || !strings.Contains(fmt.Sprint(r.Data["stdout"]), "update-failed") {
+		t.Errorf("apt-get update with everything denied: %+v", r)
+	}
+	if r := step("net-clear"); r.Error || fmt.Sprint(r.Data["allow_out"], r.Data["deny_out"]) != "[] []" {
+		t.Errorf("bench_network clear: %+v", r)
+	}
+}
+
+// mcpResult is a tool call's result as the client prints it.
+type mcpResult struct {
+	Error bool           `json:"error"`
+	Data  map[string]any `json:"data"`
+	Text  string         `json:"text"`
 }
 
 // addAgentRecord records name, a jq Workshop whose network profile is Debian's (apt works in its
