@@ -126,6 +126,7 @@ type (
 		Cwd      string            `json:"cwd,omitempty" jsonschema:"its working directory: absolute, or relative to the home of the Bench's user (default: that home)"`
 		Env      map[string]string `json:"env,omitempty" jsonschema:"variables to set"`
 		TimeoutS int64             `json:"timeout_s,omitempty" jsonschema:"kill it after this many seconds (exit code 124)"`
+		User     string            `json:"user,omitempty" jsonschema:"the account it runs as: root, or one the Workshop declares (default: the Workshop's user, else root)"`
 	}
 	benchExecOut struct {
 		ExitCode  int    `json:"exit_code" jsonschema:"the command's exit code"`
@@ -142,6 +143,7 @@ type (
 		Content string `json:"content" jsonschema:"the file's content"`
 		// Metadata as E2B's files.write keeps it.
 		Metadata map[string]string `json:"metadata,omitempty" jsonschema:"key-value pairs kept with the file (replacing any it had), shown by bench_stat_file and bench_list_files; keys of letters, digits and !#$%&'*+-.^_|~, values printable ASCII"`
+		User     string            `json:"user,omitempty" jsonschema:"the account that owns the file and the directories made for it: root, or one the Workshop declares (default: the Workshop's user, else root)"`
 	}
 	benchWriteOut struct {
 		Path string `json:"path" jsonschema:"the file written"`
@@ -260,9 +262,9 @@ func (s *Server) server() *sdk.Server {
 			}
 			return nil, benchCreateOut{Bench: res.Bench, Expires: res.Expires.Format(time.RFC3339)}, nil
 		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "bench_exec", Description: "Run a command in a Bench, as its root, and return its exit code and output. The network is the Workshop's allowlist, through a proxy."},
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_exec", Description: "Run a command in a Bench, as its Workshop's user (root unless the Workshop declares one; user picks another of its accounts), and return its exit code and output. The network is the Workshop's allowlist, through a proxy."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in benchExecIn) (*sdk.CallToolResult, benchExecOut, error) {
-			req := &app.BenchExecRequest{Bench: in.Bench, Argv: in.Command, Cwd: in.Cwd, TimeoutS: in.TimeoutS, Capture: true}
+			req := &app.BenchExecRequest{Bench: in.Bench, Argv: in.Command, Cwd: in.Cwd, TimeoutS: in.TimeoutS, Capture: true, User: in.User}
 			keys := make([]string, 0, len(in.Env))
 			for k := range in.Env {
 				keys = append(keys, k)
@@ -285,13 +287,13 @@ func (s *Server) server() *sdk.Server {
 			if in.Metadata != nil {
 				// bench.write_files is the operation that keeps metadata (E2B's upload).
 				res, err := call[app.WriteFilesResult](s, ctx, "bench.write_files", &app.WriteFilesRequest{Bench: in.Bench,
-					Files: []app.FileWrite{{Path: in.Path, Content: in.Content}}, Metadata: in.Metadata})
+					Files: []app.FileWrite{{Path: in.Path, Content: in.Content}}, Metadata: in.Metadata, User: in.User})
 				if err != nil {
 					return nil, benchWriteOut{}, err
 				}
 				return nil, benchWriteOut{Path: res.Paths[0]}, nil
 			}
-			if _, err := call[app.Empty](s, ctx, "bench.write_file", &app.WriteFileRequest{Bench: in.Bench, Path: in.Path, Content: in.Content}); err != nil {
+			if _, err := call[app.Empty](s, ctx, "bench.write_file", &app.WriteFileRequest{Bench: in.Bench, Path: in.Path, Content: in.Content, User: in.User}); err != nil {
 				return nil, benchWriteOut{}, err
 			}
 			return nil, benchWriteOut{Path: in.Path}, nil

@@ -59,7 +59,7 @@ func TestMCP(t *testing.T) {
 	writeFile(t, client, string(must(os.ReadFile("testdata/mcp-client.mjs"))))
 	uid := nobodyUID(t)
 	name := "mcp-" + strconv.Itoa(os.Getpid())
-	addAgentRecord(t, sock, name)
+	addAgentRecord(t, sock, name, "[[account]]\nname = \"agent\"\n")
 	cmd := exec.Command("node", client, shedBin, name, "hello")
 	cmd.Env = append(os.Environ(), "SHED_SOCKET="+sock, "SHED_ROOT=/nonexistent", "HOME=/")
 	cmd.Dir = "/"
@@ -114,6 +114,7 @@ func TestMCP(t *testing.T) {
 	if r := step("timeout"); r.Error || r.Data["timed_out"] != true || r.Data["exit_code"] != 124.0 {
 		t.Errorf("a command past its timeout: %+v", r)
 	}
+	mcpUserSteps(t, step)
 	mcpMetadataSteps(t, step)
 	mcpWatchSteps(t, step, steps)
 	mcpNetworkSteps(t, step)
@@ -164,6 +165,27 @@ func TestMCP(t *testing.T) {
 	// The record is as it was: an agent proposes, it never changes a Workshop.
 	if r := via(t, sock, 0, "", "workshop", "log", name); !strings.Contains(r.stdout, "version 1") || strings.Contains(r.stdout, "version 2") {
 		t.Errorf("the record changed:\n%s", r.stdout)
+	}
+}
+
+// mcpUserSteps checks the client's steps as the Workshop's declared account: a command runs as it
+// in its home, a file written for it (and the directory made for it) is its, an account the
+// Workshop does not declare is refused, naming the ones it does.
+func mcpUserSteps(t *testing.T, step func(string) mcpResult) {
+	t.Helper()
+	if r := step("exec-agent"); r.Error || r.Data["stdout"] != "agent\n/home/agent\n/home/agent\n" {
+		t.Errorf("bench_exec as agent: %+v", r)
+	}
+	if r := step("write-agent"); r.Error {
+		t.Errorf("bench_write_file as agent: %+v", r)
+	}
+	for _, s := range []string{"stat-agent", "stat-agent-dir"} {
+		if r := step(s); r.Error || r.Data["owner"] != "agent" || r.Data["group"] != "agent" {
+			t.Errorf("%s: want agent's: %+v", s, r)
+		}
+	}
+	if r := step("exec-unknown-user"); !r.Error || !strings.Contains(r.Text, "mallory") || !strings.Contains(r.Text, "agent") {
+		t.Errorf("bench_exec as an account the Workshop does not declare: %+v", r)
 	}
 }
 
@@ -268,7 +290,7 @@ type mcpResult struct {
 
 // addAgentRecord records name, a jq Workshop whose network profile is Debian's (apt works in its
 // Benches), that nobody (the agent clients' user) may launch.
-func addAgentRecord(t *testing.T, sock, name string) {
+func addAgentRecord(t *testing.T, sock, name string, more ...string) {
 	t.Helper()
 	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = %q
 seed = "debian/bookworm"
@@ -276,7 +298,7 @@ seed = "debian/bookworm"
 packages = ["jq"]
 [network]
 profile = "debian"
-`, name))
+`, name)+strings.Join(more, ""))
 	if r := via(t, sock, 0, "", "workshop", "add", "--allow", "nobody", f); r.code != 0 {
 		t.Fatalf("workshop add: %s", r.stderr)
 	}

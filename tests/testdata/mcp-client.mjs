@@ -38,6 +38,13 @@ out("ls-meta", await call("bench_list_files", { bench, path: "/root/work" }));
 out("write-meta-bad", await call("bench_write_file", { bench, path: "/root/work/bad.txt", content: "x", metadata: { "a key": "v" } }));
 out("stat-meta-bad", await call("bench_stat_file", { bench, path: "/root/work/bad.txt" }));
 
+// Accounts: the Workshop declares `agent` (and no default user: commands run as root unless told).
+out("exec-agent", await call("bench_exec", { bench, command: ["sh", "-c", "id -un; echo $HOME; pwd"], user: "agent" }));
+out("write-agent", await call("bench_write_file", { bench, path: "/home/agent/notes/a.txt", content: "a\n", user: "agent" }));
+out("stat-agent", await call("bench_stat_file", { bench, path: "/home/agent/notes/a.txt" }));
+out("stat-agent-dir", await call("bench_stat_file", { bench, path: "/home/agent/notes" }));
+out("exec-unknown-user", await call("bench_exec", { bench, command: ["true"], user: "mallory" }));
+
 // Watches, polled: a missing directory and a watcher id that is not one are refused.
 out("watch-missing", await call("bench_watch_start", { bench, path: "/root/nothere" }));
 const watch = await call("bench_watch_start", { bench, path: "/root/work", recursive: true });
