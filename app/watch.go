@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"path"
@@ -39,8 +40,14 @@ type WatchIO struct {
 
 // WatchDir watches a directory of a running Bench until ctx ends, calling the caller's IO.Watch for
 // each change (inotify, from the supervisor, on the Bench's own view of its files: package bench). It
-// ends with an error when the directory is removed or events were lost.
+// ends with an error when the directory is removed or events were lost. It holds a place among the
+// Bench's and the caller's watchers (MaxBenchWatchers, MaxCallerWatchers) while it lasts.
 func (s *Service) WatchDir(ctx context.Context, c *Call, req *WatchDirRequest) (*Empty, error) {
+	return s.watchDir(ctx, c, req, true)
+}
+
+// watchDir is bench.watch_dir; stream takes the watch's place among the bounds (a watcher has its own).
+func (s *Service) watchDir(ctx context.Context, c *Call, req *WatchDirRequest, stream bool) (*Empty, error) {
 	p, err := benchFile(req.Path)
 	if err != nil {
 		return nil, err
@@ -52,6 +59,13 @@ func (s *Service) WatchDir(ctx context.Context, c *Call, req *WatchDirRequest) (
 	st.Close() // the watch reads the running Bench's root, not the store
 	if c.IO == nil || c.IO.Watch == nil {
 		return nil, usage("watch from a client that streams events (the E2B API)", "bench.watch_dir has nowhere to send events")
+	}
+	if stream {
+		slot := &watcher{id: "s" + rand.Text()[:16], bench: rec.ID, uid: c.Caller.UID, stop: func() {}, stream: true}
+		if err := watchers.add(slot, rec.Name); err != nil {
+			return nil, err
+		}
+		defer watchers.drop(slot)
 	}
 	w, err := bench.OpenWatch(rec, p, bench.WatchOptions{Recursive: req.Recursive, Entry: req.Entry, NetworkMounts: req.NetworkMounts})
 	if err != nil {

@@ -21,12 +21,16 @@ func init() {
 	op("bench.watcher_remove", (*Service).RemoveWatcher)
 }
 
-// Bounds on the watchers, so that a client that starts watchers and never polls them holds a bounded
-// part of the supervisor: each watcher holds an inotify watch of each directory it watches.
+// Bounds on the watches, so that a client that starts watches and never reads them holds a bounded
+// part of the supervisor: each holds an inotify watch of each directory it watches. A watch is a
+// watcher or a stream of bench.watch_dir; both count, whichever face (E2B, MCP) started them.
 const (
-	MaxBenchWatchers  = 16   // watchers of one Bench at once
-	MaxCallerWatchers = 64   // watchers of one caller (uid) at once, over all their Benches
-	MaxWatcherEvents  = 4096 // events a watcher holds until a poll takes them; later ones are counted as dropped
+	MaxBenchWatchers  = 16 // watches of one Bench at once
+	MaxCallerWatchers = 64 // watches of one caller (uid) at once, over all their Benches
+	// Events a watcher holds until a poll takes them. One more ends the watcher (CodeBusy): as envd
+	// ends a watcher whose inotify queue overflowed, a poller learns that it missed events rather
+	// than get a silent gap.
+	MaxWatcherEvents = 4096
 )
 
 // WatcherCreateRequest starts a watcher of a directory of a running Bench.
@@ -34,6 +38,9 @@ type WatcherCreateRequest struct {
 	Bench     string `json:"bench"`               // the Bench, by name or id
 	Path      string `json:"path"`                // an absolute directory, as the Bench sees it
 	Recursive bool   `json:"recursive,omitempty"` // the directories below it too
+	Entry     bool   `json:"entry,omitempty"`     // describe the file in each event (WatchDirRequest.Entry)
+	// NetworkMounts allows a directory on a network filesystem (WatchDirRequest.NetworkMounts).
+	NetworkMounts bool `json:"network_mounts,omitempty"`
 }
 
 // WatcherResult names a watcher.
@@ -50,21 +57,21 @@ type WatcherRequest struct {
 
 // WatcherEventsResult is what a watcher saw since the last poll.
 type WatcherEventsResult struct {
-	Events  []FileEvent `json:"events"`            // oldest first
-	Dropped int         `json:"dropped,omitempty"` // events not kept: more than 4096 (MaxWatcherEvents) waited for a poll
+	Events []FileEvent `json:"events"` // oldest first; each with its Entry when the watcher was created with entry
 }
 
-// watcher is one watch of bench.watcher_create.
+// watcher is one watch of bench.watcher_create, or (stream) a place that a bench.watch_dir holds
+// among the bounds.
 type watcher struct {
-	id    string
-	bench string // the Bench's id
-	uid   uint32 // who started it: the only caller who may poll or remove it
-	stop  context.CancelFunc
+	id     string
+	bench  string // the Bench's id
+	uid    uint32 // who started it: the only caller who may poll or remove it
+	stop   context.CancelFunc
+	stream bool // bench.watch_dir's: counted, never polled
 
-	mu      sync.Mutex
-	events  []FileEvent
-	dropped int
-	err     error // how the watch ended, if it did
+	mu     sync.Mutex
+	events []FileEvent
+	err    error // how the watch ended, if it did
 }
 
 // watcherSet is every watcher of this process. It is the process's, not a Service's: `shed mcp`
@@ -87,6 +94,24 @@ func (ws *watcherSet) count(benchID string, uid uint32) (bench, caller int) {
 		}
 	}
 	return bench, caller
+}
+
+// add takes a place for w within the bounds, or says which bound is full.
+func (ws *watcherSet) add(w *watcher, benchName string) error {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	nb, nc := ws.count(w.bench, w.uid)
+	switch {
+	case nb >= MaxBenchWatchers:
+		return fail(CodeBusy, fmt.Errorf("bench %s has %d watchers already (polled and streamed)", benchName, nb), "stop one you are done with (bench.watcher_remove, or end its stream)")
+	case nc >= MaxCallerWatchers:
+		return fail(CodeBusy, fmt.Errorf("you have %d watchers already (polled and streamed)", nc), "stop one you are done with (bench.watcher_remove, or end its stream)")
+	}
+	if ws.byID == nil {
+		ws.byID = map[string]*watcher{}
+	}
+	ws.byID[w.id] = w
+	return nil
 }
 
 func (ws *watcherSet) drop(w *watcher) {
@@ -118,22 +143,9 @@ func (s *Service) CreateWatcher(ctx context.Context, c *Call, req *WatcherCreate
 	wctx, stop := context.WithCancel(parent)
 	w := &watcher{id: "w" + rand.Text()[:16], bench: rec.ID, uid: c.Caller.UID, stop: stop}
 	// Its place is taken before it starts, so that watchers created at once stay within the bounds.
-	watchers.mu.Lock()
-	nb, nc := watchers.count(rec.ID, c.Caller.UID)
-	if nb < MaxBenchWatchers && nc < MaxCallerWatchers {
-		if watchers.byID == nil {
-			watchers.byID = map[string]*watcher{}
-		}
-		watchers.byID[w.id] = w
-	}
-	watchers.mu.Unlock()
-	switch {
-	case nb >= MaxBenchWatchers:
+	if err := watchers.add(w, rec.Name); err != nil {
 		stop()
-		return nil, fail(CodeBusy, fmt.Errorf("bench %s has %d watchers already", rec.Name, nb), "stop one you are done with (bench.watcher_remove)")
-	case nc >= MaxCallerWatchers:
-		stop()
-		return nil, fail(CodeBusy, fmt.Errorf("you have %d watchers already", nc), "stop one you are done with (bench.watcher_remove)")
+		return nil, err
 	}
 	started := make(chan struct{})
 	done := make(chan error, 1)
@@ -142,15 +154,19 @@ func (s *Service) CreateWatcher(ctx context.Context, c *Call, req *WatcherCreate
 		Event: func(e FileEvent) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
+			if w.err != nil {
+				return
+			}
 			if len(w.events) >= MaxWatcherEvents {
-				w.dropped++
+				w.err = fail(CodeBusy, fmt.Errorf("more than %d events were not taken", MaxWatcherEvents), "")
+				stop()
 				return
 			}
 			w.events = append(w.events, e)
 		},
 	}}}
 	go func() {
-		_, err := s.WatchDir(wctx, wc, &WatchDirRequest{Bench: rec.ID, Path: p, Recursive: req.Recursive})
+		_, err := s.watchDir(wctx, wc, &WatchDirRequest{Bench: rec.ID, Path: p, Recursive: req.Recursive, Entry: req.Entry, NetworkMounts: req.NetworkMounts}, false)
 		select {
 		case <-started:
 		default:
@@ -159,7 +175,7 @@ func (s *Service) CreateWatcher(ctx context.Context, c *Call, req *WatcherCreate
 			return
 		}
 		if wctx.Err() != nil {
-			return // removed, or the supervisor is ending
+			return // removed, ended for events not taken, or the supervisor is ending
 		}
 		if errors.Is(err, bench.ErrBenchEnded) {
 			watchers.drop(w)
@@ -169,7 +185,9 @@ func (s *Service) CreateWatcher(ctx context.Context, c *Call, req *WatcherCreate
 			err = errors.New("the watch ended")
 		}
 		w.mu.Lock()
-		w.err = err
+		if w.err == nil {
+			w.err = err
+		}
 		w.mu.Unlock()
 	}()
 	select {
@@ -193,7 +211,7 @@ func (s *Service) watcherOf(c *Call, req *WatcherRequest) (*watcher, string, err
 	watchers.mu.Lock()
 	w := watchers.byID[req.Watcher]
 	watchers.mu.Unlock()
-	if w == nil || w.bench != rec.ID || w.uid != c.Caller.UID {
+	if w == nil || w.stream || w.bench != rec.ID || w.uid != c.Caller.UID {
 		return nil, "", fail(CodeNotFound, fmt.Errorf("bench %s has no watcher %.40q of yours", rec.Name, req.Watcher),
 			"bench.watcher_create starts one and returns its id; a watcher ends with its Bench")
 	}
@@ -201,21 +219,22 @@ func (s *Service) watcherOf(c *Call, req *WatcherRequest) (*watcher, string, err
 }
 
 // WatcherEvents takes a watcher's events since the last poll. A watch that ended on its own (its
-// directory removed, events lost) gives its last events, then its error, and is removed.
+// directory removed, events lost, more than MaxWatcherEvents not taken) gives its last events, then
+// its error, and is removed.
 func (s *Service) WatcherEvents(ctx context.Context, c *Call, req *WatcherRequest) (*WatcherEventsResult, error) {
 	w, name, err := s.watcherOf(c, req)
 	if err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
-	res := &WatcherEventsResult{Events: w.events, Dropped: w.dropped}
-	w.events, w.dropped = nil, 0
+	res := &WatcherEventsResult{Events: w.events}
+	w.events = nil
 	end := w.err
 	w.mu.Unlock()
 	if res.Events == nil {
 		res.Events = []FileEvent{}
 	}
-	if len(res.Events) == 0 && res.Dropped == 0 && end != nil {
+	if len(res.Events) == 0 && end != nil {
 		watchers.drop(w)
 		ce := Classify(end)
 		return nil, &Error{Code: ce.Code, Err: fmt.Errorf("watcher %s of bench %s ended: %w", w.id, name, end), Hint: "start another (bench.watcher_create)"}

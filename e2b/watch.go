@@ -3,7 +3,6 @@ package e2b
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -15,67 +14,48 @@ import (
 	"toolshed.dev/shed/e2b/envd/filesystem"
 )
 
-// A watch (WatchDir's stream, or a watcher of CreateWatcher) is one bench.watch_dir, for as long as it
-// lasts. Its events wait in a bounded queue, as a command's output does: a client that does not read
-// them ends its watch (resource_exhausted) rather than hold the supervisor's memory.
+// A WatchDir stream is one bench.watch_dir, for as long as it lasts; a watcher (CreateWatcher,
+// GetWatcherEvents, RemoveWatcher) is app's bench.watcher_*, the same as MCP's bench_watch_*. app
+// bounds both (16 of a sandbox, 64 of a user: app.MaxBenchWatchers). A stream's events wait in a
+// bounded queue, as a command's output does: a client that does not read them ends its watch
+// (resource_exhausted) rather than hold the supervisor's memory; a watcher's, past
+// app.MaxWatcherEvents not taken, end it the same way.
 
-// Bounds on a sandbox's watches.
-const (
-	maxWatches     = 16   // watches of one sandbox at once (streams and watchers)
-	watchSubQueue  = 1024 // events queued for a WatchDir stream
-	maxWatcherHeld = 4096 // events a watcher holds until GetWatcherEvents takes them
-)
+const watchSubQueue = 1024 // events queued for a WatchDir stream
 
 var errWatchBehind = errors.New("events came faster than this client read them, and the watch was ended: watch again")
 
-// watches are a sandbox's watches in progress.
+// watches are a sandbox's WatchDir streams in progress, ended when it is killed.
 type watches struct {
-	mu       sync.Mutex
-	n        int                 // streams and watchers
-	watchers map[string]*watcher // CreateWatcher's, by id
-	stopped  bool
-	cancels  map[*context.CancelFunc]struct{}
+	mu      sync.Mutex
+	stopped bool
+	cancels map[*context.CancelFunc]struct{}
 }
 
-// watcher is a watch of CreateWatcher: its events are held until GetWatcherEvents takes them.
-type watcher struct {
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	events []*filesystem.FilesystemEvent
-	err    error // set when it ended on its own
-}
-
-// beginWatch counts a new watch of the sandbox and returns its context, the context's cancel, and
-// release (which cancels it too and gives its place back), or refuses it past the bound.
-func (sb *sandbox) beginWatch(parent context.Context) (context.Context, context.CancelFunc, func(), error) {
+// beginWatch returns a stream's context and release (which cancels it), so that the sandbox's kill
+// ends the stream.
+func (sb *sandbox) beginWatch(parent context.Context) (context.Context, func(), error) {
 	w := &sb.watch
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
-		return nil, nil, nil, connect.NewError(connect.CodeUnauthenticated, errNoSandbox)
-	}
-	if w.n >= maxWatches {
-		return nil, nil, nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d watches of this sandbox are open already: stop one (handle.stop, removeWatcher)", maxWatches))
+		return nil, nil, connect.NewError(connect.CodeUnauthenticated, errNoSandbox)
 	}
 	if w.cancels == nil {
 		w.cancels = map[*context.CancelFunc]struct{}{}
 	}
 	ctx, cancel := context.WithCancel(parent)
-	w.n++
 	w.cancels[&cancel] = struct{}{}
-	var once sync.Once
-	return ctx, cancel, func() {
-		once.Do(func() {
-			cancel()
-			w.mu.Lock()
-			w.n--
-			delete(w.cancels, &cancel)
-			w.mu.Unlock()
-		})
+	return ctx, func() {
+		cancel()
+		w.mu.Lock()
+		delete(w.cancels, &cancel)
+		w.mu.Unlock()
 	}, nil
 }
 
-// stopWatches ends every watch of a sandbox (it is being killed).
+// stopWatches ends every watch stream of a sandbox (it is being killed); its watchers end with its
+// Bench.
 func (sb *sandbox) stopWatches() {
 	w := &sb.watch
 	w.mu.Lock()
@@ -162,7 +142,7 @@ func (fs *filesystemService) WatchDir(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return err
 	}
-	wctx, _, done, err := sb.beginWatch(ctx)
+	wctx, done, err := sb.beginWatch(ctx)
 	if err != nil {
 		return err
 	}
@@ -218,8 +198,8 @@ func (fs *filesystemService) WatchDir(ctx context.Context, req *connect.Request[
 	}
 }
 
-// CreateWatcher starts a watch whose events GetWatcherEvents takes; it lasts until RemoveWatcher or
-// the sandbox's end.
+// CreateWatcher starts a watch whose events GetWatcherEvents takes (app's bench.watcher_create); it
+// lasts until RemoveWatcher or the sandbox's end.
 func (fs *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
 	sb, c, err := fs.watchAuth(req.Header())
 	if err != nil {
@@ -230,96 +210,40 @@ func (fs *filesystemService) CreateWatcher(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	// The watch belongs to the sandbox, not to this request.
-	// It holds its place among the sandbox's watches until RemoveWatcher, ended or not.
-	wctx, stop, done, err := sb.beginWatch(fs.s.Service.Detached.Ctx)
+	out, err := fs.s.Service.Do(ctx, &app.Call{Caller: c}, "bench.watcher_create", &app.WatcherCreateRequest{Bench: sb.bench, Path: p,
+		Recursive: m.GetRecursive(), Entry: m.GetIncludeEntry(), NetworkMounts: m.GetAllowNetworkMounts()})
 	if err != nil {
-		return nil, err
+		return nil, connectError(err)
 	}
-	w := &watcher{cancel: done}
-	err = fs.s.runWatch(wctx, c, watchRequest(sb, p, m.GetRecursive(), m.GetIncludeEntry(), m.GetAllowNetworkMounts()),
-		func(ev *filesystem.FilesystemEvent) {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if w.err != nil {
-				return
-			}
-			if len(w.events) >= maxWatcherHeld {
-				w.err = connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("more than %d events were not taken (getWatcherEvents), and the watcher was ended: create it again", maxWatcherHeld))
-				stop()
-				return
-			}
-			w.events = append(w.events, ev)
-		},
-		func(err error) {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if w.err == nil {
-				if err == nil {
-					err = errors.New("the watch ended")
-				}
-				w.err = connectError(err)
-			}
-		})
-	if err != nil {
-		done()
-		return nil, err
-	}
-	id := "w" + newToken()[:16]
-	sb.watch.mu.Lock()
-	if sb.watch.watchers == nil {
-		sb.watch.watchers = map[string]*watcher{}
-	}
-	sb.watch.watchers[id] = w
-	sb.watch.mu.Unlock()
-	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: id}), nil
+	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: out.(*app.WatcherResult).Watcher}), nil
 }
 
-func (sb *sandbox) watcher(id string) (*watcher, error) {
-	sb.watch.mu.Lock()
-	defer sb.watch.mu.Unlock()
-	w := sb.watch.watchers[id]
-	if w == nil {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher with id %s not found", id))
-	}
-	return w, nil
-}
-
-// GetWatcherEvents takes a watcher's events since the last call.
+// GetWatcherEvents takes a watcher's events since the last call; a watcher that ended gives the
+// events it held, then why it ended.
 func (fs *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
-	sb, _, err := fs.watchAuth(req.Header())
+	sb, c, err := fs.watchAuth(req.Header())
 	if err != nil {
 		return nil, err
 	}
-	w, err := sb.watcher(req.Msg.GetWatcherId())
+	out, err := fs.s.Service.Do(ctx, &app.Call{Caller: c}, "bench.watcher_events", &app.WatcherRequest{Bench: sb.bench, Watcher: req.Msg.GetWatcherId()})
 	if err != nil {
-		return nil, err
+		return nil, connectError(err)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	// Events taken before the watch ended are given first; its error after.
-	if len(w.events) == 0 && w.err != nil {
-		return nil, w.err
+	res := &filesystem.GetWatcherEventsResponse{}
+	for _, e := range out.(*app.WatcherEventsResult).Events {
+		res.Events = append(res.Events, fsEvent(e))
 	}
-	events := w.events
-	w.events = nil
-	return connect.NewResponse(&filesystem.GetWatcherEventsResponse{Events: events}), nil
+	return connect.NewResponse(res), nil
 }
 
-// RemoveWatcher ends a watcher.
+// RemoveWatcher ends a watcher; the events it held are gone.
 func (fs *filesystemService) RemoveWatcher(ctx context.Context, req *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
-	sb, _, err := fs.watchAuth(req.Header())
+	sb, c, err := fs.watchAuth(req.Header())
 	if err != nil {
 		return nil, err
 	}
-	id := req.Msg.GetWatcherId()
-	w, err := sb.watcher(id)
-	if err != nil {
-		return nil, err
+	if _, err := fs.s.Service.Do(ctx, &app.Call{Caller: c}, "bench.watcher_remove", &app.WatcherRequest{Bench: sb.bench, Watcher: req.Msg.GetWatcherId()}); err != nil {
+		return nil, connectError(err)
 	}
-	w.cancel()
-	sb.watch.mu.Lock()
-	delete(sb.watch.watchers, id)
-	sb.watch.mu.Unlock()
 	return connect.NewResponse(&filesystem.RemoveWatcherResponse{}), nil
 }

@@ -106,8 +106,7 @@ type (
 		Watcher string `json:"watcher" jsonschema:"the watcher's id (bench_watch_start's)"`
 	}
 	benchWatchEventsOut struct {
-		Events  []mcpEvent `json:"events" jsonschema:"the changes since the last call, oldest first"`
-		Dropped int        `json:"dropped,omitempty" jsonschema:"changes not kept: more than 4096 waited between two calls"`
+		Events []mcpEvent `json:"events" jsonschema:"the changes since the last call, oldest first"`
 	}
 	mcpEvent struct {
 		Name string `json:"name" jsonschema:"the file's path relative to the watched directory"`
@@ -395,7 +394,7 @@ func (s *Server) server() *sdk.Server {
 			return nil, benchCreateOut{Bench: res.Bench, Expires: res.Expires.Format(time.RFC3339)}, nil
 		})
 	sdk.AddTool(srv, &sdk.Tool{Name: "bench_watch_start", Description: "Start watching a directory of a running Bench for changes (files created, written, removed, renamed, chmod). " +
-		"Returns a watcher id: bench_watch_events takes the changes since the last call, bench_watch_stop ends it. A watcher ends with its Bench; a Bench has at most 16."},
+		"Returns a watcher id: bench_watch_events takes the changes since the last call, bench_watch_stop ends it. A watcher ends with its Bench; a Bench has at most 16 watches (these and the E2B API's)."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in benchWatchIn) (*sdk.CallToolResult, benchWatchOut, error) {
 			res, err := call[app.WatcherResult](s, ctx, "bench.watcher_create", &app.WatcherCreateRequest{Bench: in.Bench, Path: in.Path, Recursive: in.Recursive})
 			if err != nil {
@@ -404,7 +403,7 @@ func (s *Server) server() *sdk.Server {
 			return nil, benchWatchOut{Watcher: res.Watcher}, nil
 		})
 	sdk.AddTool(srv, &sdk.Tool{Name: "bench_watch_events", Description: "Take the changes a watcher (bench_watch_start) saw since the last call; none yet is an empty list. " +
-		"A watch that ended (its directory removed) gives its last changes, then an error."},
+		"A watch that ended (its directory removed, or more than 4096 changes waited between two calls) gives its last changes, then an error."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in benchWatcherIn) (*sdk.CallToolResult, benchWatchEventsOut, error) {
 			out := benchWatchEventsOut{Events: []mcpEvent{}}
 			res, err := call[app.WatcherEventsResult](s, ctx, "bench.watcher_events", &app.WatcherRequest{Bench: in.Bench, Watcher: in.Watcher})
@@ -414,7 +413,6 @@ func (s *Server) server() *sdk.Server {
 			for _, e := range res.Events {
 				out.Events = append(out.Events, mcpEvent{Name: e.Name, Type: e.Type})
 			}
-			out.Dropped = res.Dropped
 			return nil, out, nil
 		})
 	sdk.AddTool(srv, &sdk.Tool{Name: "bench_watch_stop", Description: "Stop a watcher (bench_watch_start); the changes it holds are gone."},

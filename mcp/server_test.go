@@ -181,7 +181,7 @@ func TestWriteMetadataTool(t *testing.T) {
 }
 
 // TestWatchTools: the watch tools are the polled watcher's operations; events come back as name and
-// type, with how many were dropped.
+// type.
 func TestWatchTools(t *testing.T) {
 	var ops []string
 	s := &Server{Call: func(ctx context.Context, op string, req, resp any) error {
@@ -190,7 +190,7 @@ func TestWatchTools(t *testing.T) {
 		case *app.WatcherResult:
 			*r = app.WatcherResult{Bench: "b", Watcher: "w1"}
 		case *app.WatcherEventsResult:
-			*r = app.WatcherEventsResult{Events: []app.FileEvent{{Name: "a/b", Type: "create"}}, Dropped: 3}
+			*r = app.WatcherEventsResult{Events: []app.FileEvent{{Name: "a/b", Type: "create"}}}
 		}
 		return nil
 	}}
@@ -198,7 +198,7 @@ func TestWatchTools(t *testing.T) {
 	if e, out := callTool(t, cs, "bench_watch_start", map[string]any{"bench": "b", "path": "/d", "recursive": true}); e || out != `{"watcher":"w1"}` {
 		t.Errorf("start: %v %s", e, out)
 	}
-	if e, out := callTool(t, cs, "bench_watch_events", map[string]any{"bench": "b", "watcher": "w1"}); e || out != `{"dropped":3,"events":[{"name":"a/b","type":"create"}]}` {
+	if e, out := callTool(t, cs, "bench_watch_events", map[string]any{"bench": "b", "watcher": "w1"}); e || out != `{"events":[{"name":"a/b","type":"create"}]}` {
 		t.Errorf("events: %v %s", e, out)
 	}
 	if e, out := callTool(t, cs, "bench_watch_stop", map[string]any{"bench": "b", "watcher": "w1"}); e || out != `{"stopped":"w1"}` {
