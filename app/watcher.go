@@ -220,7 +220,8 @@ func (s *Service) watcherOf(c *Call, req *WatcherRequest) (*watcher, string, err
 
 // WatcherEvents takes a watcher's events since the last poll. A watch that ended on its own (its
 // directory removed, events lost, more than MaxWatcherEvents not taken) gives its last events, then
-// its error, and is removed.
+// its error at each poll until bench.watcher_remove, as envd's does (a client's stop after the error
+// succeeds); it holds its place among the bounds until then.
 func (s *Service) WatcherEvents(ctx context.Context, c *Call, req *WatcherRequest) (*WatcherEventsResult, error) {
 	w, name, err := s.watcherOf(c, req)
 	if err != nil {
@@ -235,7 +236,6 @@ func (s *Service) WatcherEvents(ctx context.Context, c *Call, req *WatcherReques
 		res.Events = []FileEvent{}
 	}
 	if len(res.Events) == 0 && end != nil {
-		watchers.drop(w)
 		ce := Classify(end)
 		return nil, &Error{Code: ce.Code, Err: fmt.Errorf("watcher %s of bench %s ended: %w", w.id, name, end), Hint: "start another (bench.watcher_create)"}
 	}

@@ -93,7 +93,14 @@ func TestWatcherBoundsAndOverflow(t *testing.T) {
 	if e := got[0]; e.Name != "f0" || e.Type != "create" || e.Entry == nil || e.Entry.Path != "/root/d/f0" {
 		t.Errorf("first event, with entry: %+v", e)
 	}
+	// As envd's, it answers its end until removed, and its removal succeeds.
+	if _, err := s.Do(ctx, alice, "bench.watcher_events", &app.WatcherRequest{Bench: name, Watcher: id}); !errors.As(err, &ae) || ae.Code != app.CodeBusy {
+		t.Errorf("a watcher that ended, polled again: %v", err)
+	}
+	if _, err := s.Do(ctx, alice, "bench.watcher_remove", &app.WatcherRequest{Bench: name, Watcher: id}); err != nil {
+		t.Errorf("the removal of a watcher that ended: %v", err)
+	}
 	if _, err := s.Do(ctx, alice, "bench.watcher_events", &app.WatcherRequest{Bench: name, Watcher: id}); !errors.As(err, &ae) || ae.Code != app.CodeNotFound {
-		t.Errorf("a watcher that ended is gone: %v", err)
+		t.Errorf("a watcher removed is gone: %v", err)
 	}
 }

@@ -76,7 +76,7 @@ var Roles = map[string][]app.Role{
 	"copy":                {app.Operator},
 	"import":              {app.Operator},
 
-	// Polled watchers (MCP's bench_watch_*): a group of their own keeps the lines above as they were.
+	// Polled watchers (MCP's bench_watch_*, envd's watcher RPCs): a group of their own keeps the lines above as they were.
 	"bench.watcher_create": {app.Operator, app.User},
 	"bench.watcher_events": {app.Operator, app.User},
 	"bench.watcher_remove": {app.Operator, app.User},
