@@ -237,7 +237,7 @@ func (s *Service) WatcherEvents(ctx context.Context, c *Call, req *WatcherReques
 	}
 	if len(res.Events) == 0 && end != nil {
 		ce := Classify(end)
-		return nil, &Error{Code: ce.Code, Err: fmt.Errorf("watcher %s of bench %s ended: %w", w.id, name, end), Hint: "start another (bench.watcher_create)"}
+		return nil, &Error{Code: ce.Code, Err: fmt.Errorf("watcher %s of bench %s ended: %w", w.id, name, end), Hint: "remove it (bench.watcher_remove) and start another"}
 	}
 	return res, nil
 }

@@ -14,7 +14,7 @@ import (
 // TestE2BEnvd drives envd's surface beyond commands and files through the real `e2b` SDK
 // (testdata/e2b-envd.mjs): a pseudo-terminal (input, size, resize, reconnect, kill, a huge write), a
 // recursive watch with entries (and watches of a missing directory, a file, a symlink to a host path
-// and the whole tree), file metadata (written, read, listed, renamed, cleared by an overwrite) and a
+// and the whole tree), a polled watcher (entries, its end past 4096 events not taken), file metadata (written, read, listed, renamed, cleared by an overwrite) and a
 // SIGTERM the command catches. One daemon, one record, one sandbox.
 func TestE2BEnvd(t *testing.T) {
 	parallel(t) // see parallelTests in main_test.go
@@ -94,6 +94,8 @@ func TestE2BEnvd(t *testing.T) {
 	fails("watch-escape", "FileNotFoundError")
 	ok("watch-root", `"top":"watched"`, `"after":"ok\n"`)
 	t.Logf("watch-root: %s", get("watch-root").Value)
+	ok("watcher", `"created":{"name":"a.txt","entry":"/root/pw/a.txt"},"taken":4096,"end":"resource_exhausted: `,
+		`more than 4096 events were not taken`, `"again":"resource_exhausted: `, `"stop":{},"gone":"not_found: `)
 	ok("metadata", `{"written":{"author":"shed","purpose":"test"},"info":{"author":"shed","purpose":"test"},"listed":{"author":"shed","purpose":"test"},"moved":{"author":"shed","purpose":"test"},"over":null,"after":null}`)
 	ok("sigterm", `{"status":200,"exit":7,"caught":true}`)
 	ok("after", `"alive\n"`)

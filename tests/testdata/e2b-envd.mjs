@@ -117,6 +117,42 @@ await attempt("watch-root", async () => {
   return res;
 });
 
+// The polled watcher RPCs (the Python SDK's watch_dir; the JS SDK has no call for them): entries
+// when asked; past 4096 events not taken it ends, its events given first, and answers its end until
+// removed, as envd's; a removed one is gone.
+await attempt("watcher", async () => {
+  const rpc = async (m, body) => {
+    const r = await fetch(`${process.env.E2B_SANDBOX_URL}/filesystem.Filesystem/${m}`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Access-Token": sandbox.envdAccessToken, "E2b-Sandbox-Id": sandbox.sandboxId },
+      body: JSON.stringify(body),
+    });
+    const j = await r.json();
+    return r.ok ? j : { error: `${j.code}: ${j.message}` };
+  };
+  await sandbox.files.makeDir("/root/pw");
+  const { watcherId, error } = await rpc("CreateWatcher", { path: "/root/pw", includeEntry: true });
+  if (error) throw new Error(error);
+  await sandbox.files.write("/root/pw/a.txt", "a");
+  const events = [];
+  for (let i = 0; i < 100 && !events.some((e) => e.type === "EVENT_TYPE_CREATE"); i++, await sleep(50)) {
+    events.push(...((await rpc("GetWatcherEvents", { watcherId })).events ?? []));
+  }
+  const c = events.find((e) => e.type === "EVENT_TYPE_CREATE");
+  await sandbox.commands.run("cd /root/pw && i=0; while [ $i -lt 6000 ]; do : > f$i; i=$((i+1)); done");
+  await sleep(1000);
+  let taken = 0, end;
+  for (;;) {
+    const r = await rpc("GetWatcherEvents", { watcherId });
+    if (r.error || !r.events?.length) { end = r.error ?? "no end"; break; }
+    taken += r.events.length;
+  }
+  const again = (await rpc("GetWatcherEvents", { watcherId })).error;
+  const stop = await rpc("RemoveWatcher", { watcherId });
+  const gone = (await rpc("GetWatcherEvents", { watcherId })).error;
+  return { created: c && { name: c.name, entry: c.entry?.path }, taken, end, again, stop, gone };
+});
+
 await attempt("metadata", async () => {
   const md = { author: "shed", purpose: "test" };
   const written = await sandbox.files.write("/root/md/a.txt", "a", { metadata: md });
