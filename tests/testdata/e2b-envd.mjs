@@ -34,7 +34,8 @@ await attempt("pty", async () => {
   await until(() => first.includes("A123") && /[\r\n]80\r?\n/.test(first));
   await sandbox.pty.resize(t.pid, { cols: 100, rows: 30 });
   await sandbox.pty.sendInput(t.pid, bytes("tput cols; tput lines\n"));
-  await until(() => /[\r\n]100\r?\n/.test(first));
+  // Both answers, in order: waiting for the first alone read the output before `tput lines` had run.
+  await until(() => /[\r\n]100\r?\n30\r?\n/.test(first));
   await t.disconnect();
   let second = "";
   const again = await sandbox.pty.connect(t.pid, { onData: (d) => { second += Buffer.from(d).toString(); } });
