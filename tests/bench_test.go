@@ -506,12 +506,22 @@ func TestBenchFDs(t *testing.T) {
 			switch {
 			case strings.HasPrefix(target, "pipe:"), strings.HasPrefix(target, "socket:"), strings.HasPrefix(target, "anon_inode:"),
 				target == "/dev/null", strings.HasPrefix(target, "/dev/pts/"):
+			case p == pid && cgroupProcs.MatchString(target):
+				// init holds its Bench's own cgroups' cgroup.procs, write-only, to place each command it
+				// starts in them (sandbox/cgroup_linux.go); it is not dumpable, and no command holds one.
+				info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", p, fd.Name()))
+				if m := regexp.MustCompile(`(?m)^flags:\s+([0-7]+)$`).FindSubmatch(info); m == nil || !strings.HasSuffix(string(m[1]), "1") {
+					t.Errorf("init's fd %s → %s is not write-only:\n%s", fd.Name(), target, info)
+				}
 			default:
 				t.Errorf("process %d (a Bench process) has fd %s → %s", p, fd.Name(), target)
 			}
 		}
 	}
 }
+
+// cgroupProcs is the cgroup.procs of a sandbox's own cgroup, in any v1 hierarchy or in v2.
+var cgroupProcs = regexp.MustCompile(`^/sys/fs/cgroup/([a-z,_]+/)?toolshed/[0-9a-f]{16}/cgroup\.procs$`)
 
 // descendants returns pid and its descendants (host pids).
 func descendants(pid int) []int {
