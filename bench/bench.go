@@ -163,7 +163,9 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if opts.Reserved != nil {
 		opts.Reserved(id)
 	}
-	keep := opts.Keep
+	// A kept Bench's state stays once its record names it; before, a failure removes it whatever
+	// Keep says, since nothing could name it to remove it.
+	keep := false
 	defer func() {
 		if !keep {
 			os.RemoveAll(dir)
@@ -319,6 +321,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		<-done
 		return 0, fmt.Errorf("bench %s: %w", name, err)
 	}
+	keep = opts.Keep
 	if opts.Started != nil {
 		opts.Started(rec)
 	}
