@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toolshed.dev/shed/sandbox"
 )
 
@@ -97,18 +99,28 @@ func TestSweepKeepsBusyCgroup(t *testing.T) {
 	var id [8]byte
 	rand.Read(id[:])
 	dir := filepath.Join(parent, hex.EncodeToString(id[:]))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(dir)
 	sleep := exec.Command("sleep", "1000")
 	if err := sleep.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer sleep.Process.Kill()
+	// Made as a sandbox's are, under the parent's shared lock until it has its task: a Sweep of
+	// another process (the e2e tests' run beside this package's) would remove it empty before.
+	lk, err := os.Open(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(lk.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(dir)
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
+	lk.Close()
 	if _, err := sandbox.Sweep(); err != nil {
 		t.Fatal(err)
 	}
