@@ -239,6 +239,7 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
 			// The hold is shed's, not the agent's: root's, whatever the Workshop's user.
 			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: limits, Init: warm,
+			Metrics:  true, // its API clients read them (E2B's /metrics, MCP's bench_metrics)
 			Reserved: sl.bound,
 			Started: func(rec *bench.Record) {
 				sl.release() // its record counts from now

@@ -62,6 +62,9 @@ type BenchRunRequest struct {
 	// User is the account the command runs as: "" is the Workshop's `user` (root when it names none),
 	// "root" is always there, any other must be one the Workshop declares ([[account]]).
 	User string `json:"user,omitempty"`
+	// Metrics measures the Bench's use of cpu and memory while it runs (bench.metrics, `bench ls`);
+	// off by default for a one-shot run, whose launch it slows (a created Bench always has it).
+	Metrics bool `json:"metrics,omitempty"`
 
 	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
 	slot *Slot
@@ -138,6 +141,7 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 		return bench.Run(ctx, w.st, w.r, w.plan.Layers, bench.Options{
 			Name: req.Name, Owner: c.Caller.User, Grants: grants, Net: req.Net, Keep: req.Keep,
 			Argv: req.Argv, User: req.User, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: events.hook(),
+			Metrics:  req.Metrics,
 			Reserved: sl.bound,
 			Started:  func(*bench.Record) { sl.release() }, // its record counts from now
 			Ended:    func(_ int, oomKilled bool) { oom = oomKilled },

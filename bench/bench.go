@@ -70,6 +70,11 @@ type Options struct {
 	// User is the account the command runs as: "" is the Workshop's default (its `user`, or root),
 	// "root" is always there, any other one its Workshop declares.
 	User string
+	// Metrics measures the Bench's use of cpu and memory while it runs (cgroups of its own:
+	// sandbox.Spec.Account), for bench.metrics and `bench ls`. A supervisor's created Benches, whose
+	// API clients read their metrics, are; a one-shot run is only when asked, since making and
+	// removing those cgroups is a third of its launch (cgroup v1, docs/benchmarks.md).
+	Metrics bool
 }
 
 // ProposeSocket is where a Bench's agent finds the propose endpoint (HTTP over a unix socket):
@@ -189,7 +194,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		UID:      acct.UID,
 		GID:      acct.GID,
 		Limits:   opts.Limits,
-		Account:  true, // its metrics (bench.metrics, `bench ls`)
+		Account:  opts.Metrics,
 		Control:  controlAddr(s, id),
 	}
 	spec.Root.Setuid = sudoOf(r)

@@ -572,6 +572,25 @@ func TestBenchExecAndLimits(t *testing.T) {
 	if r := shed(t, root, nil, "bench", "exec", "exec-target", "--", "sh", "-c", "exit 5"); r.code != 5 {
 		t.Errorf("bench exec exit code: %d, want 5", r.code)
 	}
+	// A one-shot run is measured only when asked (--metrics): its commands are then in cgroups of
+	// their own, which `bench ls` reads; exec-target's are in none of shed's, so its launch paid
+	// for none (docs/agents.md#metrics).
+	startBench(t, root, "measured", "bench", "run", "-f", file, "--metrics", "--name", "measured", "--", "sh", "-c", "exec sleep 1013")
+	measured, plain := benchMetrics(t, root, "measured"), benchMetrics(t, root, "exec-target")
+	if measured == nil || measured.MemUsed <= 0 || measured.CPUCount < 1 {
+		t.Errorf("bench ls --json: the metrics of a --metrics run: %+v, want its memory and cpus", measured)
+	}
+	if plain != nil {
+		t.Errorf("bench ls --json: a run without --metrics has metrics %+v, want none (it has no cgroups)", plain)
+	}
+	cg := commandCgroups(t, root, "exec-target")
+	if strings.Contains(cg, "toolshed") {
+		t.Errorf("a run without --metrics and limits: its command is in shed's cgroups:\n%s", cg)
+	}
+	if cg := commandCgroups(t, root, "measured"); !regexp.MustCompile(`(?m):memory:/toolshed/[0-9a-f]{16}$`).MatchString(cg) {
+		t.Errorf("a --metrics run: its command's cgroups:\n%s\nwant a memory cgroup of shed's", cg)
+	}
+	mustShed(t, root, "bench", "rm", "measured")
 	mustShed(t, root, "bench", "rm", "exec-target")
 	if r := shed(t, root, nil, "bench", "exec", "exec-target", "--", "true"); r.code == 0 || !strings.Contains(r.stderr, "no such bench") {
 		t.Errorf("exec into a removed Bench: exit %d %s", r.code, r.stderr)
@@ -740,4 +759,46 @@ func TestBenchGrantSwaps(t *testing.T) {
 		t.Errorf("no launch got the directory: %v", counts)
 	}
 	t.Logf("launches: %v", counts)
+}
+
+// benchUse is a Bench's newest reading, as `bench ls --json` shows it.
+type benchUse struct {
+	CPUCount int   `json:"cpu_count"`
+	MemUsed  int64 `json:"mem_used"`
+}
+
+// benchMetrics is the running Bench name's reading in `bench ls --json` (nil: none).
+func benchMetrics(t *testing.T, root, name string) *benchUse {
+	t.Helper()
+	var recs []struct {
+		Name    string    `json:"name"`
+		Metrics *benchUse `json:"metrics"`
+	}
+	r := mustShed(t, root, "--json", "bench", "ls")
+	if err := json.Unmarshal([]byte(r.stdout), &recs); err != nil {
+		t.Fatalf("bench ls --json: %v\n%s", err, r.stdout)
+	}
+	for _, rec := range recs {
+		if rec.Name == name {
+			return rec.Metrics
+		}
+	}
+	t.Fatalf("bench ls --json does not list %s:\n%s", name, r.stdout)
+	return nil
+}
+
+// commandCgroups is /proc/PID/cgroup of the command init of the running Bench name runs (its child).
+func commandCgroups(t *testing.T, root, name string) string {
+	t.Helper()
+	initPid := waitBench(t, root, name)
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", initPid, initPid))
+	f := strings.Fields(string(kids))
+	if err != nil || len(f) == 0 {
+		t.Fatalf("the command of Bench %s (init %d): %v %q", name, initPid, err, kids)
+	}
+	b, err := os.ReadFile("/proc/" + f[0] + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -33,6 +33,7 @@ func cmdBench() *cli.Command {
 		&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: app.DefaultRecipe, Usage: "the Workshop's recipe `FILE`"},
 		&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` with a unit: 512M, 4G (at least 16M; 0: none)"},
 		&cli.StringFlag{Name: "pids", Usage: "limit on the number of processes, `N` (at least 2: the Bench's init and the command)", DefaultText: "none"},
+		&cli.BoolFlag{Name: "metrics", Usage: "measure the Bench's cpu and memory use while it runs, for shed bench ls (it costs the launch a few ms)"},
 		&cli.BoolFlag{Name: "verify", Usage: "re-hash the Workshop's layers first and refuse a damaged one (store setting: verify_before_launch)"},
 		substituterFlag,
 	}
@@ -216,7 +217,7 @@ func benchRun(c *cli.Context, argv []string) error {
 	req := &app.BenchRunRequest{
 		Workshop: c.String("file"), Argv: argv, Grants: c.StringSlice("grant"), Net: c.String("net"), Offline: c.Bool("offline"),
 		Keep: c.Bool("keep"), Name: c.String("name"), TTY: tty, Term: os.Getenv("TERM"), Substituters: c.StringSlice("substituter"),
-		Verify: c.Bool("verify"), User: c.String("user"),
+		Verify: c.Bool("verify"), User: c.String("user"), Metrics: c.Bool("metrics"),
 	}
 	var err error
 	if req.MemoryBytes, err = memoryFlag(c, "memory"); err != nil {
