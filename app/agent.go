@@ -3,6 +3,7 @@ package app
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -47,10 +48,96 @@ type Detached struct {
 	running map[string]*lifetime // by Bench id, while it runs
 }
 
-// lifetime is when a detached Bench ends: a timer that cancels its context, which a caller may reset.
+// lifetime is when a detached Bench ends: a timer that cancels its context (or, with onTimeout
+// "pause", pauses it), which a caller may reset; a paused Bench's is stopped.
 type lifetime struct {
-	timer   *time.Timer
-	expires time.Time
+	timer     *time.Timer
+	expires   time.Time
+	onTimeout string
+	cancel    context.CancelFunc
+	id        string       // its Bench's, once it runs (under Detached.mu)
+	paused    bool         // its timer is stopped: the Bench is paused
+	next      *relaunchReq // a reset's pending relaunch
+}
+
+// relaunchReq is a reset's request to launch a Bench again over another upper: an empty one (from
+// "") or a branch of from.
+type relaunchReq struct {
+	from string
+	done chan relaunched
+}
+
+type relaunched struct {
+	rec *bench.Record
+	err error
+}
+
+// send tells the reset what became of the relaunch, once (what comes after is no news of it).
+func (r *relaunchReq) send(v relaunched) {
+	select {
+	case r.done <- v:
+	default:
+	}
+}
+
+// relaunch asks the runner of Bench id to launch it again over another upper once its processes
+// end (the caller then ends them: bench.Park), and returns where the result comes; ok false if no
+// runner here keeps it. from "" with a request pending withdraws it.
+func (d *Detached) relaunch(id, from string) (<-chan relaunched, bool) {
+	if d == nil {
+		return nil, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.running[id]
+	if !ok {
+		return nil, false
+	}
+	r := &relaunchReq{from: from, done: make(chan relaunched, 1)}
+	l.next = r
+	return r.done, true
+}
+
+// takeRelaunch is the pending relaunch of Bench id, if any (taken: the runner does it).
+func (d *Detached) takeRelaunch(id string) *relaunchReq {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.running[id]
+	if !ok || l.next == nil {
+		return nil
+	}
+	r := l.next
+	l.next = nil
+	return r
+}
+
+// hold stops the lifetime of Bench id while it is paused.
+func (d *Detached) hold(id string) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l, ok := d.running[id]; ok {
+		l.timer.Stop()
+		l.paused = true
+	}
+}
+
+// resume gives Bench id, running again, a lifetime to expires (and, if set, what its end does).
+func (d *Detached) resume(id string, expires time.Time, onTimeout string) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l, ok := d.running[id]; ok {
+		l.timer.Reset(time.Until(expires))
+		l.expires, l.paused = expires, false
+		if onTimeout != "" {
+			l.onTimeout = onTimeout
+		}
+	}
 }
 
 // Wait waits for every detached Bench to end (after Ctx is done).
@@ -76,6 +163,7 @@ func (d *Detached) track(id string, l *lifetime) {
 	if d.running == nil {
 		d.running = map[string]*lifetime{}
 	}
+	l.id = id
 	d.running[id] = l
 }
 
@@ -156,6 +244,12 @@ type BenchCreateRequest struct {
 	// NetAllow and NetDeny narrow the recipe's network profile for this Bench (as bench.set_network).
 	NetAllow []string `json:"net_allow,omitempty"`
 	NetDeny  []string `json:"net_deny,omitempty"`
+	// Snapshot starts the Bench from a snapshot of the caller's (by id or name): its files as they
+	// were sealed, over the same layers. Workshop is then unset (or the snapshot's).
+	Snapshot string `json:"snapshot,omitempty"`
+	// OnTimeout is what the end of its lifetime does: "kill" (the default) removes it, "pause" pauses
+	// it (E2B's autoPause), to be resumed later.
+	OnTimeout string `json:"on_timeout,omitempty"`
 
 	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
 	slot *Slot
@@ -200,12 +294,26 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 	if err := checkLimits(req.MemoryBytes, req.Pids); err != nil {
 		return nil, err
 	}
+	if err := checkOnTimeout(req.OnTimeout); err != nil {
+		return nil, err
+	}
 	limits := s.limitsFor(c, sandbox.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids})
 	rules, err := bench.NetworkRules(req.NetAllow, req.NetDeny)
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.realize(ctx, c, req.Workshop, false, nil)
+	opts := bench.Options{
+		// The hold is shed's, not the agent's: root's, whatever the Workshop's user.
+		Name: req.Name, Owner: c.Caller.User, Net: req.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: limits,
+	}
+	var w *realized
+	workshop := req.Workshop
+	if req.Snapshot != "" {
+		w, err = s.fromSnapshot(ctx, c, req.Snapshot, &opts)
+		workshop = ""
+	} else {
+		w, err = s.realize(ctx, c, req.Workshop, false, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -213,58 +321,118 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		w.st.Close()
 		return nil, err
 	}
+	var warm *sandbox.Pending
+	if workshop != "" {
+		warm = s.Pool.Take(workshop)
+	}
+	d := &detached{w: w, workshop: cmp.Or(workshop, req.Snapshot), life: life, onTimeout: req.OnTimeout, slot: sl, warm: warm, opts: opts}
+	handed = true
+	rec, expires, err := s.launchDetached(ctx, c, d)
+	if err != nil {
+		return nil, err
+	}
+	return &BenchCreateResult{Bench: rec.Name, ID: rec.ID, Expires: expires, User: rec.User, Accounts: rec.Accounts}, nil
+}
+
+// detached is a launch of a Bench that outlives its request (bench.create, a fork's child, a
+// resume or reset that launches a paused Bench again).
+type detached struct {
+	w         *realized // its Workshop, realized: the launch owns its store from then on
+	workshop  string    // as the request named it (the warm pool's and the audit's name)
+	opts      bench.Options
+	life      time.Duration
+	onTimeout string // "pause": its lifetime's end pauses it; else ("kill", "") it ends
+	slot      *Slot  // the owner's Bench slot, held until its record exists or the launch failed
+	warm      *sandbox.Pending
+	release   func() // gives w's store back once the Bench ends (nil: closes it)
+}
+
+// launchDetached starts d's Bench in a goroutine of the supervisor's, over an upper on the uppers
+// filesystem (every Bench that outlives its request can be paused, snapshotted, forked and reset),
+// and returns once it runs (its record written) or its launch failed. It owns d.w's store and
+// d.slot from the call on.
+func (s *Service) launchDetached(ctx context.Context, c *Call, d *detached) (*bench.Record, time.Time, error) {
+	sl := d.slot
+	if d.release == nil {
+		d.release = func() { d.w.st.Close() }
+	}
+	fs, err := s.uppers(d.w.st)
+	if err != nil {
+		d.release()
+		sl.release()
+		if d.warm != nil {
+			d.warm.Close()
+		}
+		return nil, time.Time{}, err
+	}
 	started := make(chan *bench.Record, 1)
 	failed := make(chan error, 1)
-	expires := time.Now().Add(life).UTC().Truncate(time.Second)
+	expires := time.Now().Add(d.life).UTC().Truncate(time.Second)
 	s.Detached.wg.Add(1)
 	bctx, cancel := context.WithCancel(s.Detached.Ctx)
-	handed = true
 	go func() {
 		defer s.Detached.wg.Done()
 		defer sl.release()
-		defer w.st.Close() // its temporary roots hold the layers while the Bench runs
+		defer d.release() // its temporary roots hold the layers while the Bench runs
 		defer cancel()
-		life := &lifetime{timer: time.AfterFunc(time.Until(expires), cancel), expires: expires}
-		defer life.timer.Stop()
+		life := &lifetime{expires: expires, onTimeout: d.onTimeout, cancel: cancel}
 		var id string
+		life.timer = time.AfterFunc(time.Until(expires), func() { s.lifetimeEnded(life) })
+		defer life.timer.Stop()
 		defer func() {
 			if id != "" {
 				s.Detached.untrack(id)
 			}
 		}()
-		warm := s.Pool.Take(req.Workshop)
-		if warm != nil {
-			defer warm.Close() // a no-op once used
+		if d.warm != nil {
+			defer d.warm.Close() // a no-op once used
 		}
-		_, err := bench.Run(bctx, w.st, w.r, w.plan.Layers, bench.Options{
-			// The hold is shed's, not the agent's: root's, whatever the Workshop's user.
-			Name: req.Name, Owner: c.Caller.User, Net: req.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: limits, Init: warm,
-			Metrics:  true, // its API clients read them (E2B's /metrics, MCP's bench_metrics)
-			Reserved: sl.bound,
-			Started: func(rec *bench.Record) {
-				sl.release() // its record counts from now
-				id = rec.ID
-				s.Detached.track(id, life)
-				started <- rec
-			},
-			Event:   s.benchEvents(c, req.Workshop).hook(), // after the create answered: a note that fails is logged
-			Propose: s.agentProposes,
-		})
-		if err != nil {
-			failed <- err
-			s.log().Info("created bench ended", "owner", c.Caller.User, "err", err)
+		opts := d.opts
+		opts.Disk, opts.Init, opts.Metrics = fs, d.warm, true // metrics: its API clients read them (E2B's /metrics, MCP's bench_metrics)
+		opts.Reserved = sl.bound
+		opts.Started = func(rec *bench.Record) {
+			sl.release() // its record counts from now
+			id = rec.ID
+			s.Detached.track(id, life) // and life.id, under the tracker's lock
+			started <- rec
+		}
+		opts.Event = s.benchEvents(c, d.workshop).hook() // after the create answered: a note that fails is logged
+		opts.Propose = s.agentProposes
+		fail := func(err error) { failed <- err } // the launch's caller waits for it (buffered)
+		for {
+			_, err := bench.Run(bctx, d.w.st, d.w.r, d.w.plan.Layers, opts)
+			// A reset ended it to launch it again over another upper (Detached.relaunch).
+			next := s.Detached.takeRelaunch(id)
+			if next == nil {
+				if err != nil {
+					fail(err)
+					s.log().Info("created bench ended", "owner", c.Caller.User, "err", err)
+				}
+				return
+			}
+			if err := replaceUpper(fs, id, next.from); err != nil {
+				next.send(relaunched{err: err})
+				return // paused, over whatever upper it has: a resume or rm deals with it
+			}
+			opts.Resume, opts.ID, opts.Reserved = true, id, nil
+			opts.Init = nil
+			if d.workshop != "" {
+				opts.Init = s.Pool.Take(d.workshop)
+			}
+			opts.Started = func(rec *bench.Record) { next.send(relaunched{rec: rec}) }
+			fail = func(err error) { next.send(relaunched{err: err}) }
 		}
 	}()
 	select {
 	case rec := <-started:
-		return &BenchCreateResult{Bench: rec.Name, ID: rec.ID, Expires: expires, User: rec.User, Accounts: rec.Accounts}, nil
+		return rec, expires, nil
 	case err := <-failed:
-		return nil, err
+		return nil, time.Time{}, err
 	case <-ctx.Done():
 		// The caller went away before its Bench was up: no one has its name, so it ends now rather
 		// than hold a slot of the caller's until its lifetime.
 		cancel()
-		return nil, ctx.Err()
+		return nil, time.Time{}, ctx.Err()
 	}
 }
 

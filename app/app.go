@@ -195,6 +195,11 @@ type Service struct {
 	// have at once. Zero: no bound.
 	UserKept int
 	slots    slots // the launches holding a slot of their owner's (ReserveBench)
+	// TaskStateTTL is how long a paused Bench and a snapshot live (0: DefaultTaskStateTTL).
+	TaskStateTTL time.Duration
+	// UserSnapshots bounds the snapshots each user may have at once. Zero: no bound.
+	UserSnapshots int
+	upperFS       uppersFS // the store's uppers filesystem, once opened
 }
 
 // Records returns the service's Workshop records.

@@ -75,6 +75,19 @@ type Options struct {
 	// API clients read their metrics, are; a one-shot run is only when asked, since making and
 	// removing those cgroups is a third of its launch (cgroup v1, docs/benchmarks.md).
 	Metrics bool
+	// Disk, if set, puts the Bench's upper on the store's uppers filesystem (UpperName) instead of a
+	// tmpfs, and its processes in a freezer: a Bench that can be paused, snapshotted, forked and reset
+	// (a created Bench). An upper already there is used as it is (a fork's or a snapshot's branch,
+	// made by the caller under ID); else an empty one is made.
+	Disk *upper.FS
+	// ID, if set, is the Bench's id (16 hex digits): one whose upper the caller branched already.
+	ID string
+	// Resume launches the paused Bench ID again, whose processes are gone, over its upper: the same
+	// id, name and record (no longer paused once it runs). If the launch fails, it stays paused and
+	// its upper stays.
+	Resume bool
+	// From says what the upper was branched from, for the record: "snapshot:ID" or "fork:BENCH-ID".
+	From string
 }
 
 // ProposeSocket is where a Bench's agent finds the propose endpoint (HTTP over a unix socket):
@@ -114,6 +127,21 @@ type Record struct {
 	// declares beside root: what a request's user selects among (Account).
 	User     string    `json:"user,omitempty"`
 	Accounts []Account `json:"accounts,omitempty"`
+	// Disk says that its upper is on the uppers filesystem (UpperName): it can be paused,
+	// snapshotted, forked and reset. From is what that upper was branched from ("snapshot:ID",
+	// "fork:BENCH-ID"; "" for an empty one).
+	Disk bool   `json:"disk,omitempty"`
+	From string `json:"from,omitempty"`
+	// Paused is when the Bench was paused (nil: it is not). While its runner lives its processes are
+	// frozen in memory; if the runner ends meanwhile they are gone, and its record and upper stay
+	// until it is resumed (launched again over the upper), removed, or expires.
+	Paused *time.Time `json:"paused,omitempty"`
+	// NetAllow and NetDeny are its network rules (Options.Rules, as SetNetwork last set them): a
+	// Bench launched again (resume, reset) gets them.
+	NetAllow []string `json:"net_allow,omitempty"`
+	NetDeny  []string `json:"net_deny,omitempty"`
+	// Limits are the limits it was launched with: a Bench launched again or forked gets them.
+	Limits sandbox.Limits `json:"limits"`
 }
 
 // ErrNoBench is returned for a name or id that matches no Bench.
@@ -151,33 +179,71 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			g.fd.Close()
 		}
 	}()
-	id := randomID()
-	name := opts.Name
-	if name == "" {
-		name = r.Name + "-" + id[:6]
+	id := opts.ID
+	if id == "" {
+		id = randomID()
+	} else if !idRE().MatchString(id) {
+		return 0, fmt.Errorf("bench id %q: want 16 hex digits", id)
 	}
-	if !nameRE().MatchString(name) {
-		return 0, fmt.Errorf("bench name %q: use lowercase letters, digits, '.', '_' and '-'", name)
+	if (opts.Resume || opts.ID != "") && opts.Disk == nil {
+		return 0, errors.New("bench: Resume and ID are for a Bench on the uppers filesystem (Disk)")
 	}
 	dir := filepath.Join(Dir(s), id)
-	lk, err := reserve(Dir(s), dir, name)
-	if err != nil {
-		return 0, err
+	var lk *os.File
+	var prev *Record // the paused Bench launched again
+	name := opts.Name
+	if opts.Resume {
+		if lk, prev, err = reclaim(dir); err != nil {
+			return 0, err
+		}
+		name = prev.Name
+	} else {
+		if name == "" {
+			name = r.Name + "-" + id[:6]
+		}
+		if !nameRE().MatchString(name) {
+			return 0, fmt.Errorf("bench name %q: use lowercase letters, digits, '.', '_' and '-'", name)
+		}
+		if lk, err = reserve(Dir(s), dir, name); err != nil {
+			return 0, err
+		}
 	}
 	defer lk.Close()
 	if opts.Reserved != nil {
 		opts.Reserved(id)
 	}
 	// A kept Bench's state stays once its record names it; before, a failure removes it whatever
-	// Keep says, since nothing could name it to remove it.
-	keep := false
+	// Keep says, since nothing could name it to remove it. A paused Bench launched again keeps its
+	// state whatever happens: it is still paused until it runs. A Bench on the uppers filesystem
+	// has its upper there, removed with its state.
+	keep := opts.Resume
 	defer func() {
-		if !keep {
-			os.RemoveAll(dir)
+		if keep {
+			return
 		}
+		if opts.Disk != nil {
+			_ = opts.Disk.Remove(UpperName(id))
+		}
+		os.RemoveAll(dir)
 	}()
 
 	rec := &Record{ID: id, Name: name, Owner: opts.Owner, Workshop: r.File, Layers: layers, Argv: opts.Argv, Net: opts.Net, Keep: opts.Keep, Started: time.Now().UTC()}
+	if prev != nil {
+		rec.Owner, rec.From = prev.Owner, prev.From
+	} else {
+		rec.From = opts.From
+	}
+	if opts.Rules != nil {
+		rec.NetAllow, rec.NetDeny = opts.Rules.Allow, opts.Rules.Deny
+	}
+	rec.Limits = opts.Limits
+	if opts.Disk != nil && !opts.Resume {
+		// Its recipe as launched, beside its state: what it is launched again, forked or snapshotted
+		// from, whatever becomes of the file (a snapshot's Bench outlives the snapshot).
+		if err := copyRecipe(r.File, dir, false); err != nil {
+			return 0, err
+		}
+	}
 	rec.User, rec.Accounts = accountsOf(r)
 	acct, err := rec.Account(opts.User)
 	if err != nil {
@@ -195,13 +261,31 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		GID:      acct.GID,
 		Limits:   opts.Limits,
 		Account:  opts.Metrics,
+		Pausable: opts.Disk != nil,
 		Control:  controlAddr(s, id),
 	}
 	spec.Root.Setuid = sudoOf(r)
 	for _, l := range layers {
 		spec.Root.Lowers = append(spec.Root.Lowers, s.Location(l))
 	}
-	if opts.Keep {
+	switch {
+	case opts.Disk != nil && opts.Keep:
+		return 0, errors.New("bench: Keep and Disk: a kept upper is on the store's filesystem, a branchable one on the uppers'")
+	case opts.Disk != nil:
+		// On the uppers filesystem, with the ids the sandbox chose (idmapped, as a build's upper):
+		// the same files are right in any Bench branched from it, whatever ids its sandbox gets.
+		// That filesystem is root's alone (0700, nosuid, nodev): no host user reaches its files.
+		u := UpperName(id)
+		if _, err := os.Lstat(opts.Disk.Dir(u)); errors.Is(err, os.ErrNotExist) {
+			if err := opts.Disk.Create(u); err != nil {
+				return 0, err
+			}
+		} else if err != nil {
+			return 0, err
+		}
+		spec.Root.Upper, spec.Root.Work = filepath.Join(opts.Disk.Dir(u), "upper"), filepath.Join(opts.Disk.Dir(u), "work")
+		rec.Disk = true
+	case opts.Keep:
 		// Kept to be read (proposals), never run: with host ids, nothing in it is root's on the host.
 		spec.Root.Upper, spec.Root.Work = filepath.Join(dir, "upper"), filepath.Join(dir, "work")
 		spec.Root.UpperHostIDs = true
@@ -210,7 +294,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 				return 0, err
 			}
 		}
-	} else {
+	default:
 		spec.Root.UpperTmpfs = true
 	}
 	for _, g := range grants {
@@ -346,7 +430,20 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	}
 	cancel()
 	<-done
-	if keep {
+	if opts.Disk != nil {
+		// Paused when its processes ended (its runner stops while it is paused: the supervisor's
+		// end): its record and upper stay, for a resume that launches it again over the upper.
+		if cur, err := updateRecord(dir, func(r *Record) error {
+			if r.Paused == nil {
+				return errNotPausedNow
+			}
+			r.Pid = 0
+			return nil
+		}); err == nil && cur.Paused != nil {
+			keep = true
+		}
+	}
+	if keep && rec.Keep {
 		rec.Exit = &code
 		rec.Pid = 0
 		if werr := writeRecord(dir, rec); werr != nil && err == nil {
@@ -413,6 +510,9 @@ func proxyEnv() []string {
 		"no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1"}
 }
 
+// NewID is a new Bench's id: for a caller that branches its upper before it launches it (Options.ID).
+func NewID() string { return randomID() }
+
 func randomID() string {
 	var b [8]byte
 	rand.Read(b[:])
@@ -424,8 +524,8 @@ func writeRecord(dir string, rec *Record) error {
 	if err != nil {
 		return fmt.Errorf("write bench record: %w", err)
 	}
-	if !rec.Keep {
-		// The record of a Bench that is not kept describes a live process and a tmpfs upper: a crash
+	if !rec.Keep && rec.Paused == nil {
+		// The record of a Bench that is not kept (or paused) describes a live process and a tmpfs upper: a crash
 		// ends both, and Sweep removes the directory. Durability would buy nothing, at an fsync of
 		// the store's disk per launch.
 		return atomicfile.Replace(filepath.Join(dir, "bench.json"), b, 0o600)
@@ -491,6 +591,27 @@ func reserve(benches, dir, name string) (*os.File, error) {
 	}
 	return lk, nil
 }
+
+// reclaim takes the lock of the paused Bench in dir, whose runner is gone, to launch it again.
+func reclaim(dir string) (*os.File, *Record, error) {
+	lk, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("resume bench: %w", err)
+	}
+	if err := unix.Flock(int(lk.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lk.Close()
+		return nil, nil, fmt.Errorf("resume bench %s: it runs (or is being resumed)", filepath.Base(dir))
+	}
+	rec := readEntry(filepath.Dir(dir), filepath.Base(dir))
+	if rec == nil || rec.Paused == nil {
+		lk.Close()
+		return nil, nil, fmt.Errorf("resume bench %s: %w", filepath.Base(dir), ErrNotPaused)
+	}
+	return lk, rec, nil
+}
+
+// errNotPausedNow ends an updateRecord that finds the Bench not paused.
+var errNotPausedNow = errors.New("not paused")
 
 // waitStopped waits (at most limit) until the runner of the Bench in dir has let go of its lock: the
 // moment its Run returns, not the next tick of a poll.
@@ -564,7 +685,7 @@ func readEntry(benches, id string) *Record {
 		return nil
 	}
 	rec.Running = running(dir)
-	if !rec.Running && !rec.Keep {
+	if !rec.Running && !rec.Keep && rec.Paused == nil {
 		return nil // a dead Bench's leftovers
 	}
 	return &rec
@@ -696,11 +817,26 @@ func Remove(s *store.Store, nameOrID string) error {
 		return err
 	}
 	dir := filepath.Join(Dir(s), rec.ID)
+	if rec.Paused != nil {
+		// Not paused any more: its runner, seeing it end, removes it rather than keep it.
+		if _, err := updateRecord(dir, func(r *Record) error { r.Paused = nil; return nil }); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
 	if rec.Running && rec.Pid > 0 {
 		// Kill the sandbox's init: the pid namespace takes everything with
 		// it, and the runner returns and cleans up.
-		unix.Kill(rec.Pid, unix.SIGKILL)
+		kill(rec.Pid)
 		waitStopped(dir, 2*time.Second)
+	}
+	if rec.Disk {
+		f, err := Uppers(s)
+		if err != nil {
+			return err
+		}
+		if err := f.Remove(UpperName(rec.ID)); err != nil {
+			return err
+		}
 	}
 	return os.RemoveAll(dir)
 }
@@ -724,7 +860,7 @@ func Sweep(s *store.Store) (int, error) {
 		}
 		if b, err := os.ReadFile(filepath.Join(dir, "bench.json")); err == nil {
 			var rec Record
-			if json.Unmarshal(b, &rec) == nil && rec.Keep {
+			if json.Unmarshal(b, &rec) == nil && (rec.Keep || rec.Paused != nil) {
 				continue
 			}
 		} else if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) < 10*time.Second {
@@ -732,6 +868,30 @@ func Sweep(s *store.Store) (int, error) {
 		}
 		if os.RemoveAll(dir) == nil {
 			n++
+		}
+	}
+	if HaveUppers(s) {
+		// The uppers of Benches that have no state any more (their runner was killed, or removed
+		// the state and not the upper).
+		f, err := Uppers(s)
+		if err != nil {
+			return n, err
+		}
+		ups, err := f.List("benches")
+		if err != nil {
+			return n, err
+		}
+		for _, id := range ups {
+			// One branched for a Bench about to launch (a fork's child) has no state yet: its
+			// work directory, emptied as it was made, says how new it is.
+			if fi, err := os.Stat(filepath.Join(f.Dir(UpperName(id)), "work")); err == nil && time.Since(fi.ModTime()) < time.Minute {
+				continue
+			}
+			if _, err := os.Lstat(filepath.Join(Dir(s), id)); errors.Is(err, os.ErrNotExist) {
+				if f.Remove(UpperName(id)) == nil {
+					n++
+				}
+			}
 		}
 	}
 	m, err := sandbox.Sweep()

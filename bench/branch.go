@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/internal/hint"
+	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/upper"
+)
+
+// Branching: a Bench whose upper is on the store's uppers filesystem (package upper, Options.Disk)
+// can be paused, snapshotted, forked and reset, each in milliseconds: a snapshot or a fork is a
+// copy-on-write copy of its upper made at one instant (its processes frozen meanwhile), never a
+// layer stacked on its lowers, so its lowers stay its Workshop's store paths however often it is
+// branched. All of it is task state: the user's, on this machine, expiring, never a store path.
+
+// UpperName is the name of Bench id's upper on the uppers filesystem.
+func UpperName(id string) string { return "benches/" + id }
+
+// Errors of branching.
+var (
+	// ErrNotBranchable is a Bench whose upper is in memory (`bench run`): only a created Bench's
+	// upper is on the uppers filesystem.
+	ErrNotBranchable = errors.New("the Bench's upper is in memory, not on the uppers filesystem")
+	// ErrPaused is an operation that needs the Bench's processes running.
+	ErrPaused = errors.New("the Bench is paused")
+	// ErrNotPaused is a resume of a Bench that runs.
+	ErrNotPaused = errors.New("the Bench is not paused")
+)
+
+func notBranchable(rec *Record) error {
+	return hint.Wrap(fmt.Errorf("%w: bench %s (a `bench run` Bench's writes live and die in memory)", ErrNotBranchable, rec.Name),
+		"create the Bench with `shed bench create` (bench.create, an E2B sandbox, MCP's bench_create): its upper is on disk and branches")
+}
+
+// paused is the error for an operation on paused Bench rec.
+func paused(rec *Record) error {
+	return hint.Wrap(fmt.Errorf("%w: bench %s (since %s)", ErrPaused, rec.Name, rec.Paused.Format(time.RFC3339)),
+		"resume it first: `shed bench resume "+rec.Name+"` (E2B: connect)")
+}
+
+// Uppers opens the store's uppers filesystem (mounting it again after a reboot; making it the first time).
+func Uppers(s *store.Store) (*upper.FS, error) { return upper.Open(s.Root(), upper.Options{}) }
+
+// HaveUppers says whether the store has an uppers filesystem at all, without making one.
+func HaveUppers(s *store.Store) bool {
+	for _, p := range []string{"uppers.img", "uppers"} {
+		if _, err := os.Lstat(filepath.Join(s.Root(), p)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// updateRecord changes the stored record of the Bench in dir under its record lock: a Bench's
+// record is written by its runner (start and end) and by whoever pauses or resumes it.
+func updateRecord(dir string, change func(*Record) error) (*Record, error) {
+	lk, err := lockRecord(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Close()
+	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
+	if err != nil {
+		return nil, err
+	}
+	var rec Record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("bench record %s: %w", dir, err)
+	}
+	if err := change(&rec); err != nil {
+		return nil, err
+	}
+	return &rec, writeRecord(dir, &rec)
+}
+
+// lockRecord takes the record lock of the Bench in dir (apart from its runner's lock, held for its life).
+func lockRecord(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "record.lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Pause freezes every process of the running Bench nameOrID (the cgroup freezer: they stay in
+// memory) and records it paused, durably: should its runner end while it is paused (the supervisor
+// stops, the host restarts), its processes are gone but its record and upper stay, and Resume
+// launches it again over the same upper. Pausing a paused Bench is a no-op.
+func Pause(s *store.Store, nameOrID string) (*Record, error) {
+	rec, err := find(s, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	if !rec.Disk {
+		return nil, notBranchable(rec)
+	}
+	if rec.Paused != nil {
+		return rec, nil
+	}
+	if !rec.Running || rec.Pid <= 0 {
+		return nil, fmt.Errorf("bench %s is not running", rec.Name)
+	}
+	if err := sandbox.Freeze(rec.Pid); err != nil {
+		return nil, fmt.Errorf("pause bench %s: %w", rec.Name, err)
+	}
+	now := time.Now().UTC()
+	out, err := updateRecord(filepath.Join(Dir(s), rec.ID), func(r *Record) error {
+		r.Paused = &now
+		return nil
+	})
+	if err != nil {
+		// Not recorded paused: it must not stay frozen.
+		_ = sandbox.Thaw(rec.Pid)
+		return nil, fmt.Errorf("pause bench %s: %w", rec.Name, err)
+	}
+	out.Running = true
+	return out, nil
+}
+
+// Thaw resumes a paused Bench whose processes are frozen in memory (its runner lives): they go on
+// where they stopped. A paused Bench whose runner ended has none: it is launched again over its
+// upper (Options.Resume), which Thaw reports as ErrNoRunner.
+func Thaw(s *store.Store, nameOrID string) (*Record, error) {
+	rec, err := find(s, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Paused == nil {
+		return rec, fmt.Errorf("%w: bench %s", ErrNotPaused, rec.Name)
+	}
+	if !rec.Running {
+		return rec, fmt.Errorf("%w: bench %s", ErrNoRunner, rec.Name)
+	}
+	if err := sandbox.Thaw(rec.Pid); err != nil {
+		return nil, fmt.Errorf("resume bench %s: %w", rec.Name, err)
+	}
+	out, err := updateRecord(filepath.Join(Dir(s), rec.ID), func(r *Record) error {
+		r.Paused = nil
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("resume bench %s: %w", rec.Name, err)
+	}
+	out.Running = true
+	return out, nil
+}
+
+// RecipeOf is the recipe a Bench on the uppers filesystem was launched from, as it was: the copy
+// beside its state (with its lock).
+func RecipeOf(s *store.Store, rec *Record) string {
+	return filepath.Join(Dir(s), rec.ID, "workshop.toml")
+}
+
+// Park stops the running Bench rec's processes but keeps it, paused, with its record and upper: its
+// runner, seeing it end paused, keeps its state (a reset, which then launches it again over another
+// upper). It does not wait for the runner.
+func Park(s *store.Store, rec *Record) error {
+	if !rec.Disk {
+		return notBranchable(rec)
+	}
+	now := time.Now().UTC()
+	if _, err := updateRecord(filepath.Join(Dir(s), rec.ID), func(r *Record) error {
+		if r.Paused == nil {
+			r.Paused = &now
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if rec.Running && rec.Pid > 0 {
+		kill(rec.Pid)
+	}
+	return nil
+}
+
+// ErrNoRunner is a paused Bench whose processes are gone (its runner ended while it was paused).
+var ErrNoRunner = errors.New("the paused Bench's processes are gone; it is launched again over its upper")
+
+// Branch makes a copy-on-write copy of the Bench rec's upper, as of now, under each of dsts on f
+// (names: UpperName of new Benches, or SnapshotUpper), read-only if readonly: its processes are
+// frozen for the moment it takes (a paused Bench's already are), so what a process wrote before the
+// call is in every copy, and nothing is half written.
+func Branch(f *upper.FS, rec *Record, dsts []string, readonly bool) error {
+	if !rec.Disk {
+		return notBranchable(rec)
+	}
+	if rec.Running && rec.Paused == nil && rec.Pid > 0 {
+		if err := sandbox.Freeze(rec.Pid); err != nil {
+			return fmt.Errorf("bench %s: freeze: %w", rec.Name, err)
+		}
+		defer sandbox.Thaw(rec.Pid)
+	}
+	return f.Branch(UpperName(rec.ID), dsts, readonly)
+}
+
+// kill stops the running Bench whose init is pid: thawed first, since a frozen process does not
+// die of SIGKILL (cgroup v1) and the pid namespace would never end.
+func kill(pid int) {
+	_ = sandbox.Thaw(pid) // ErrNoFreezer: nothing of it can be frozen
+	unix.Kill(pid, unix.SIGKILL)
+}
