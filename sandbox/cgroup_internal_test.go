@@ -11,7 +11,7 @@ func TestSweepKeepsHeldCgroup(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (cgroups)")
 	}
-	c, err := newCgroup(Limits{Pids: 5, MemoryBytes: 64 << 20}, false)
+	c, err := newCgroup(Limits{Pids: 5, MemoryBytes: 64 << 20}, false, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,12 +35,19 @@ type cgroup struct {
 	dirs  []string   // created directories, removed last first
 	locks []*os.File // each of dirs, flocked
 	procs []*os.File // cgroup.procs of each, handed to init
+	// freezer is the directory of the sandbox's freezer (Spec.Pausable; "" without), and freeze its
+	// freezer.state (v1) or cgroup.freeze (v2), write-only, handed to init so that it can thaw the
+	// sandbox should its parent die while it is frozen (see armThaw).
+	freezer string
+	freeze  *os.File
+	v2      bool
 }
 
 // newCgroup creates the cgroups that enforce l and, with account, those that measure the command's
-// use of cpu and memory (ReadUsage); it returns nil when there is nothing to enforce or measure.
-func newCgroup(l Limits, account bool) (*cgroup, error) {
-	if l.MemoryBytes == 0 && l.Pids == 0 && !account {
+// use of cpu and memory (ReadUsage), and with pausable a freezer (Freeze); it returns nil when there
+// is nothing to enforce, measure or freeze.
+func newCgroup(l Limits, account, pausable bool) (*cgroup, error) {
+	if l.MemoryBytes == 0 && l.Pids == 0 && !account && !pausable {
 		return nil, nil
 	}
 	var id [8]byte
@@ -51,9 +58,9 @@ func newCgroup(l Limits, account bool) (*cgroup, error) {
 	c := &cgroup{}
 	var err error
 	if isCgroup2(l, account) {
-		err = c.setup2(name, l, account)
+		err = c.setup2(name, l, account, pausable)
 	} else {
-		err = c.setup1(name, l, account)
+		err = c.setup1(name, l, account, pausable)
 	}
 	if err != nil {
 		c.remove()
@@ -81,7 +88,7 @@ func isCgroup2(l Limits, account bool) bool {
 	return (l.MemoryBytes == 0 && !account || has("memory")) && (l.Pids == 0 || has("pids"))
 }
 
-func (c *cgroup) setup1(name string, l Limits, account bool) error {
+func (c *cgroup) setup1(name string, l Limits, account, pausable bool) error {
 	type limit struct{ file, value string }
 	type ctl struct {
 		name   string
@@ -102,6 +109,9 @@ func (c *cgroup) setup1(name string, l Limits, account bool) error {
 	if account {
 		// cpu time is counted by cpuacct in v1 (v2 counts it in every cgroup: cpu.stat).
 		ctls = append(ctls, ctl{"cpuacct", nil})
+	}
+	if pausable {
+		ctls = append(ctls, ctl{"freezer", nil})
 	}
 	for _, k := range ctls {
 		parent := filepath.Join(cgroupRoot, k.name, cgroupParent)
@@ -125,11 +135,17 @@ func (c *cgroup) setup1(name string, l Limits, account bool) error {
 		if err := c.openProcs(dir); err != nil {
 			return err
 		}
+		if k.name == "freezer" {
+			if err := c.openFreezer(dir, "freezer.state"); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-func (c *cgroup) setup2(name string, l Limits, account bool) error {
+func (c *cgroup) setup2(name string, l Limits, account, pausable bool) error {
+	c.v2 = true
 	var ctls []string
 	if l.MemoryBytes > 0 || account {
 		ctls = append(ctls, "+memory")
@@ -143,14 +159,27 @@ func (c *cgroup) setup2(name string, l Limits, account bool) error {
 		return &SetupError{Op: "create cgroup", Path: parent, Err: unwrapErrno(err)}
 	}
 	for _, d := range []string{cgroupRoot, parent} {
+		if len(ctls) == 0 {
+			break // a freezer only: cgroup.freeze is in every cgroup of the unified hierarchy
+		}
 		p := filepath.Join(d, "cgroup.subtree_control")
 		if err := os.WriteFile(p, enable, 0); err != nil {
 			return &SetupError{Op: "enable cgroup controllers", Path: p, Err: unwrapErrno(err)}
 		}
 	}
+	if pausable {
+		// Every cgroup of the unified hierarchy has cgroup.freeze: the name tells Freeze that this
+		// one's creator made it a freezer, and that init holds it to thaw (see pausableSuffix).
+		name += pausableSuffix
+	}
 	dir, err := c.mkdir(parent, name)
 	if err != nil {
 		return err
+	}
+	if pausable {
+		if err := c.openFreezer(dir, "cgroup.freeze"); err != nil {
+			return err
+		}
 	}
 	var limits [][2]string
 	if l.MemoryBytes > 0 {
@@ -221,12 +250,26 @@ func (c *cgroup) openProcs(dir string) error {
 	return nil
 }
 
+func (c *cgroup) openFreezer(dir, file string) error {
+	p := filepath.Join(dir, file)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return &SetupError{Op: "open cgroup", Path: p, Err: unwrapErrno(err)}
+	}
+	c.freezer, c.freeze = dir, f
+	return nil
+}
+
 // closeFiles closes the parent's copies once init has its own.
 func (c *cgroup) closeFiles() {
 	for _, f := range c.procs {
 		f.Close()
 	}
 	c.procs = nil
+	if c.freeze != nil {
+		c.freeze.Close()
+		c.freeze = nil
+	}
 }
 
 // oomKills is how many tasks the kernel's OOM killer killed in the memory cgroup for hitting its
@@ -260,6 +303,10 @@ func (c *cgroup) remove() error {
 		return nil
 	}
 	c.closeFiles()
+	if c.freezer != "" {
+		// A task left frozen could neither die nor leave its cgroups.
+		_ = thaw(c.freezer, c.v2)
+	}
 	var first error
 	for i := len(c.dirs) - 1; i >= 0; i-- {
 		var err error
@@ -281,14 +328,17 @@ func (c *cgroup) remove() error {
 }
 
 // Sweep removes what sandboxes of dead processes left behind: their cgroup directories (toolshed/<id> in
-// the v1 memory and pids hierarchies and in the unified one). A process SIGKILLed before its Wait
-// leaves them, empty: its sandbox died with it (Pdeathsig), but nothing removed them. Sweep keeps a
-// directory whose creator is alive (it holds a lock on it, see cgroup) and one that still has tasks.
+// the v1 memory, pids, cpuacct and freezer hierarchies and in the unified one). A process SIGKILLed
+// before its Wait leaves them, empty: its sandbox died with it (Pdeathsig), but nothing removed them.
+// Sweep keeps a directory whose creator is alive (it holds a lock on it, see cgroup) and one that
+// still has tasks; it thaws a freezer whose creator is gone first, so that nothing stays frozen (on v1
+// a frozen task ignores even SIGKILL), and its tasks, killed with their init, can die.
 // Control sockets are the caller's: Sweep does not touch them. It returns how many directories it
 // removed, and every error it met (it goes on past them).
 func Sweep() (removed int, err error) {
 	var errs []error
 	for _, parent := range []string{
+		filepath.Join(cgroupRoot, "freezer", cgroupParent), // first: its thaw lets the others empty
 		filepath.Join(cgroupRoot, "memory", cgroupParent),
 		filepath.Join(cgroupRoot, "pids", cgroupParent),
 		filepath.Join(cgroupRoot, "cpuacct", cgroupParent),
@@ -344,6 +394,12 @@ func sweepDir(dir string) (bool, error) {
 		return false, fmt.Errorf("sweep cgroup %s: %w", dir, err)
 	}
 	defer l.Close()
+	if thawOrphan(dir) {
+		// Its tasks, SIGKILLed with their init but frozen, die now: give them a moment.
+		for try := 0; try < 100 && hasTasks(dir); try++ {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -363,8 +419,16 @@ func sweepDir(dir string) (bool, error) {
 	}
 }
 
-// isCgroupName reports whether name is one that newCgroup makes: 16 lowercase hex digits.
+// hasTasks reports whether the cgroup dir has a task (or cannot be read).
+func hasTasks(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	return err != nil || len(strings.TrimSpace(string(b))) > 0
+}
+
+// isCgroupName reports whether name is one that newCgroup makes: 16 lowercase hex digits, and
+// pausableSuffix for a Pausable sandbox's in the unified hierarchy.
 func isCgroupName(name string) bool {
+	name = strings.TrimSuffix(name, pausableSuffix)
 	if len(name) != 16 {
 		return false
 	}

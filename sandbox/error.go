@@ -72,3 +72,8 @@ var ErrNotRunning = errors.New("sandbox is not running")
 // ErrNoLimits is returned for a spec with Limits when shed runs without root: the host's cgroups are
 // root's, and a limit that is not enforced must not look as if it were.
 var ErrNoLimits = errors.New("resource limits need root")
+
+// ErrNoFreezer is returned by Freeze, Thaw and Frozen for a sandbox whose commands are in no freezer
+// of shed's: one started without Spec.Pausable, or without root (the host's cgroups are not shed's),
+// or one with no command running.
+var ErrNoFreezer = errors.New("the sandbox has no freezer: start it with Pausable, as root")

@@ -38,7 +38,7 @@ const (
 // initProto is the version of what shed and its init say on the sync socket (message, initConfig):
 // shed-init is a binary of its own, so one from another build can meet this one. Bump it on any
 // change of those types; init refuses a version or a field it does not know.
-const initProto = 1
+const initProto = 2
 
 // message is one JSON value on the sync socket, in either direction.
 type message struct {
@@ -56,6 +56,10 @@ type initConfig struct {
 	Binds []initBind // in mount order: parents before children
 	// cgroup.procs files of the sandbox's cgroups: the command's pid goes there before it runs.
 	CgroupProcs []int
+	// Freezer is the freezer.state (v1) or cgroup.freeze (v2) of a Pausable sandbox's freezer (0:
+	// none), write-only, and Thaw what thaws it: init thaws the sandbox should its parent die (armThaw).
+	Freezer int
+	Thaw    string
 	// Control is the listening socket of Spec.Control (0: none); only connections from ControlUID,
 	// the effective uid of the sandbox's creator, are served.
 	Control    int
@@ -180,6 +184,11 @@ func runInit() int {
 		}
 	}
 	<-sigReady
+	if cfg.Freezer > 0 {
+		if e := armThaw(cfg.Freezer, cfg.Thaw); e != nil {
+			return fail(e)
+		}
+	}
 	stdio, master := [3]uintptr{0, 1, 2}, -1
 	if len(cfg.Stdio) == 3 {
 		stdio = [3]uintptr{uintptr(cfg.Stdio[0]), uintptr(cfg.Stdio[1]), uintptr(cfg.Stdio[2])}
@@ -225,6 +234,29 @@ func runInit() int {
 	}
 	// Returning kills every other process of the sandbox: pid 1 is gone, the pid namespace goes.
 	return code
+}
+
+// armThaw makes init's parent-death signal sigParentGone, handled by killing every process of the
+// sandbox and thawing its freezer (the descriptor freezer, with thawed) before init exits: on cgroup
+// v1 a frozen task ignores SIGKILL, so with the SIGKILL of other sandboxes a sandbox frozen when its
+// creator died would stay, half dead, for ever (its tasks in D state, init a zombie, until thawed).
+// It is armed once the handler is, before the command exists (nothing can be frozen before): until
+// then the parent-death signal is Prestart's SIGKILL, so a parent that dies at any moment still
+// takes the sandbox with it. kill(-1) first, so that nothing of the sandbox runs again after its
+// parent is gone; the thaw then lets the killed tasks die.
+func armThaw(freezer int, thawed string) *SetupError {
+	gone := make(chan os.Signal, 1)
+	signal.Notify(gone, sigParentGone)
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(sigParentGone), 0, 0, 0); err != nil {
+		return &SetupError{Op: "prctl", Detail: "set the parent-death signal", Err: err}
+	}
+	go func() {
+		<-gone
+		_ = unix.Kill(-1, unix.SIGKILL)
+		_, _ = unix.Write(freezer, []byte(thawed))
+		os.Exit(128 + int(unix.SIGKILL))
+	}()
+	return nil
 }
 
 // initFatal is for failures with no parent to tell: the message goes to the command's stderr.
@@ -299,7 +331,7 @@ func (cfg *initConfig) resolve(fds []int) error {
 			return err
 		}
 	}
-	for _, p := range []*int{&cfg.Control, &cfg.Console, &cfg.Userns} {
+	for _, p := range []*int{&cfg.Control, &cfg.Console, &cfg.Userns, &cfg.Freezer} {
 		if *p < 0 {
 			*p = 0
 		} else if *p, err = fd(*p); err != nil {
@@ -325,6 +357,9 @@ func closeInherited(cfg *initConfig) *SetupError {
 	}
 	if cfg.Userns > 0 {
 		keep[cfg.Userns] = true
+	}
+	if cfg.Freezer > 0 {
+		keep[cfg.Freezer] = true
 	}
 	for _, fd := range cfg.Stdio {
 		keep[fd] = true

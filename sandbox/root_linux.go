@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -124,9 +125,15 @@ func createAs(fs int, base uint32) *SetupError {
 // base), and its capabilities: what it creates is the sandbox root's, on an idmapped layer too.
 // Switching the fsuid from 0 clears the file system capabilities from the effective set: they are
 // raised again from the permitted set, and switching back restores them on its own. Any change of
-// the fsuid also clears the parent-death signal and resets dumpability: both are set again. (Should
-// the parent die in between, init finds its sync socket closed when it waits for "go".)
+// the fsuid also clears the parent-death signal and resets dumpability: both are set again, the signal
+// to the one in force before (SIGKILL, or armThaw's). (Should the parent die in between, init finds
+// its sync socket closed when it waits for "go".)
 func asSandboxRoot(base uint32, fn func() *SetupError) *SetupError {
+	deathSig := int(unix.SIGKILL)
+	_ = unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&deathSig)), 0, 0, 0)
+	if deathSig == 0 {
+		deathSig = int(unix.SIGKILL)
+	}
 	_ = unix.Setfsuid(int(base))
 	_ = unix.Setfsgid(int(base))
 	// setfsuid says nothing of failure but returns the id in force: ask with an id that is never set.
@@ -136,7 +143,7 @@ func asSandboxRoot(base uint32, fn func() *SetupError) *SetupError {
 	defer func() {
 		_ = unix.Setfsuid(0)
 		_ = unix.Setfsgid(0)
-		_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+		_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(deathSig), 0, 0, 0)
 		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	}()
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}

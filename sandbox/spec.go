@@ -45,6 +45,10 @@ type Spec struct {
 	// cpu and memory can be read while it runs (ReadUsage): a Bench's metrics. Without root the host's
 	// cgroups are not shed's, and there is nothing to read (ReadUsage says so).
 	Account bool
+	// Pausable puts the command in a freezer of its own (cgroup v1 `freezer`, or the unified
+	// hierarchy's cgroup.freeze) so that Freeze can stop every process of it at once. Needs root
+	// (rootless: ErrNoFreezer). Only these sandboxes pay the freezer's mkdir and rmdir.
+	Pausable bool
 	// Control, if set, is an absolute host path where Start creates a unix socket (mode 0600) through
 	// which Exec runs more commands in the running sandbox. Only init holds it: the command never sees
 	// it. Put it in a directory that only the caller can write and that the sandbox cannot see (not

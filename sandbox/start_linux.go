@@ -285,7 +285,7 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 		pd.abort()
 		return nil, err
 	}
-	cg, err := newCgroup(spec.Limits, spec.Account && !rootless())
+	cg, err := newCgroup(spec.Limits, spec.Account && !rootless(), spec.Pausable && !rootless())
 	if err != nil {
 		pd.abort()
 		return nil, err
@@ -303,7 +303,7 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 	}
 
 	// The config names descriptors by their index among those sent with it; -1 is none.
-	cfg := &initConfig{Spec: *spec, Binds: binds, Control: -1, Console: -1, Userns: -1,
+	cfg := &initConfig{Spec: *spec, Binds: binds, Control: -1, Console: -1, Userns: -1, Freezer: -1,
 		IDBase: pd.ids.base, UIDMap: pd.ids.uid, GIDMap: pd.ids.gid, Rootless: rootless()}
 	var files []*os.File
 	if userns != nil {
@@ -318,6 +318,11 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 		for _, f := range cg.procs {
 			cfg.CgroupProcs = append(cfg.CgroupProcs, len(files))
 			files = append(files, f)
+		}
+		if cg.freeze != nil {
+			cfg.Freezer = len(files)
+			_, cfg.Thaw = freezerFile(cg.v2, false)
+			files = append(files, cg.freeze)
 		}
 	}
 	if ctl != nil {

@@ -1,0 +1,391 @@
+package upper
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"toolshed.dev/shed/internal/hint"
+)
+
+// ErrExist is the error of a Create or Branch to a name that already holds an upper.
+var ErrExist = errors.New("upper exists")
+
+// FS is a store's uppers: <storeRoot>/uppers.
+type FS struct {
+	dir string // <storeRoot>/uppers
+	cow bool
+}
+
+// Options are Open's.
+type Options struct {
+	// Size is the image's size when shed makes it. 0 is a quarter of the free space of the store's
+	// filesystem, at most 16 GiB and at least 1 GiB. An image once made keeps its size.
+	Size int64
+
+	// copyOnly forces plain directories and copies (the tests of copy mode).
+	copyOnly bool
+	// bufferedIO attaches the image without direct I/O (BenchmarkOpen's comparison).
+	bufferedIO bool
+}
+
+const (
+	gib         = 1 << 30
+	defaultMax  = 16 * gib
+	defaultMin  = 1 * gib
+	dirName     = "uppers"
+	imageName   = "uppers.img"
+	lockName    = "uppers.lock"
+	partSuffix  = ".part"
+	upperSubdir = "upper"
+	workSubdir  = "work"
+)
+
+// Open finds or makes the uppers' filesystem of the store at storeRoot: a btrfs image made (mkfs) and
+// loop-mounted the first time, and mounted again after a reboot; the store root's own btrfs used as it
+// is; plain directories without root or without btrfs in the kernel. It is a statfs when the uppers
+// are mounted already, and safe to call from two processes at once (they take a flock to mount).
+func Open(storeRoot string, opts Options) (*FS, error) {
+	dir := filepath.Join(storeRoot, dirName)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("make the uppers' directory %s: %w", dir, err)
+	}
+	if opts.copyOnly {
+		return &FS{dir: dir}, nil
+	}
+	if ok, err := isBtrfs(dir); err != nil || ok {
+		return &FS{dir: dir, cow: ok}, err
+	}
+	if os.Geteuid() != 0 {
+		return &FS{dir: dir}, nil // no loop mount without root: copies
+	}
+	lock, err := os.OpenFile(filepath.Join(storeRoot, lockName), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock the uppers of %s: %w", storeRoot, err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	// Another process may have mounted it while this one waited.
+	if ok, err := isBtrfs(dir); err != nil || ok {
+		return &FS{dir: dir, cow: ok}, err
+	}
+	img := filepath.Join(storeRoot, imageName)
+	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
+		if err := haveBtrfs(); err != nil {
+			return &FS{dir: dir}, nil
+		}
+		size := opts.Size
+		if size == 0 {
+			size = defaultSize(storeRoot)
+		}
+		if err := makeImage(img, size); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("stat the uppers' image: %w", err)
+	}
+	if err := mountImage(img, dir, !opts.bufferedIO); err != nil {
+		return nil, err
+	}
+	// The image's root is 0755 from mkfs; the uppers are root's alone, as the mount point was.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("chmod %s: %w", dir, err)
+	}
+	return &FS{dir: dir, cow: true}, nil
+}
+
+// haveBtrfs says whether the kernel can mount a btrfs (or could load its module): without it, copies.
+func haveBtrfs() error {
+	b, err := os.ReadFile("/proc/filesystems")
+	if err == nil && strings.Contains(string(b), "\tbtrfs\n") {
+		return nil
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		if _, err := os.Stat(filepath.Join("/lib/modules", unix.ByteSliceToString(u.Release[:]), "kernel/fs/btrfs")); err == nil {
+			return nil
+		}
+	}
+	return errors.New("no btrfs in the kernel")
+}
+
+// defaultSize is a quarter of the free space where the image goes, within [1 GiB, 16 GiB].
+func defaultSize(storeRoot string) int64 {
+	var s unix.Statfs_t
+	if unix.Statfs(storeRoot, &s) != nil {
+		return defaultMin
+	}
+	return min(max(int64(s.Bavail)*s.Bsize/4, defaultMin), defaultMax)
+}
+
+// CoW says whether branches are btrfs snapshots (true) or copies.
+func (f *FS) CoW() bool { return f.cow }
+
+// Dir is the directory of upper name (it holds upper/ and work/). name must be valid (Check).
+func (f *FS) Dir(name string) string {
+	if err := Check(name); err != nil {
+		panic(err) // a caller's bug: names come from ids shed makes
+	}
+	return filepath.Join(f.dir, name)
+}
+
+// Check says whether name can name an upper: relative, slash-separated parts of letters, digits and
+// "._-", none starting with a dot (the parts of changes under way are ".<base>.part").
+func Check(name string) error {
+	if name == "" {
+		return fmt.Errorf("upper name is empty")
+	}
+	for _, p := range strings.Split(name, "/") {
+		if p == "" || p[0] == '.' || p[0] == '-' || len(p) > 200 {
+			return fmt.Errorf("upper name %q: bad part %q", name, p)
+		}
+		for _, c := range p {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return fmt.Errorf("upper name %q: bad character %q", name, c)
+			}
+		}
+	}
+	return nil
+}
+
+func (f *FS) path(name string) (string, error) {
+	if err := Check(name); err != nil {
+		return "", err
+	}
+	return filepath.Join(f.dir, name), nil
+}
+
+// part is where a change to dir is made before it is renamed to dir.
+func part(dir string) string {
+	return filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+partSuffix)
+}
+
+// Create makes the new, empty upper name: a subvolume (or a directory) with upper/ and work/, 0755,
+// root's.
+func (f *FS) Create(name string) error {
+	dir, err := f.path(name)
+	if err != nil {
+		return err
+	}
+	if err := f.prepare(dir); err != nil {
+		return err
+	}
+	p := part(dir)
+	if f.cow {
+		err = subvolCreate(p)
+	} else {
+		err = os.Mkdir(p, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(p, 0o755)
+	}
+	for _, d := range []string{upperSubdir, workSubdir} {
+		if err == nil {
+			err = os.Mkdir(filepath.Join(p, d), 0o755)
+		}
+	}
+	if err == nil {
+		err = rename(p, dir)
+	}
+	if err != nil {
+		f.removeDir(p)
+		return fmt.Errorf("create upper %s: %w", dir, err)
+	}
+	return nil
+}
+
+// prepare makes dir's parents and removes a part of dir that a crash left; dir itself must not exist.
+func (f *FS) prepare(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return fmt.Errorf("make %s: %w", filepath.Dir(dir), err)
+	}
+	if _, err := os.Lstat(dir); err == nil {
+		return hint.Wrap(fmt.Errorf("%s: %w", dir, ErrExist), "remove it first, or pick another name")
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := f.removeDir(part(dir)); err != nil {
+		return fmt.Errorf("remove what a crash left of %s: %w", dir, err)
+	}
+	return nil
+}
+
+// rename moves the finished part p to dir, refusing to replace anything there (a racing Create).
+func rename(p, dir string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, p, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%s: %w", dir, ErrExist)
+	}
+	return err
+}
+
+// Branch makes each of dsts a copy of src as of one instant: btrfs snapshots made in parallel (so that
+// they share one transaction commit), or copies. A read-only branch is a sealed snapshot; a writable
+// one has its work/ emptied (what the source's overlay left there is not the branch's). The caller
+// keeps src at rest while Branch runs (a frozen Bench): the branches are then its state at one
+// instant. All or nothing: on error none of dsts is left.
+func (f *FS) Branch(src string, dsts []string, readonly bool) error {
+	s, err := f.path(src)
+	if err != nil {
+		return err
+	}
+	if f.cow {
+		if ok, err := isSubvol(s); err != nil {
+			return fmt.Errorf("branch upper %s: %w", s, err)
+		} else if !ok {
+			return fmt.Errorf("branch upper %s: not a subvolume", s)
+		}
+	} else if _, err := os.Lstat(s); err != nil {
+		return fmt.Errorf("branch upper: %w", err)
+	}
+	dirs := make([]string, len(dsts))
+	seen := map[string]bool{src: true}
+	for i, d := range dsts {
+		if dirs[i], err = f.path(d); err != nil {
+			return err
+		}
+		if seen[d] {
+			return fmt.Errorf("branch upper %s: %s named twice", s, d)
+		}
+		seen[d] = true
+		if err := f.prepare(dirs[i]); err != nil {
+			return err
+		}
+	}
+	errs := make([]error, len(dirs))
+	var wg sync.WaitGroup
+	for i, d := range dirs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f.branch(s, part(d), readonly)
+		}()
+	}
+	wg.Wait()
+	err = errors.Join(errs...)
+	done := 0
+	for ; err == nil && done < len(dirs); done++ {
+		err = rename(part(dirs[done]), dirs[done])
+	}
+	if err != nil {
+		for i, d := range dirs {
+			f.removeDir(part(d))
+			if i < done {
+				f.removeDir(d)
+			}
+		}
+		return fmt.Errorf("branch upper %s: %w", s, err)
+	}
+	return nil
+}
+
+// branch makes p a copy of the upper s.
+func (f *FS) branch(s, p string, readonly bool) error {
+	if f.cow {
+		if readonly {
+			return snapCreate(s, p, true)
+		}
+		if err := snapCreate(s, p, false); err != nil {
+			return err
+		}
+		return emptyDir(filepath.Join(p, workSubdir))
+	}
+	// --reflink=auto: a reflink copy where the filesystem has them (xfs), a copy elsewhere.
+	if out, err := exec.Command("cp", "-a", "--reflink=auto", "--", s, p).CombinedOutput(); err != nil {
+		return fmt.Errorf("cp -a %s %s: %w: %s", s, p, err, strings.TrimSpace(string(out)))
+	}
+	if readonly {
+		return nil
+	}
+	return emptyDir(filepath.Join(p, workSubdir))
+}
+
+// emptyDir removes what dir holds (overlayfs's work/work, mode 000, root's), not dir.
+func emptyDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Remove removes the upper name and what a crash left of a change to it; removing what is not there
+// succeeds.
+func (f *FS) Remove(name string) error {
+	dir, err := f.path(name)
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{dir, part(dir)} {
+		if err := f.removeDir(d); err != nil {
+			return fmt.Errorf("remove upper %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// removeDir removes the subvolume or directory dir; not there is done.
+func (f *FS) removeDir(dir string) error {
+	if f.cow {
+		ok, err := isSubvol(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if ok {
+			return snapDestroy(dir)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// Usage is the bytes upper name's files take (their allocated blocks, each hard-linked file once).
+// On btrfs this counts the extents a branch shares with its source as its own (a walk; btrfs's
+// exclusive figure needs quotas on, which cost every write).
+func (f *FS) Usage(name string) (int64, error) {
+	dir, err := f.path(name)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	type key struct{ dev, ino uint64 }
+	links := map[key]bool{}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if st.Nlink > 1 && !d.IsDir() {
+			k := key{st.Dev, st.Ino}
+			if links[k] {
+				return nil
+			}
+			links[k] = true
+		}
+		n += st.Blocks * 512
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("usage of upper %s: %w", dir, err)
+	}
+	return n, nil
+}
