@@ -673,3 +673,20 @@ func (s *Service) SweepTaskState(now time.Time) (int, error) {
 }
 
 func (s *Service) haveUppers(st *store.Store) bool { return bench.HaveUppers(st) }
+
+// SnapshotCount is how many snapshots owner has (the policy's --user-snapshots).
+func (s *Service) SnapshotCount(owner string) (int, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	all, err := bench.Snapshots(st)
+	n := 0
+	for _, snap := range all {
+		if snap.Owner == owner {
+			n++
+		}
+	}
+	return n, err
+}

@@ -78,11 +78,40 @@ func (sl *Slot) release() {
 // operation that runs req gives the slot back once its Bench's record exists or it failed, so the
 // policy reserves last, when nothing else may refuse the request.
 func (s *Service) ReserveBench(req Launch, owner string, keep bool, lim BenchLimits) (have BenchCount, ok bool, err error) {
+	sls, have, ok, err := s.reserve(owner, 1, keep, lim)
+	if !ok {
+		return have, ok, err
+	}
+	// A request is checked once and run once; one checked again (a caller reusing it) gives back
+	// what its first check held, rather than hold it forever.
+	if old := *req.slotOf(); old != nil {
+		old.release()
+	}
+	*req.slotOf() = sls[0]
+	return have, true, nil
+}
+
+// ReserveForks takes n of owner's slots for the children of the fork req, as ReserveBench does one.
+func (s *Service) ReserveForks(req *BenchForkRequest, owner string, n int, lim BenchLimits) (have BenchCount, ok bool, err error) {
+	sls, have, ok, err := s.reserve(owner, n, false, lim)
+	if !ok {
+		return have, ok, err
+	}
+	for _, old := range req.slots {
+		old.release()
+	}
+	req.slots = sls
+	return have, true, nil
+}
+
+// reserve counts what owner has and takes n slots if they fit within lim, under one lock.
+func (s *Service) reserve(owner string, n int, keep bool, lim BenchLimits) ([]*Slot, BenchCount, bool, error) {
+	var have BenchCount
 	s.slots.mu.Lock()
 	defer s.slots.mu.Unlock()
 	recs, err := bench.ListIn(filepath.Join(s.Root, "benches"))
 	if err != nil {
-		return have, false, err
+		return nil, have, false, err
 	}
 	counted := map[string]bool{}
 	for _, r := range recs {
@@ -102,24 +131,21 @@ func (s *Service) ReserveBench(req Launch, owner string, keep bool, lim BenchLim
 			}
 		}
 	}
-	if (lim.Benches > 0 && have.Benches >= lim.Benches) || (keep && lim.Kept > 0 && have.Kept >= lim.Kept) {
-		return have, false, nil
+	if (lim.Benches > 0 && have.Benches+n > lim.Benches) || (keep && lim.Kept > 0 && have.Kept+n > lim.Kept) {
+		return nil, have, false, nil
 	}
-	sl := &Slot{s: s, owner: owner, keep: keep}
 	if s.slots.held == nil {
 		s.slots.held = map[string]map[*Slot]bool{}
 	}
 	if s.slots.held[owner] == nil {
 		s.slots.held[owner] = map[*Slot]bool{}
 	}
-	// A request is checked once and run once; one checked again (a caller reusing it) gives back
-	// what its first check held, rather than hold it forever.
-	if old := *req.slotOf(); old != nil {
-		delete(s.slots.held[old.owner], old)
+	sls := make([]*Slot, n)
+	for i := range sls {
+		sls[i] = &Slot{s: s, owner: owner, keep: keep}
+		s.slots.held[owner][sls[i]] = true
 	}
-	s.slots.held[owner][sl] = true
-	*req.slotOf() = sl
-	return have, true, nil
+	return sls, have, true, nil
 }
 
 // heldSlot is the slot the policy reserved for req, if any: the operation binds and releases it.

@@ -32,6 +32,7 @@ import (
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/upper"
 )
 
 // Options describe one launch.

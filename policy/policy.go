@@ -80,6 +80,15 @@ var Roles = map[string][]app.Role{
 	"bench.watcher_create": {app.Operator, app.User},
 	"bench.watcher_events": {app.Operator, app.User},
 	"bench.watcher_remove": {app.Operator, app.User},
+
+	// Branching Benches (task state: the caller's own, within their limits).
+	"bench.pause":     {app.Operator, app.User},
+	"bench.resume":    {app.Operator, app.User},
+	"bench.fork":      {app.Operator, app.User},
+	"bench.reset":     {app.Operator, app.User},
+	"snapshot.create": {app.Operator, app.User},
+	"snapshot.ls":     {app.Operator, app.User},
+	"snapshot.rm":     {app.Operator, app.User},
 }
 
 var benchNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
@@ -141,10 +150,42 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		}
 		return reserve(s, caller, r, r.Keep)
 	case *app.BenchCreateRequest:
-		if err := launch(s, caller, r.Workshop, r.Name, r.Net, r.MemoryBytes, r.Pids); err != nil {
+		workshop := r.Workshop
+		if r.Snapshot != "" {
+			if r.Workshop != "" {
+				return bad("name the snapshot alone: its Workshop is the one it was taken of", "workshop and snapshot both named")
+			}
+			workshop = snapshotOf // the caller's own snapshot (app checks whose), of a record they were allowed
+		}
+		if err := launch(s, caller, workshop, r.Name, r.Net, r.MemoryBytes, r.Pids); err != nil {
 			return err
 		}
 		return reserve(s, caller, r, false)
+	case *app.BenchPauseRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.BenchResumeRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.BenchResetRequest:
+		return ownBench(s, caller, r.Bench)
+	case *app.SnapshotCreateRequest:
+		if err := ownBench(s, caller, r.Bench); err != nil {
+			return err
+		}
+		if r.Name != "" {
+			if err := bench.CheckSnapshotName(r.Name); err != nil {
+				return bad("", "%v", err)
+			}
+		}
+		return snapshots(s, caller)
+	case *app.BenchForkRequest:
+		if err := ownBench(s, caller, r.Bench); err != nil {
+			return err
+		}
+		n := max(r.Count, 1)
+		if r.Count < 0 || n > app.MaxForks {
+			return bad(fmt.Sprintf("1 to %d", app.MaxForks), "fork count %d", r.Count)
+		}
+		return reserveForks(s, caller, r, n)
 	case *app.WriteFileRequest:
 		return ownBench(s, caller, r.Bench)
 	case *app.WriteFilesRequest:
@@ -225,6 +266,9 @@ func launch(s *app.Service, caller *app.Caller, workshop, name, net string, memo
 	if lim.Pids > 0 && pids > lim.Pids {
 		return denied("ask for less, or an operator raises the supervisor's --user-pids", "pids limit %d is above the users' %d", pids, lim.Pids)
 	}
+	if workshop == snapshotOf {
+		return nil
+	}
 	return mayRun(s, caller, workshop)
 }
 
@@ -249,6 +293,38 @@ func reserve(s *app.Service, caller *app.Caller, req app.Launch, keep bool) erro
 	}
 	return denied("remove one (`shed bench rm NAME`; `shed bench ls` lists them), or an operator raises the supervisor's --user-benches",
 		"you have %d Benches, the most a user may", have.Benches)
+}
+
+// snapshotOf stands for a snapshot's Workshop in launch: the app checks that the snapshot is the caller's.
+const snapshotOf = "\x00snapshot"
+
+// reserveForks holds n of a user's Bench slots for a fork's children, or refuses the fork whole.
+func reserveForks(s *app.Service, caller *app.Caller, req *app.BenchForkRequest, n int) error {
+	if caller.Role == app.Operator || s.UserBenches <= 0 {
+		return nil
+	}
+	have, ok, err := s.ReserveForks(req, caller.User, n, app.BenchLimits{Benches: s.UserBenches})
+	if err != nil || ok {
+		return err
+	}
+	return denied("fork fewer, remove some (`shed bench rm NAME`), or an operator raises the supervisor's --user-benches",
+		"you have %d Benches; %d more would pass the %d a user may have", have.Benches, n, s.UserBenches)
+}
+
+// snapshots refuses a user's snapshot past the supervisor's --user-snapshots.
+func snapshots(s *app.Service, caller *app.Caller) error {
+	if caller.Role == app.Operator || s.UserSnapshots <= 0 {
+		return nil
+	}
+	n, err := s.SnapshotCount(caller.User)
+	if err != nil {
+		return err
+	}
+	if n >= s.UserSnapshots {
+		return denied("remove one (`shed snapshot rm ID`; `shed snapshot ls` lists them), or an operator raises the supervisor's --user-snapshots",
+			"you have %d snapshots, the most a user may", n)
+	}
+	return nil
 }
 
 // ownStore is what a hint adds for a local user whom the supervisor refuses what only its operators

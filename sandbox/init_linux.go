@@ -38,7 +38,7 @@ const (
 // initProto is the version of what shed and its init say on the sync socket (message, initConfig):
 // shed-init is a binary of its own, so one from another build can meet this one. Bump it on any
 // change of those types; init refuses a version or a field it does not know.
-const initProto = 2
+const initProto = 3
 
 // message is one JSON value on the sync socket, in either direction.
 type message struct {
@@ -60,6 +60,10 @@ type initConfig struct {
 	// none), write-only, and Thaw what thaws it: init thaws the sandbox should its parent die (armThaw).
 	Freezer int
 	Thaw    string
+	// UpperTree is Root.Upper's and Root.Work's common directory as a detached mount (0: no disk
+	// upper), cloned in the parent with its idmap: init attaches nothing by path that the parent's
+	// mount namespace has and a warm init's, started before it was mounted, would not.
+	UpperTree int
 	// Control is the listening socket of Spec.Control (0: none); only connections from ControlUID,
 	// the effective uid of the sandbox's creator, are served.
 	Control    int
@@ -331,7 +335,7 @@ func (cfg *initConfig) resolve(fds []int) error {
 			return err
 		}
 	}
-	for _, p := range []*int{&cfg.Control, &cfg.Console, &cfg.Userns, &cfg.Freezer} {
+	for _, p := range []*int{&cfg.Control, &cfg.Console, &cfg.Userns, &cfg.Freezer, &cfg.UpperTree} {
 		if *p < 0 {
 			*p = 0
 		} else if *p, err = fd(*p); err != nil {

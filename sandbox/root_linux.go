@@ -87,15 +87,13 @@ func mountRoot(r *Root, cfg *initConfig) (int, *SetupError) {
 		}
 		held = append(held, tree)
 	case r.Upper != "":
-		userns := cfg.idmap()
-		if r.UpperHostIDs {
-			userns = -1
-		}
-		tree, e := diskUpper(fs, r.Upper, r.Work, userns, cfg.IDBase)
-		if e != nil {
+		// Cloned by the parent (openUpper), in its mount namespace: this init's may be older.
+		parent := commonDir(r.Upper, r.Work)
+		rel := strings.TrimPrefix(strings.TrimPrefix(r.Upper, parent), "/")
+		if e := setUpper(fs, cfg.UpperTree, parent, rel, strings.TrimPrefix(r.Work, parent)); e != nil {
 			return -1, e
 		}
-		held = append(held, tree)
+		held = append(held, cfg.UpperTree) // the overlay has its own clone once created
 	default:
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
@@ -158,12 +156,13 @@ func asSandboxRoot(base uint32, fn func() *SetupError) *SetupError {
 	return fn()
 }
 
-// diskUpper gives the overlay an upper and work directory on disk through one mount of the directory that
-// holds both (overlayfs wants them on one mount), idmapped with userns unless it is -1, opened beneath it
-// without following a symlink. Without the idmap, the upper's root is given to the sandbox's root (host
-// id base), which the root of the sandbox's tree then is. It returns that mount, for the caller to close
-// once the overlay is created.
-func diskUpper(fs int, upper, work string, userns int, base uint32) (int, *SetupError) {
+// openUpper clones, for the overlay's upper and work directories on disk, one mount of the directory that
+// holds both (overlayfs wants them on one mount), idmapped with userns unless it is -1: in the parent, so
+// that it is the parent's mount namespace that has them (init's, a warm pool's, may be older than the
+// mount they are on). Without the idmap, the upper's root is given to the sandbox's root (host id base),
+// which the root of the sandbox's tree then is. init opens upper and work beneath it without following a
+// symlink (setUpper).
+func openUpper(upper, work string, userns int, base uint32) (int, *SetupError) {
 	parent := commonDir(upper, work)
 	// The clone below is of parent's mount alone: a mount on upper or work would not be in it, and the
 	// directory it covers would be used instead.
@@ -182,10 +181,6 @@ func diskUpper(fs int, upper, work string, userns int, base uint32) (int, *Setup
 			unix.Close(tree)
 			return -1, &SetupError{Op: "mount overlay", Path: upper, Detail: "give the upper to the sandbox's root", Err: err}
 		}
-	}
-	if e := setUpper(fs, tree, parent, rel, strings.TrimPrefix(work, parent)); e != nil {
-		unix.Close(tree)
-		return -1, e
 	}
 	return tree, nil
 }

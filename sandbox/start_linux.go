@@ -285,6 +285,20 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 		pd.abort()
 		return nil, err
 	}
+	var upperTree *os.File
+	if spec.Root.Upper != "" {
+		ns := -1
+		if userns != nil && !spec.Root.UpperHostIDs {
+			ns = int(userns.Fd())
+		}
+		tree, e := openUpper(spec.Root.Upper, spec.Root.Work, ns, pd.ids.base)
+		if e != nil {
+			pd.abort()
+			return nil, e
+		}
+		upperTree = os.NewFile(uintptr(tree), "upper "+spec.Root.Upper)
+		handed = append(handed, upperTree)
+	}
 	cg, err := newCgroup(spec.Limits, spec.Account && !rootless(), spec.Pausable && !rootless())
 	if err != nil {
 		pd.abort()
@@ -303,7 +317,7 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 	}
 
 	// The config names descriptors by their index among those sent with it; -1 is none.
-	cfg := &initConfig{Spec: *spec, Binds: binds, Control: -1, Console: -1, Userns: -1, Freezer: -1,
+	cfg := &initConfig{Spec: *spec, Binds: binds, Control: -1, Console: -1, Userns: -1, Freezer: -1, UpperTree: -1,
 		IDBase: pd.ids.base, UIDMap: pd.ids.uid, GIDMap: pd.ids.gid, Rootless: rootless()}
 	var files []*os.File
 	if userns != nil {
@@ -313,6 +327,10 @@ func (pd *Pending) Start(spec *Spec) (*Process, error) {
 	for i := range cfg.Binds {
 		cfg.Binds[i].FD = len(files)
 		files = append(files, trees[i])
+	}
+	if upperTree != nil {
+		cfg.UpperTree = len(files)
+		files = append(files, upperTree)
 	}
 	if cg != nil {
 		for _, f := range cg.procs {
