@@ -22,6 +22,11 @@ var ErrExist = errors.New("upper exists")
 type FS struct {
 	dir string // <storeRoot>/uppers
 	cow bool
+
+	mu       sync.Mutex
+	syncing  bool // a reclaim is running
+	again    bool // and one more is wanted after it
+	reclaims sync.WaitGroup
 }
 
 // Options are Open's.
@@ -349,10 +354,47 @@ func (f *FS) removeDir(dir string) error {
 			return err
 		}
 		if ok {
-			return snapDestroy(dir)
+			if err := snapDestroy(dir); err != nil {
+				return err
+			}
+			f.reclaim()
+			return nil
 		}
 	}
 	return os.RemoveAll(dir)
+}
+
+// reclaim has btrfs free the space of removed subvolumes now, in the background. btrfs drops a
+// deleted subvolume's extents in its cleaner thread, which it wakes at its periodic commit (30 s): a
+// Bench reset after it filled the uppers would see ENOSPC until then. BTRFS_IOC_SYNC commits and
+// wakes the cleaner; it waits for the commit, hence the goroutine, and Removes while one runs share
+// the next.
+func (f *FS) reclaim() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.syncing {
+		f.again = true
+		return
+	}
+	f.syncing = true
+	f.reclaims.Add(1)
+	go func() {
+		defer f.reclaims.Done()
+		for {
+			if d, err := openDir(f.dir); err == nil {
+				_ = ioctl(d, iocSync, nil) // at worst, the space comes back at the next commit
+				unix.Close(d)
+			}
+			f.mu.Lock()
+			if !f.again {
+				f.syncing = false
+				f.mu.Unlock()
+				return
+			}
+			f.again = false
+			f.mu.Unlock()
+		}
+	}()
 }
 
 // Usage is the bytes upper name's files take (their allocated blocks, each hard-linked file once).
