@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -372,7 +373,15 @@ func TestReopen(t *testing.T) {
 			t.Errorf("%s: %s is %q, want %q", dev, a, got, want)
 		}
 	}
-	unmount(t, dir)
+	if err := Unmount(root); err != nil {
+		t.Fatal(err)
+	}
+	if n := mounts(t, dir); n != 0 {
+		t.Fatalf("Unmount: %d mounts at %s, want none", n, dir)
+	}
+	if err := Unmount(root); err != nil {
+		t.Errorf("Unmount when unmounted: %v", err)
+	}
 	// The unmount frees the loop device (autoclear), perhaps a moment later.
 	for i := 0; loopAttr(t, dev, "backing_file") == filepath.Join(root, imageName); i++ {
 		if i == 100 {
@@ -576,5 +585,44 @@ func TestCheck(t *testing.T) {
 		if err := Check(n); err == nil {
 			t.Errorf("Check(%q): no error", n)
 		}
+	}
+}
+
+// TestOpenInUserns: shed without root is root of a user namespace of its own, where no loop device or
+// btrfs can be mounted: Open gives copies there, which work, and makes no image.
+func TestOpenInUserns(t *testing.T) {
+	if root := os.Getenv("UPPER_TEST_USERNS"); root != "" {
+		f, err := Open(root, Options{Size: testSize})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.CoW() {
+			t.Fatal("Open in a user namespace: btrfs, want copies")
+		}
+		if err := f.Create("benches/a"); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(f.Dir("benches/a"), "upper/f"), "x")
+		if err := f.Branch("benches/a", []string{"benches/b"}, false); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, filepath.Join(f.Dir("benches/b"), "upper/f")); got != "x" {
+			t.Fatalf("branch: got %q, want %q", got, "x")
+		}
+		return
+	}
+	needRoot(t)
+	root := t.TempDir()
+	cmd := exec.Command("unshare", "--user", "--map-root-user", os.Args[0], "-test.run=^TestOpenInUserns$", "-test.v")
+	cmd.Env = append(os.Environ(), "UPPER_TEST_USERNS="+root)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestOpenInUserns") {
+		t.Fatalf("in a user namespace: %v\n%s", err, out)
+	}
+	if _, err := os.Lstat(filepath.Join(root, imageName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open in a user namespace made %s (%v)", imageName, err)
+	}
+	if n := mounts(t, filepath.Join(root, dirName)); n != 0 {
+		t.Errorf("Open in a user namespace: %d mounts", n)
 	}
 }
