@@ -13,6 +13,7 @@ import (
 // The btrfs ioctls, written out from linux/btrfs.h: the one Go library (containerd/btrfs) needs cgo and
 // the kernel's headers, and shed is built with CGO_ENABLED=0.
 const (
+	iocSync           = 0x9408     // _IO(0x94, 8)
 	iocSubvolCreate   = 0x5000940e // _IOW(0x94, 14, struct btrfs_ioctl_vol_args)
 	iocSnapDestroy    = 0x5000940f // _IOW(0x94, 15, struct btrfs_ioctl_vol_args)
 	iocSnapCreateV2   = 0x50009417 // _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)

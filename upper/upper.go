@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/internal/hint"
+	"toolshed.dev/shed/internal/userns"
 )
 
 // ErrExist is the error of a Create or Branch to a name that already holds an upper.
@@ -22,6 +23,11 @@ var ErrExist = errors.New("upper exists")
 type FS struct {
 	dir string // <storeRoot>/uppers
 	cow bool
+
+	mu       sync.Mutex
+	syncing  bool // a reclaim is running
+	again    bool // and one more is wanted after it
+	reclaims sync.WaitGroup
 }
 
 // Options are Open's.
@@ -63,8 +69,10 @@ func Open(storeRoot string, opts Options) (*FS, error) {
 	if ok, err := isBtrfs(dir); err != nil || ok {
 		return &FS{dir: dir, cow: ok}, err
 	}
-	if os.Geteuid() != 0 {
-		return &FS{dir: dir}, nil // no loop mount without root: copies
+	if os.Geteuid() != 0 || userns.Active() {
+		// No loop device or btrfs mount without root (shed without root is root of a user namespace
+		// of its own, where neither is allowed): copies.
+		return &FS{dir: dir}, nil
 	}
 	lock, err := os.OpenFile(filepath.Join(storeRoot, lockName), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -101,6 +109,30 @@ func Open(storeRoot string, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("chmod %s: %w", dir, err)
 	}
 	return &FS{dir: dir, cow: true}, nil
+}
+
+// Unmount unmounts the uppers of the store at storeRoot if shed mounted its image there (the loop
+// device frees itself), after which Open mounts them again: for removing a store, and for tests,
+// whose temporary directories cannot be removed with a filesystem mounted in them. A store root's own
+// btrfs, and copies, are left as they are.
+func Unmount(storeRoot string) error {
+	dir := filepath.Join(storeRoot, dirName)
+	var a, b unix.Stat_t
+	if err := unix.Lstat(dir, &a); errors.Is(err, unix.ENOENT) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("unmount the uppers: %w", err)
+	}
+	if err := unix.Lstat(storeRoot, &b); err != nil {
+		return fmt.Errorf("unmount the uppers: %w", err)
+	}
+	if a.Dev == b.Dev {
+		return nil // not a mount
+	}
+	if err := unix.Unmount(dir, 0); err != nil {
+		return fmt.Errorf("unmount the uppers %s: %w", dir, err)
+	}
+	return nil
 }
 
 // haveBtrfs says whether the kernel can mount a btrfs (or could load its module): without it, copies.
@@ -349,10 +381,47 @@ func (f *FS) removeDir(dir string) error {
 			return err
 		}
 		if ok {
-			return snapDestroy(dir)
+			if err := snapDestroy(dir); err != nil {
+				return err
+			}
+			f.reclaim()
+			return nil
 		}
 	}
 	return os.RemoveAll(dir)
+}
+
+// reclaim has btrfs free the space of removed subvolumes now, in the background. btrfs drops a
+// deleted subvolume's extents in its cleaner thread, which it wakes at its periodic commit (30 s): a
+// Bench reset after it filled the uppers would see ENOSPC until then. BTRFS_IOC_SYNC commits and
+// wakes the cleaner; it waits for the commit, hence the goroutine, and Removes while one runs share
+// the next.
+func (f *FS) reclaim() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.syncing {
+		f.again = true
+		return
+	}
+	f.syncing = true
+	f.reclaims.Add(1)
+	go func() {
+		defer f.reclaims.Done()
+		for {
+			if d, err := openDir(f.dir); err == nil {
+				_ = ioctl(d, iocSync, nil) // at worst, the space comes back at the next commit
+				unix.Close(d)
+			}
+			f.mu.Lock()
+			if !f.again {
+				f.syncing = false
+				f.mu.Unlock()
+				return
+			}
+			f.again = false
+			f.mu.Unlock()
+		}
+	}()
 }
 
 // Usage is the bytes upper name's files take (their allocated blocks, each hard-linked file once).

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -46,7 +48,10 @@ func openAt(t testing.TB, root string, opts Options) *FS {
 	if !opts.copyOnly && !f.CoW() {
 		t.Fatalf("Open(%s) as root: copies, want btrfs", root)
 	}
-	t.Cleanup(func() { unmount(t, filepath.Join(root, dirName)) })
+	t.Cleanup(func() {
+		f.reclaims.Wait() // its descriptor would keep the uppers busy
+		unmount(t, filepath.Join(root, dirName))
+	})
 	return f
 }
 
@@ -55,9 +60,43 @@ func unmount(t testing.TB, dir string) {
 	t.Helper()
 	for mounts(t, dir) > 0 {
 		if err := unix.Unmount(dir, 0); err != nil {
-			t.Fatalf("unmount %s: %v", dir, err)
+			// A failed test may have left a file open there: detach, and fail.
+			unix.Unmount(dir, unix.MNT_DETACH)
+			t.Errorf("unmount %s: %v", dir, err)
 		}
 	}
+}
+
+// source is the device mounted at dir.
+func source(t testing.TB, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(l)
+		if len(fields) > 4 && fields[4] == dir {
+			for i, f := range fields {
+				if f == "-" && i+2 < len(fields) {
+					return fields[i+2]
+				}
+			}
+		}
+	}
+	t.Fatalf("nothing mounted at %s", dir)
+	return ""
+}
+
+// loopAttr reads attribute a of loop device dev ("" when the device is not configured).
+func loopAttr(t testing.TB, dev, a string) string {
+	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", a))
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // mounts counts the mounts at dir.
@@ -325,7 +364,31 @@ func TestReopen(t *testing.T) {
 	if n := mounts(t, dir); n != 1 {
 		t.Fatalf("Open when mounted: %d mounts at %s, want 1", n, dir)
 	}
-	unmount(t, dir)
+	dev := source(t, dir)
+	if got := loopAttr(t, dev, "backing_file"); got != filepath.Join(root, imageName) {
+		t.Errorf("%s backs onto %q, want the image", dev, got)
+	}
+	for a, want := range map[string]string{"autoclear": "1", "dio": "1"} {
+		if got := loopAttr(t, dev, a); got != want {
+			t.Errorf("%s: %s is %q, want %q", dev, a, got, want)
+		}
+	}
+	if err := Unmount(root); err != nil {
+		t.Fatal(err)
+	}
+	if n := mounts(t, dir); n != 0 {
+		t.Fatalf("Unmount: %d mounts at %s, want none", n, dir)
+	}
+	if err := Unmount(root); err != nil {
+		t.Errorf("Unmount when unmounted: %v", err)
+	}
+	// The unmount frees the loop device (autoclear), perhaps a moment later.
+	for i := 0; loopAttr(t, dev, "backing_file") == filepath.Join(root, imageName); i++ {
+		if i == 100 {
+			t.Fatalf("%s still backs onto the image 1 s after the unmount", dev)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	var before unix.Stat_t
 	if err := unix.Stat(filepath.Join(root, imageName), &before); err != nil {
 		t.Fatal(err)
@@ -351,6 +414,63 @@ func TestReopen(t *testing.T) {
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(dir, &sfs); err != nil || sfs.Flags&(unix.ST_NOSUID|unix.ST_NODEV|unix.ST_NOATIME) != unix.ST_NOSUID|unix.ST_NODEV|unix.ST_NOATIME {
 		t.Errorf("%s: mount flags %#x, %v; want nosuid, nodev, noatime", dir, sfs.Flags, err)
+	}
+}
+
+// TestFull: a full uppers' filesystem is ENOSPC inside it (the image was preallocated: no I/O error,
+// nothing asked of the host's disk), and removing an upper gives its space back.
+func TestFull(t *testing.T) {
+	needRoot(t)
+	f, root := open(t, Options{Size: 256 << 20})
+	var blocks int64
+	if fi, err := os.Stat(filepath.Join(root, imageName)); err != nil {
+		t.Fatal(err)
+	} else if blocks = fi.Sys().(*syscall.Stat_t).Blocks * 512; blocks < 256<<20 {
+		t.Errorf("image holds %d bytes on disk, want all of its 256 MiB preallocated", blocks)
+	}
+	if err := f.Create("benches/a"); err != nil {
+		t.Fatal(err)
+	}
+	fill := func() error {
+		w, err := os.Create(filepath.Join(f.Dir("benches/a"), "upper/big"))
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		buf := make([]byte, 1<<20)
+		for i := 0; i < 512; i++ {
+			buf[0] = byte(i)
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+		}
+		return w.Sync()
+	}
+	if err := fill(); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("512 MiB into 256 MiB: %v, want ENOSPC", err)
+	}
+	if fi, err := os.Stat(filepath.Join(root, imageName)); err != nil || fi.Sys().(*syscall.Stat_t).Blocks*512 != blocks {
+		t.Errorf("the image grew on the host's disk when its filesystem filled up (%v)", err)
+	}
+	if err := f.Remove("benches/a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Create("benches/b"); err != nil {
+		t.Fatalf("Create after the full upper was removed: %v", err)
+	}
+	// The space of a removed subvolume comes back once btrfs's cleaner has run (Remove wakes it; on
+	// its own it runs every 30 s); a write of half the filesystem must succeed within 5 s.
+	var err error
+	for i := 0; i < 50; i++ {
+		err = os.WriteFile(filepath.Join(f.Dir("benches/b"), "upper/half"), make([]byte, 100<<20), 0o644)
+		if err == nil {
+			t.Logf("written after %d tries", i)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Errorf("write after the full upper was removed: %v", err)
 	}
 }
 
@@ -465,5 +585,44 @@ func TestCheck(t *testing.T) {
 		if err := Check(n); err == nil {
 			t.Errorf("Check(%q): no error", n)
 		}
+	}
+}
+
+// TestOpenInUserns: shed without root is root of a user namespace of its own, where no loop device or
+// btrfs can be mounted: Open gives copies there, which work, and makes no image.
+func TestOpenInUserns(t *testing.T) {
+	if root := os.Getenv("UPPER_TEST_USERNS"); root != "" {
+		f, err := Open(root, Options{Size: testSize})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.CoW() {
+			t.Fatal("Open in a user namespace: btrfs, want copies")
+		}
+		if err := f.Create("benches/a"); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(f.Dir("benches/a"), "upper/f"), "x")
+		if err := f.Branch("benches/a", []string{"benches/b"}, false); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, filepath.Join(f.Dir("benches/b"), "upper/f")); got != "x" {
+			t.Fatalf("branch: got %q, want %q", got, "x")
+		}
+		return
+	}
+	needRoot(t)
+	root := t.TempDir()
+	cmd := exec.Command("unshare", "--user", "--map-root-user", os.Args[0], "-test.run=^TestOpenInUserns$", "-test.v")
+	cmd.Env = append(os.Environ(), "UPPER_TEST_USERNS="+root)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestOpenInUserns") {
+		t.Fatalf("in a user namespace: %v\n%s", err, out)
+	}
+	if _, err := os.Lstat(filepath.Join(root, imageName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open in a user namespace made %s (%v)", imageName, err)
+	}
+	if n := mounts(t, filepath.Join(root, dirName)); n != 0 {
+		t.Errorf("Open in a user namespace: %d mounts", n)
 	}
 }
