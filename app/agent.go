@@ -1025,7 +1025,9 @@ func (s *Service) runningBench(c *Call, nameOrID string) (*store.Store, *bench.R
 		return nil, nil, err
 	}
 	rec, err := ownBench(c, st, nameOrID)
-	if err == nil && !rec.Running {
+	if err == nil && rec.Paused != nil {
+		err = fail(CodeConflict, fmt.Errorf("%w: bench %s", bench.ErrPaused, rec.Name), "resume it first: `shed bench resume "+rec.Name+"` (E2B: connect)")
+	} else if err == nil && !rec.Running {
 		err = fail(CodeFailed, fmt.Errorf("bench %s is not running", rec.Name), "`shed bench ls` lists your Benches")
 	}
 	if err != nil {

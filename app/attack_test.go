@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +68,8 @@ func benchService(t *testing.T) *app.Service {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &app.Detached{Ctx: ctx}
 	s := &app.Service{Root: root, Version: "test", Policy: policy.Check, Detached: d, Pool: app.NewPool(ctx, 2, nil)}
-	t.Cleanup(func() { cancel(); d.Wait() })
+	// The uppers' filesystem it mounted goes too (detached: a watcher of a test may hold an inode).
+	t.Cleanup(func() { cancel(); d.Wait(); syscall.Unmount(filepath.Join(root, "uppers"), syscall.MNT_DETACH) })
 	operator := &app.Call{Caller: &app.Caller{User: "root", Role: app.Operator, Dir: "/"}}
 	if _, err := s.Do(ctx, operator, "workshop.add", &app.WorkshopAddRequest{File: file, Allow: []string{"nobody"}}); err != nil {
 		t.Fatal(err)

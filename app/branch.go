@@ -690,3 +690,23 @@ func (s *Service) SnapshotCount(owner string) (int, error) {
 	}
 	return n, err
 }
+
+// StartTaskSweep removes expired task state now and every minute until ctx ends (the supervisor's).
+func (s *Service) StartTaskSweep(ctx context.Context) {
+	go func() {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			if n, err := s.SweepTaskState(time.Now()); err != nil {
+				s.log().Warn("task state sweep", "removed", n, "err", err)
+			} else if n > 0 {
+				s.log().Info("task state sweep", "removed", n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}

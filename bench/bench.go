@@ -729,6 +729,9 @@ func Exec(ctx context.Context, s *store.Store, nameOrID string, req sandbox.Exec
 	if err != nil {
 		return 0, err
 	}
+	if rec.Paused != nil {
+		return 0, paused(rec)
+	}
 	if !rec.Running {
 		return 0, fmt.Errorf("bench %s is not running (it exited %s)", rec.Name, exitString(rec.Exit))
 	}
@@ -871,13 +874,11 @@ func Sweep(s *store.Store) (int, error) {
 			n++
 		}
 	}
-	if HaveUppers(s) {
-		// The uppers of Benches that have no state any more (their runner was killed, or removed
-		// the state and not the upper).
-		f, err := Uppers(s)
-		if err != nil {
-			return n, err
-		}
+	// The uppers of Benches that have no state any more (their runner was killed, or removed the
+	// state and not the upper), if they are mounted.
+	if f, err := upper.OpenMounted(s.Root()); err != nil {
+		return n, err
+	} else if f != nil {
 		ups, err := f.List("benches")
 		if err != nil {
 			return n, err

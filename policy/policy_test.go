@@ -104,6 +104,13 @@ func requests() map[string]any {
 		"bench.set_network":   &app.SetNetworkRequest{Bench: "someones", Deny: []string{"0.0.0.0/0"}},
 		"bench.network":       &app.BenchRequest{Bench: "someones"},
 		"bench.metrics":       &app.BenchMetricsRequest{Benches: []string{"someones"}},
+		"bench.pause":         &app.BenchPauseRequest{Bench: "someones"},
+		"bench.resume":        &app.BenchResumeRequest{Bench: "someones"},
+		"bench.fork":          &app.BenchForkRequest{Bench: "someones", Count: 3},
+		"bench.reset":         &app.BenchResetRequest{Bench: "someones"},
+		"snapshot.create":     &app.SnapshotCreateRequest{Bench: "someones", Name: "s"},
+		"snapshot.ls":         &app.SnapshotListRequest{},
+		"snapshot.rm":         &app.SnapshotRemoveRequest{Snapshot: "0123456789abcdef"},
 		"workshop.launchable": &app.LaunchableRequest{},
 		"audit.ls":            &app.AuditRequest{},
 		"audit.verify":        &app.AuditVerifyRequest{},
@@ -233,7 +240,8 @@ func wantDenied(op string, c *app.Caller) bool {
 	switch op {
 	case "realize", "bench.run", "bench.create", "why":
 		return c.User != "alice" // the record allows alice
-	case "diff", "bench.ls", "workshop.ls", "workshop.show", "workshop.log", "workshop.diff", "key.show", "workshop.launchable":
+	case "diff", "bench.ls", "workshop.ls", "workshop.show", "workshop.log", "workshop.diff", "key.show", "workshop.launchable",
+		"snapshot.ls", "snapshot.rm": // their own (none here: an empty list, nothing removed)
 		return false
 	}
 	return true // every other operation, and another user's Bench

@@ -43,6 +43,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(filepath.Dir(seedCache.dir))
 	}
 	if shared.root != "" {
+		unmountUppers(shared.root)
 		os.RemoveAll(filepath.Dir(shared.root))
 	}
 	os.Exit(code)
@@ -208,7 +209,15 @@ func newRoot(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "root")
 	mustShed(t, root, "init")
+	t.Cleanup(func() { unmountUppers(root) })
 	return root
+}
+
+// unmountUppers detaches the uppers' filesystem a test's store may have mounted (its supervisor
+// unmounts it when it stops; one killed, or a CLI that removed a paused Bench, leaves it), so
+// that its temporary directory can go.
+func unmountUppers(root string) {
+	_ = syscall.Unmount(filepath.Join(root, "uppers"), syscall.MNT_DETACH)
 }
 
 // parallelTests: the heavy tests (builds, installs, seeds from the mirror) that change no state

@@ -75,6 +75,7 @@ func daemonWith(t testing.TB, root string, flags ...string) (string, string) {
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
+		unmountUppers(root)
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("daemon log:\n%s", b)

@@ -31,3 +31,19 @@ func (f *FS) List(dir string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// OpenMounted is Open for a caller that only tidies up (a sweep): the uppers as they are, but nil
+// (and no error) where they are an image not mounted now, which it does not mount (a mount would
+// outlive the command that made it; the supervisor mounts them when it starts).
+func OpenMounted(storeRoot string) (*FS, error) {
+	dir := filepath.Join(storeRoot, dirName)
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if _, err := os.Lstat(filepath.Join(storeRoot, imageName)); err == nil {
+		if ok, err := isBtrfs(dir); err != nil || !ok {
+			return nil, err
+		}
+	}
+	return Open(storeRoot, Options{})
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -21,6 +22,7 @@ import (
 	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
+	"toolshed.dev/shed/upper"
 )
 
 // maxWarm bounds the inits kept ready: each holds a sandbox id slot that builds and Benches need.
@@ -48,6 +50,8 @@ func cmdDaemon() *cli.Command {
 			&cli.StringFlag{Name: "user-pids", Value: "4096", Usage: "the most processes, `N`, a user's Bench may have (and the limit of one that names none; at least 2, 0: no bound)"},
 			&cli.StringFlag{Name: "user-kept", Value: "4", Usage: "the most kept Benches, `N` (--keep), a user may have at once (0: no bound)"},
 			&cli.StringFlag{Name: "user-benches", Value: "8", Usage: "the most Benches, `N` (running, created or kept), a user may have at once (0: no bound)"},
+			&cli.StringFlag{Name: "user-snapshots", Value: "16", Usage: "the most snapshots, `N`, a user may have at once (0: no bound)"},
+			&cli.DurationFlag{Name: "task-state-ttl", Value: app.DefaultTaskStateTTL, Usage: "how long a paused Bench and a snapshot live (`DURATION`, e.g. 24h)"},
 			&cli.StringFlag{Name: "warm", Value: "2", Usage: "`N` Bench inits kept started ahead for API creates (each holds one of the 512 id slots; at most 64 with --warm-workshop's)"},
 			&cli.StringSliceFlag{Name: "warm-workshop", Usage: "`NAME=N`: N more inits kept ready for creates of the Workshop record NAME only (repeatable)"},
 			&cli.StringFlag{Name: "e2b", Usage: "also serve the E2B API (control and data plane, and the sandboxes' ports at PORT-ID.DOMAIN) on `ADDR` (host:port; docs/agents.md): plain HTTP unless --e2b-tls-cert, so keep it on loopback or behind TLS"},
@@ -81,6 +85,13 @@ func cmdDaemon() *cli.Command {
 			if err != nil {
 				return err
 			}
+			snapshots, err := countFlag(c, "user-snapshots", 0, 0, "the most snapshots a user may have (0: no bound)")
+			if err != nil {
+				return err
+			}
+			if c.Duration("task-state-ttl") < time.Minute {
+				return usageError("--task-state-ttl %s: at least a minute", c.Duration("task-state-ttl"))
+			}
 			benches, err := countFlag(c, "user-benches", 0, 0, "the most Benches a user may have (0: no bound)")
 			if err != nil {
 				return err
@@ -92,11 +103,15 @@ func cmdDaemon() *cli.Command {
 			svc := service(c)
 			defer svc.FlushAudit() // the counts of refusals dropped, which timers would write soon
 			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: pids}
-			svc.UserKept, svc.UserBenches = int(kept), int(benches)
+			svc.UserKept, svc.UserBenches, svc.UserSnapshots = int(kept), int(benches), int(snapshots)
+			svc.TaskStateTTL = c.Duration("task-state-ttl")
 			svc.Socket = c.String("socket")
 			// Benches made by bench.create live in this process, until removed, their lifetime ends
 			// or the supervisor stops (they stop with it: their state is swept at the next start).
 			svc.Detached = &app.Detached{Ctx: c.Context}
+			// The uppers' filesystem (an image shed mounted) goes with the supervisor, once its Benches
+			// are gone: a paused Bench's upper stays in the image, mounted again at the next start.
+			defer upper.Unmount(svc.Root)
 			defer svc.Detached.Wait()
 			perWorkshop := map[string]int{}
 			total := int(warm)
@@ -113,7 +128,8 @@ func cmdDaemon() *cli.Command {
 				return usageError("--warm and --warm-workshop keep %d inits ready: at most %d (each holds one of the 512 sandbox id slots)", total, maxWarm)
 			}
 			svc.Pool = app.NewPool(c.Context, int(warm), perWorkshop)
-			svc.StartMetrics(c.Context) // each running Bench's use, every 5 s (bench.metrics)
+			svc.StartMetrics(c.Context)   // each running Bench's use, every 5 s (bench.metrics)
+			svc.StartTaskSweep(c.Context) // paused Benches and snapshots past --task-state-ttl, every minute
 			// The store must open now: a supervisor that cannot serve says so at start, not per request.
 			st, err := store.Open(svc.Root)
 			if err != nil {

@@ -1,0 +1,174 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/bench"
+)
+
+// branching drives one user's Benches through the typed operations.
+type branching struct {
+	t   *testing.T
+	s   *app.Service
+	who *app.Call
+}
+
+func (b *branching) do(op string, req any) any {
+	b.t.Helper()
+	res, err := b.s.Do(context.Background(), b.who, op, req)
+	if err != nil {
+		b.t.Fatalf("%s: %v", op, err)
+	}
+	return res
+}
+
+func (b *branching) sh(bench, script string) string {
+	b.t.Helper()
+	res := b.do("bench.exec", &app.BenchExecRequest{Bench: bench, Shell: script, Capture: true}).(*app.ExecResult)
+	if res.Exit != 0 {
+		b.t.Fatalf("%s in %s: exit %d: %s", script, bench, res.Exit, res.Stderr)
+	}
+	return res.Stdout
+}
+
+func (b *branching) create(req *app.BenchCreateRequest) string {
+	b.t.Helper()
+	return b.do("bench.create", req).(*app.BenchCreateResult).Bench
+}
+
+// TestPauseResumeKeepsEveryChange: five pause/resume cycles, each after a write (E2B#884 as a test),
+// with a process that counts across them: while paused it counts nothing and commands are refused;
+// after each resume it goes on from where it was, and every file written is there.
+func TestPauseResumeKeepsEveryChange(t *testing.T) {
+	b := &branching{t: t, s: benchService(t), who: &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}}
+	created := b.do("bench.create", &app.BenchCreateRequest{Workshop: "bb", Name: "pausing"}).(*app.BenchCreateResult)
+	name := created.Bench
+	// The counter's file as the host sees it, in the Bench's upper: read while it is paused.
+	counted := func() string {
+		out, err := os.ReadFile(filepath.Join(b.s.Root, "uppers", "benches", created.ID, "upper", "root", "count"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	// The counter appends a number every 20 ms; its last line is its count.
+	b.sh(name, "(i=0; while :; do i=$((i+1)); echo $i >> /root/count; usleep 20000; done) >/dev/null 2>&1 &")
+	last := func() int {
+		out := b.sh(name, "tail -n1 /root/count")
+		n, err := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil {
+			t.Fatalf("count %q: %v", out, err)
+		}
+		return n
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i := 1; i <= 5; i++ {
+		b.sh(name, "echo cycle-"+strconv.Itoa(i)+" > /root/cycle-"+strconv.Itoa(i))
+		before := last()
+		res := b.do("bench.pause", &app.BenchPauseRequest{Bench: name}).(*app.BenchStateResult)
+		if res.State != "paused" || !res.Changed {
+			t.Fatalf("pause %d: %+v", i, res)
+		}
+		// Paused: commands are refused, saying so; the lifetime stopped.
+		_, err := b.s.Do(context.Background(), b.who, "bench.exec", &app.BenchExecRequest{Bench: name, Shell: "true", Capture: true})
+		if !errors.Is(err, bench.ErrPaused) {
+			t.Fatalf("exec in a paused Bench: %v, want ErrPaused", err)
+		}
+		frozen := counted()
+		time.Sleep(150 * time.Millisecond)
+		if now := counted(); now != frozen {
+			t.Fatalf("pause %d: the counter went on while paused (%d bytes, then %d)", i, len(frozen), len(now))
+		}
+		res = b.do("bench.resume", &app.BenchResumeRequest{Bench: name}).(*app.BenchStateResult)
+		if res.State != "running" || !res.Changed || res.Relaunched {
+			t.Fatalf("resume %d: %+v", i, res)
+		}
+		after := last()
+		// The counter went on from where it stopped: a few counts past, never back to 1.
+		if after < before || after > before+10 {
+			t.Errorf("cycle %d: count %d before the pause, %d after the resume (paused 150 ms at 20 ms a count)", i, before, after)
+		}
+	}
+	out := b.sh(name, "cat /root/cycle-*")
+	if out != "cycle-1\ncycle-2\ncycle-3\ncycle-4\ncycle-5\n" {
+		t.Errorf("after five pauses the files are %q", out)
+	}
+}
+
+// TestSnapshotForkReset: a snapshot sees the files as they were; Benches of it start with them and
+// diverge; a fork's children see a file written just before the call (vercel/sandbox#340); a reset
+// gives back a fresh Bench's tree, or the snapshot's; removing a snapshot keeps its Benches' files.
+func TestSnapshotForkReset(t *testing.T) {
+	b := &branching{t: t, s: benchService(t), who: &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}}
+	parent := b.create(&app.BenchCreateRequest{Workshop: "bb", Name: "parent"})
+	fresh := b.sh(parent, "find / -xdev | sort | md5sum")
+	b.sh(parent, "echo sealed > /root/state")
+	snap := b.do("snapshot.create", &app.SnapshotCreateRequest{Bench: parent, Name: "first"}).(*app.SnapshotInfo)
+	b.sh(parent, "echo later > /root/state")
+
+	child := b.create(&app.BenchCreateRequest{Snapshot: "first"})
+	if out := b.sh(child, "cat /root/state"); out != "sealed\n" {
+		t.Errorf("a Bench of the snapshot reads %q, want the sealed state", out)
+	}
+	b.sh(child, "echo child > /root/state")
+	if out := b.sh(parent, "cat /root/state"); out != "later\n" {
+		t.Errorf("the parent reads %q after its snapshot's Bench wrote", out)
+	}
+
+	// The fork instant: a file written by a running process just before the call.
+	b.sh(parent, "(echo just-before > /root/fork-mark) &")
+	time.Sleep(50 * time.Millisecond)
+	fork := b.do("bench.fork", &app.BenchForkRequest{Bench: parent, Count: 3}).(*app.BenchForkResult)
+	if len(fork.Children) != 3 {
+		t.Fatalf("fork of 3: %+v", fork)
+	}
+	for i, c := range fork.Children {
+		if c.Error != "" || c.Bench == "" {
+			t.Fatalf("child %d: %+v", i, c)
+		}
+		if out := b.sh(c.Bench, "cat /root/fork-mark /root/state"); out != "just-before\nlater\n" {
+			t.Errorf("child %d reads %q", i, out)
+		}
+		b.sh(c.Bench, "echo "+strconv.Itoa(i)+" > /root/state")
+	}
+	for i, c := range fork.Children {
+		if out := b.sh(c.Bench, "cat /root/state"); out != strconv.Itoa(i)+"\n" {
+			t.Errorf("child %d diverged to %q", i, out)
+		}
+	}
+	if out := b.sh(parent, "cat /root/state"); out != "later\n" {
+		t.Errorf("the parent after its children wrote: %q", out)
+	}
+
+	// Reset: a fresh Bench's tree, byte for byte; then the snapshot's.
+	res := b.do("bench.reset", &app.BenchResetRequest{Bench: parent}).(*app.BenchStateResult)
+	if res.State != "running" || res.Bench != parent {
+		t.Fatalf("reset: %+v", res)
+	}
+	if got := b.sh(parent, "find / -xdev | sort | md5sum"); got != fresh {
+		t.Errorf("after a reset the tree differs from a fresh Bench's")
+	}
+	b.do("bench.reset", &app.BenchResetRequest{Bench: parent, Snapshot: snap.ID})
+	if out := b.sh(parent, "cat /root/state"); out != "sealed\n" {
+		t.Errorf("after a reset to the snapshot: %q", out)
+	}
+
+	// Removing the snapshot: its Benches keep their files; a second removal is no error.
+	if r := b.do("snapshot.rm", &app.SnapshotRemoveRequest{Snapshot: snap.ID}).(*app.SnapshotRemoveResult); !r.Removed {
+		t.Errorf("snapshot.rm: %+v", r)
+	}
+	if r := b.do("snapshot.rm", &app.SnapshotRemoveRequest{Snapshot: snap.ID}).(*app.SnapshotRemoveResult); r.Removed {
+		t.Errorf("snapshot.rm again: %+v", r)
+	}
+	if out := b.sh(child, "cat /root/state"); out != "child\n" {
+		t.Errorf("the snapshot's Bench after its removal: %q", out)
+	}
+}
