@@ -51,7 +51,7 @@ func TestCompleteCandidates(t *testing.T) {
 		{[]string{""}, "init recipe instantiate lock realize log why bench diff store key workshop daemon mcp audit agent copy export import root gc completion man help"},
 		{[]string{"bench", "r"}, "run rm"},
 		{[]string{"bench", "run", "--gr"}, "--grant"},
-		{[]string{"bench", "run", "-"}, "--grant --net --offline --keep --name --user -u --tty -t --file -f --memory --pids --verify --substituter --root --json --verbose --help -h"},
+		{[]string{"bench", "run", "-"}, "--grant --net --offline --keep --name --user -u --tty -t --file -f --memory --pids --metrics --verify --substituter --root --json --verbose --help -h"},
 		{[]string{"bench", "run", "-f", ""}, ":files"},
 		{[]string{"bench", "run", "--file=w"}, ":files"},
 		{[]string{"bench", "run", "--root", ""}, ":dirs"},
