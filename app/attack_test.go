@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 // benchService is a real supervisor's Service (the policy table, a warm pool, Benches that outlive
 // their request) on a new store with one record, "bb": a root of busybox-static's applets imported as
 // an OCI image seed (no network), that alice may launch.
-func benchService(t *testing.T) *app.Service {
+func benchService(t testing.TB) *app.Service {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: sandboxes, and the store is root-only (CI runs as root)")
@@ -83,7 +83,7 @@ func benchService(t *testing.T) *app.Service {
 
 // busyboxImage writes an OCI image layout at layout, tagged v1: one layer, a root with busybox and a
 // link in /bin for each of its applets.
-func busyboxImage(t *testing.T, busybox, layout string) {
+func busyboxImage(t testing.TB, busybox, layout string) {
 	t.Helper()
 	bin, err := os.ReadFile(busybox)
 	if err != nil {

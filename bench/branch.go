@@ -48,7 +48,9 @@ func paused(rec *Record) error {
 }
 
 // Uppers opens the store's uppers filesystem (mounting it again after a reboot; making it the first time).
-func Uppers(s *store.Store) (*upper.FS, error) { return upper.Open(s.Root(), upper.Options{}) }
+func Uppers(s *store.Store) (*upper.FS, error) {
+	return upper.Open(s.Root(), upper.Options{Size: s.Config().UppersSize})
+}
 
 // HaveUppers says whether the store has an uppers filesystem at all, without making one.
 func HaveUppers(s *store.Store) bool {

@@ -78,6 +78,10 @@ type Config struct {
 	// one (what `bench run --verify` does once). Off by default: it reads every byte of the layers,
 	// about 0.11 s per 100 MiB here, where a warm launch takes milliseconds.
 	VerifyBeforeLaunch bool `toml:"verify_before_launch,omitempty"`
+	// UppersSize is the size in bytes of the image shed makes for the uppers of the Benches that
+	// branch (package upper), preallocated so that a full host disk never fails them: 0 is a quarter of
+	// the store's free space, from 1 to 16 GiB. An image once made keeps its size.
+	UppersSize int64 `toml:"uppers_size,omitempty"`
 }
 
 // Config returns the store's configuration as it was when the store was opened.
