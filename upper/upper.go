@@ -86,6 +86,14 @@ func Open(storeRoot string, opts Options) (*FS, error) {
 	if ok, err := isBtrfs(dir); err != nil || ok {
 		return &FS{dir: dir, cow: ok}, err
 	}
+	// Copies made there before (without btrfs-progs, say) would be hidden under the mount, and the
+	// Benches whose uppers they are would lose their files.
+	if ents, err := os.ReadDir(dir); err != nil {
+		return nil, fmt.Errorf("read the uppers' directory: %w", err)
+	} else if len(ents) > 0 {
+		return nil, hint.Wrap(fmt.Errorf("the uppers' directory %s holds %d entries made without btrfs (%s...): mounting the uppers' btrfs there would hide them", dir, len(ents), ents[0].Name()),
+			"remove the Benches and snapshots kept there, or move the directory aside")
+	}
 	img := filepath.Join(storeRoot, imageName)
 	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
 		if err := haveBtrfs(); err != nil {
@@ -295,10 +303,13 @@ func (f *FS) Branch(src string, dsts []string, readonly bool) error {
 	}
 	errs := make([]error, len(dirs))
 	var wg sync.WaitGroup
+	// At once, so that the snapshots share transaction commits; bounded, each holding a thread.
+	sem := make(chan struct{}, 32)
 	for i, d := range dirs {
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; wg.Done() }()
 			errs[i] = f.branch(s, part(d), readonly)
 		}()
 	}

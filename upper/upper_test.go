@@ -626,3 +626,27 @@ func TestOpenInUserns(t *testing.T) {
 		t.Errorf("Open in a user namespace: %d mounts", n)
 	}
 }
+
+// TestOpenOverCopies: uppers made as copies in <root>/uppers (before btrfs-progs was installed) are not
+// hidden under a mount: Open refuses, naming the directory, with a hint, and they stay.
+func TestOpenOverCopies(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	f, err := Open(root, Options{copyOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Create("benches/a"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(f.Dir("benches/a"), "upper/f"), "kept")
+	dir := filepath.Join(root, dirName)
+	t.Cleanup(func() { unmount(t, dir) })
+	_, err = Open(root, Options{Size: testSize})
+	if err == nil || !strings.Contains(err.Error(), dir) || hint.Of(err) == "" {
+		t.Errorf("Open over copies: %v (hint %q), want an error naming %s, with a hint", err, hint.Of(err), dir)
+	}
+	if got := read(t, filepath.Join(dir, "benches/a/upper/f")); got != "kept" {
+		t.Errorf("after Open: got %q, want %q", got, "kept")
+	}
+}
