@@ -402,6 +402,22 @@ func (f *FS) removeDir(dir string) error {
 	return os.RemoveAll(dir)
 }
 
+// Flush commits what has been written to the uppers so far (syncfs). A btrfs snapshot commits the
+// writes not yet committed, so a Branch of an upper just written costs their writing (a snapshot of
+// 100,000 files just made: 0.28 s, against 3 ms once flushed): a caller that freezes a Bench for a
+// Branch flushes first, while it runs, and the freeze then holds only the writes after.
+func (f *FS) Flush() error {
+	d, err := openDir(f.dir)
+	if err != nil {
+		return fmt.Errorf("flush the uppers: %w", err)
+	}
+	defer unix.Close(d)
+	if err := unix.Syncfs(d); err != nil {
+		return fmt.Errorf("flush the uppers %s: %w", f.dir, err)
+	}
+	return nil
+}
+
 // reclaim has btrfs free the space of removed subvolumes now, in the background. btrfs drops a
 // deleted subvolume's extents in its cleaner thread, which it wakes at its periodic commit (30 s): a
 // Bench reset after it filled the uppers would see ENOSPC until then. BTRFS_IOC_SYNC commits and

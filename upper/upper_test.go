@@ -163,6 +163,9 @@ func TestBranch(t *testing.T) {
 		for i := range 10 {
 			dsts = append(dsts, fmt.Sprintf("benches/c%d", i))
 		}
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
 		if err := f.Branch("benches/a", dsts, false); err != nil {
 			t.Fatal(err)
 		}
