@@ -59,6 +59,9 @@ const (
 // is; plain directories without root or without btrfs in the kernel. It is a statfs when the uppers
 // are mounted already, and safe to call from two processes at once (they take a flock to mount).
 func Open(storeRoot string, opts Options) (*FS, error) {
+	if opts.Size < 0 {
+		return nil, fmt.Errorf("open the uppers of %s: size %d is negative", storeRoot, opts.Size)
+	}
 	dir := filepath.Join(storeRoot, dirName)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("make the uppers' directory %s: %w", dir, err)
@@ -170,7 +173,10 @@ func defaultSize(storeRoot string) int64 {
 // CoW says whether branches are btrfs snapshots (true) or copies.
 func (f *FS) CoW() bool { return f.cow }
 
-// Dir is the directory of upper name (it holds upper/ and work/). name must be valid (Check).
+// Dir is the directory of upper name (it holds upper/ and work/). name must be valid (Check): it
+// panics on one that is not, a caller's bug, since names are ids the supervisor makes. Names are
+// the caller's to keep unique: two Creates or Branches to one name at once fail, one or both, and
+// leave no half upper.
 func (f *FS) Dir(name string) string {
 	if err := Check(name); err != nil {
 		panic(err) // a caller's bug: names come from ids shed makes
@@ -367,7 +373,8 @@ func emptyDir(dir string) error {
 }
 
 // Remove removes the upper name and what a crash left of a change to it; removing what is not there
-// succeeds.
+// succeeds. An overlay still mounted on the upper keeps working on it (btrfs frees a removed
+// subvolume once nothing holds it): stop the Bench first.
 func (f *FS) Remove(name string) error {
 	dir, err := f.path(name)
 	if err != nil {
