@@ -69,9 +69,10 @@ bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Benc
 # At scale: gc of stores of 100,000 and 1,000,000 synthetic paths, made straight on disk (minutes, and about
 # 8 GB for the largest, in $$TMPDIR), one run each, and verify --check-contents of 100,000 paths against b3sum;
 # `make bench` runs the 10,000-path ones.
-bench-scale: build ## run the benchmarks at scale: gc of 100,000 and 1,000,000 paths, verify of 100,000 vs b3sum (docs/benchmarks.md)
+bench-scale: build ## run the benchmarks at scale: gc of 100,000 and 1,000,000 paths, verify of 100,000 vs b3sum, a snapshot of an upper of 1,000,000 files (docs/benchmarks.md)
 	SHED_BENCH_SCALE=1 $(GO) test -run '^$$' -bench '^BenchmarkGC(Files)?(10000|100000|1000000)$$' -benchmem -benchtime 1x -timeout 2h ./store
 	scripts/bench-verify.sh 100000
+	SHED_BENCH_SCALE=1 $(GO) test -run '^$$' -bench '^BenchmarkBranchFiles1000000$$' -benchtime 1x -timeout 30m ./upper
 
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

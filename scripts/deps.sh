@@ -15,7 +15,8 @@ set -euo pipefail
 # (started by the tests on loopback; the package's own service is not used); node and npm run the
 # real agent clients (the official MCP TypeScript SDK), which the tests install from npm into
 # /var/cache/toolshed-ci/npm. bash-completion, zsh and fish are the shells whose completion of shed
-# tests/completion_test.go drives.
+# tests/completion_test.go drives. btrfs-progs (mkfs.btrfs) makes the btrfs that branchable Benches'
+# uppers live in (package upper).
 need=()
 command -v make >/dev/null || need+=(make)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
@@ -35,6 +36,7 @@ command -v npm >/dev/null || need+=(npm)
 [ -f /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
 command -v zsh >/dev/null || need+=(zsh)
 command -v fish >/dev/null || need+=(fish)
+command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
 /usr/bin/python3 -c 'import setuptools' 2>/dev/null || need+=(python3-setuptools)
 /usr/bin/python3 -c 'import wheel' 2>/dev/null || need+=(python3-wheel)
 ls /usr/share/python-wheels/pip-*.whl >/dev/null 2>&1 || need+=(python3-pip-whl)

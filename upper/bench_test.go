@@ -192,3 +192,79 @@ func BenchmarkWrite(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBranchFiles1000000: a snapshot, a writable branch and a Remove of an upper holding a
+// million files (empty, 1000 a directory), which cost what they cost for an empty one on btrfs.
+// `make bench-scale` runs it (SHED_BENCH_SCALE=1): making the files takes minutes.
+func BenchmarkBranchFiles1000000(b *testing.B) {
+	needRoot(b)
+	if os.Getenv("SHED_BENCH_SCALE") == "" {
+		b.Skip("making a million files takes minutes: SHED_BENCH_SCALE=1 (make bench-scale) runs it")
+	}
+	files := 1000000
+	if n := os.Getenv("UPPER_FILES"); n != "" {
+		fmt.Sscan(n, &files)
+	}
+	f, _ := open(b, Options{Size: max(1<<30, int64(files)*4096)})
+	if err := f.Create("benches/src"); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	up := filepath.Join(f.Dir("benches/src"), "upper")
+	for d := 0; d < files/1000; d++ {
+		dir := filepath.Join(up, fmt.Sprint(d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < 1000; i++ {
+			w, err := unix.Openat(fd, fmt.Sprint(i), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			unix.Close(w)
+		}
+		unix.Close(fd)
+	}
+	b.Logf("made %d files in %v", files, time.Since(start))
+	// The first snapshot commits what was written and not yet synced: in a running Bench, its cost
+	// is that of the writes since the last commit, not of the files it holds. Flush does it before.
+	if os.Getenv("UPPER_FLUSH") != "" {
+		t0 := time.Now()
+		if err := f.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("Flush of %d files just made: %v", files, time.Since(t0))
+	}
+	t0 := time.Now()
+	if err := f.Branch("benches/src", []string{"snapshots/first"}, true); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("first snapshot, of %d files just made: %v", files, time.Since(t0))
+	for b.Loop() {
+		t0 := time.Now()
+		if err := f.Branch("benches/src", []string{"snapshots/s"}, true); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := f.Branch("benches/src", []string{"benches/b"}, false); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		for _, n := range []string{"snapshots/s", "benches/b"} {
+			if err := f.Remove(n); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t3 := time.Now()
+		b.ReportMetric(float64(t1.Sub(t0))/1e6, "ms/snapshot")
+		b.ReportMetric(float64(t2.Sub(t1))/1e6, "ms/branch")
+		b.ReportMetric(float64(t3.Sub(t2))/2e6, "ms/remove")
+		b.StopTimer()
+		f.reclaims.Wait()
+		b.StartTimer()
+	}
+}

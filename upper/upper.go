@@ -59,6 +59,9 @@ const (
 // is; plain directories without root or without btrfs in the kernel. It is a statfs when the uppers
 // are mounted already, and safe to call from two processes at once (they take a flock to mount).
 func Open(storeRoot string, opts Options) (*FS, error) {
+	if opts.Size < 0 {
+		return nil, fmt.Errorf("open the uppers of %s: size %d is negative", storeRoot, opts.Size)
+	}
 	dir := filepath.Join(storeRoot, dirName)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("make the uppers' directory %s: %w", dir, err)
@@ -85,6 +88,14 @@ func Open(storeRoot string, opts Options) (*FS, error) {
 	// Another process may have mounted it while this one waited.
 	if ok, err := isBtrfs(dir); err != nil || ok {
 		return &FS{dir: dir, cow: ok}, err
+	}
+	// Copies made there before (without btrfs-progs, say) would be hidden under the mount, and the
+	// Benches whose uppers they are would lose their files.
+	if ents, err := os.ReadDir(dir); err != nil {
+		return nil, fmt.Errorf("read the uppers' directory: %w", err)
+	} else if len(ents) > 0 {
+		return nil, hint.Wrap(fmt.Errorf("the uppers' directory %s holds %d entries made without btrfs (%s...): mounting the uppers' btrfs there would hide them", dir, len(ents), ents[0].Name()),
+			"remove the Benches and snapshots kept there, or move the directory aside")
 	}
 	img := filepath.Join(storeRoot, imageName)
 	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
@@ -162,7 +173,10 @@ func defaultSize(storeRoot string) int64 {
 // CoW says whether branches are btrfs snapshots (true) or copies.
 func (f *FS) CoW() bool { return f.cow }
 
-// Dir is the directory of upper name (it holds upper/ and work/). name must be valid (Check).
+// Dir is the directory of upper name (it holds upper/ and work/). name must be valid (Check): it
+// panics on one that is not, a caller's bug, since names are ids the supervisor makes. Names are
+// the caller's to keep unique: two Creates or Branches to one name at once fail, one or both, and
+// leave no half upper.
 func (f *FS) Dir(name string) string {
 	if err := Check(name); err != nil {
 		panic(err) // a caller's bug: names come from ids shed makes
@@ -295,10 +309,13 @@ func (f *FS) Branch(src string, dsts []string, readonly bool) error {
 	}
 	errs := make([]error, len(dirs))
 	var wg sync.WaitGroup
+	// At once, so that the snapshots share transaction commits; bounded, each holding a thread.
+	sem := make(chan struct{}, 32)
 	for i, d := range dirs {
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; wg.Done() }()
 			errs[i] = f.branch(s, part(d), readonly)
 		}()
 	}
@@ -356,7 +373,8 @@ func emptyDir(dir string) error {
 }
 
 // Remove removes the upper name and what a crash left of a change to it; removing what is not there
-// succeeds.
+// succeeds. An overlay still mounted on the upper keeps working on it (btrfs frees a removed
+// subvolume once nothing holds it): stop the Bench first.
 func (f *FS) Remove(name string) error {
 	dir, err := f.path(name)
 	if err != nil {
@@ -389,6 +407,22 @@ func (f *FS) removeDir(dir string) error {
 		}
 	}
 	return os.RemoveAll(dir)
+}
+
+// Flush commits what has been written to the uppers so far (syncfs). A btrfs snapshot commits the
+// writes not yet committed, so a Branch of an upper just written costs their writing (a snapshot of
+// 100,000 files just made: 0.28 s, against 3 ms once flushed): a caller that freezes a Bench for a
+// Branch flushes first, while it runs, and the freeze then holds only the writes after.
+func (f *FS) Flush() error {
+	d, err := openDir(f.dir)
+	if err != nil {
+		return fmt.Errorf("flush the uppers: %w", err)
+	}
+	defer unix.Close(d)
+	if err := unix.Syncfs(d); err != nil {
+		return fmt.Errorf("flush the uppers %s: %w", f.dir, err)
+	}
+	return nil
 }
 
 // reclaim has btrfs free the space of removed subvolumes now, in the background. btrfs drops a

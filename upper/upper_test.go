@@ -163,6 +163,9 @@ func TestBranch(t *testing.T) {
 		for i := range 10 {
 			dsts = append(dsts, fmt.Sprintf("benches/c%d", i))
 		}
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
 		if err := f.Branch("benches/a", dsts, false); err != nil {
 			t.Fatal(err)
 		}
@@ -624,5 +627,80 @@ func TestOpenInUserns(t *testing.T) {
 	}
 	if n := mounts(t, filepath.Join(root, dirName)); n != 0 {
 		t.Errorf("Open in a user namespace: %d mounts", n)
+	}
+}
+
+// TestOpenOverCopies: uppers made as copies in <root>/uppers (before btrfs-progs was installed) are not
+// hidden under a mount: Open refuses, naming the directory, with a hint, and they stay.
+func TestOpenOverCopies(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	f, err := Open(root, Options{copyOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Create("benches/a"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(f.Dir("benches/a"), "upper/f"), "kept")
+	dir := filepath.Join(root, dirName)
+	t.Cleanup(func() { unmount(t, dir) })
+	_, err = Open(root, Options{Size: testSize})
+	if err == nil || !strings.Contains(err.Error(), dir) || hint.Of(err) == "" {
+		t.Errorf("Open over copies: %v (hint %q), want an error naming %s, with a hint", err, hint.Of(err), dir)
+	}
+	if got := read(t, filepath.Join(dir, "benches/a/upper/f")); got != "kept" {
+		t.Errorf("after Open: got %q, want %q", got, "kept")
+	}
+}
+
+// TestRootOnBtrfs: a store whose root is on btrfs keeps its uppers as subvolumes there, with no image
+// and no mount of its own.
+func TestRootOnBtrfs(t *testing.T) {
+	needRoot(t)
+	outer, _ := open(t, Options{})
+	if err := outer.Create("host"); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(outer.Dir("host"), "store")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(root, Options{Size: testSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.CoW() {
+		t.Fatal("Open on btrfs: copies, want subvolumes")
+	}
+	if _, err := os.Lstat(filepath.Join(root, imageName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open on btrfs made %s (%v)", imageName, err)
+	}
+	if n := mounts(t, filepath.Join(root, dirName)); n != 0 {
+		t.Errorf("Open on btrfs: %d mounts at its uppers, want none", n)
+	}
+	if err := f.Create("benches/a"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(f.Dir("benches/a"), "upper/f"), "x")
+	if err := f.Branch("benches/a", []string{"snapshots/s"}, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"benches/a", "snapshots/s"} {
+		if ok, err := isSubvol(f.Dir(n)); !ok || err != nil {
+			t.Errorf("%s: subvolume %v, %v; want one", n, ok, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(f.Dir("snapshots/s"), "upper/f"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+		t.Errorf("write into a read-only snapshot: %v, want EROFS", err)
+	}
+	for _, n := range []string{"snapshots/s", "benches/a"} {
+		if err := f.Remove(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.reclaims.Wait()
+	if err := Unmount(root); err != nil {
+		t.Errorf("Unmount of a store on btrfs: %v", err)
 	}
 }
