@@ -55,6 +55,10 @@ func benchService(t testing.TB) *app.Service {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A small uppers' image: its default is preallocated from the disk's free space.
+	if err := st.UpdateConfig(func(c *store.Config) error { c.UppersSize = 512 << 20; return nil }); err != nil {
+		t.Fatal(err)
+	}
 	st.Close()
 	if _, _, err := trust.OpenKeys(root).Ensure("test-1"); err != nil {
 		t.Fatal(err)

@@ -209,8 +209,24 @@ func newRoot(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "root")
 	mustShed(t, root, "init")
+	smallUppers(t, root)
 	t.Cleanup(func() { unmountUppers(root) })
 	return root
+}
+
+// smallUppers gives a test's store a small uppers' image (config uppers_size): its default is
+// preallocated from the disk's free space, and the tests make many stores.
+func smallUppers(t testing.TB, root string) {
+	f, err := os.OpenFile(filepath.Join(root, "config.toml"), os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString("uppers_size = 536870912\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // unmountUppers detaches the uppers' filesystem a test's store may have mounted (its supervisor
@@ -250,7 +266,9 @@ func sharedRoot(t testing.TB) string {
 		out, err := exec.Command(shedBin, "--root", shared.root, "init").CombinedOutput()
 		if err != nil {
 			shared.err = fmt.Errorf("init: %v %s", err, out)
+			return
 		}
+		shared.err = os.WriteFile(filepath.Join(shared.root, "config.toml"), append(must(os.ReadFile(filepath.Join(shared.root, "config.toml"))), "uppers_size = 536870912\n"...), 0o600)
 	})
 	if shared.err != nil {
 		t.Fatal(shared.err)

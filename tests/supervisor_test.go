@@ -60,6 +60,9 @@ func daemonWith(t testing.TB, root string, flags ...string) (string, string) {
 	dir := fmt.Sprintf("/run/shed-test-%d-%d", os.Getpid(), daemonSeq.Add(1))
 	sock := filepath.Join(dir, "shed.sock")
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	if b, err := os.ReadFile(filepath.Join(root, "config.toml")); err == nil && !strings.Contains(string(b), "uppers_size") {
+		smallUppers(t, root)
+	}
 	cmd := exec.Command(shedBin, append([]string{"--root", root, "daemon", "--socket", sock}, flags...)...)
 	cmd.SysProcAttr = dieWithTests()
 	logPath := filepath.Join(t.TempDir(), "daemon.log")
