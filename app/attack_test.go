@@ -43,6 +43,12 @@ func TestMain(m *testing.M) {
 // an OCI image seed (no network), that alice may launch.
 func benchService(t testing.TB) *app.Service {
 	t.Helper()
+	return benchServiceSized(t, 512<<20)
+}
+
+// benchServiceSized is benchService whose uppers' image is uppers bytes.
+func benchServiceSized(t testing.TB, uppers int64) *app.Service {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: sandboxes, and the store is root-only (CI runs as root)")
 	}
@@ -56,7 +62,7 @@ func benchService(t testing.TB) *app.Service {
 		t.Fatal(err)
 	}
 	// A small uppers' image: its default is preallocated from the disk's free space.
-	if err := st.UpdateConfig(func(c *store.Config) error { c.UppersSize = 512 << 20; return nil }); err != nil {
+	if err := st.UpdateConfig(func(c *store.Config) error { c.UppersSize = uppers; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()

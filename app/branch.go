@@ -114,6 +114,15 @@ func (s *Service) pause(st *store.Store, rec *bench.Record) (*BenchStateResult, 
 		return nil, err
 	}
 	s.Detached.hold(rec.ID)
+	if fs, err := s.uppers(st); err == nil {
+		// On disk soon after the answer, not before it (docs/bench.md): the store is closed by then.
+		root := st.Root()
+		go func() {
+			if err := bench.Durable(root, fs); err != nil {
+				s.log().Warn("pause: sync to disk", "bench", rec.Name, "err", err)
+			}
+		}()
+	}
 	return &BenchStateResult{Bench: out.Name, ID: out.ID, State: "paused", Expires: out.Paused.Add(s.taskTTL()), Changed: true}, nil
 }
 

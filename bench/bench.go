@@ -525,8 +525,8 @@ func writeRecord(dir string, rec *Record) error {
 	if err != nil {
 		return fmt.Errorf("write bench record: %w", err)
 	}
-	if !rec.Keep && rec.Paused == nil {
-		// The record of a Bench that is not kept (or paused) describes a live process and a tmpfs upper: a crash
+	if !rec.Keep {
+		// The record of a Bench that is not kept describes a live process and a tmpfs upper: a crash
 		// ends both, and Sweep removes the directory. Durability would buy nothing, at an fsync of
 		// the store's disk per launch.
 		return atomicfile.Replace(filepath.Join(dir, "bench.json"), b, 0o600)

@@ -104,9 +104,11 @@ func lockRecord(dir string) (*os.File, error) {
 }
 
 // Pause freezes every process of the running Bench nameOrID (the cgroup freezer: they stay in
-// memory) and records it paused, durably: should its runner end while it is paused (the supervisor
-// stops, the host restarts), its processes are gone but its record and upper stay, and Resume
-// launches it again over the same upper. Pausing a paused Bench is a no-op.
+// memory) and records it paused: should its runner end while it is paused (the supervisor stops, the
+// host restarts), its processes are gone but its record and upper stay, and Resume launches it again
+// over the same upper. The record is written without waiting for the disk (an fsync would be most of
+// a pause): Durable, after the answer, makes it and the upper durable. Pausing a paused Bench is a
+// no-op.
 func Pause(s *store.Store, nameOrID string) (*Record, error) {
 	rec, err := find(s, nameOrID)
 	if err != nil {
@@ -194,6 +196,20 @@ func Park(s *store.Store, rec *Record) error {
 	return nil
 }
 
+// Durable writes to disk what a pause left in memory: the store's filesystem (the record) and the
+// uppers' (the upper's files).
+func Durable(storeRoot string, f *upper.FS) error {
+	d, err := os.Open(storeRoot)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := unix.Syncfs(int(d.Fd())); err != nil {
+		return err
+	}
+	return f.Flush()
+}
+
 // ErrNoRunner is a paused Bench whose processes are gone (its runner ended while it was paused).
 var ErrNoRunner = errors.New("the paused Bench's processes are gone; it is launched again over its upper")
 
@@ -206,6 +222,11 @@ func Branch(f *upper.FS, rec *Record, dsts []string, readonly bool) error {
 		return notBranchable(rec)
 	}
 	if rec.Running && rec.Paused == nil && rec.Pid > 0 {
+		// What it wrote so far is committed while it runs: the snapshot then commits only what it
+		// writes meanwhile, and the freeze lasts milliseconds, not the writing of its files.
+		if err := f.Flush(); err != nil {
+			return err
+		}
 		if err := sandbox.Freeze(rec.Pid); err != nil {
 			return fmt.Errorf("bench %s: freeze: %w", rec.Name, err)
 		}
