@@ -321,11 +321,8 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		w.st.Close()
 		return nil, err
 	}
-	var warm *sandbox.Pending
-	if workshop != "" {
-		warm = s.Pool.Take(workshop)
-	}
-	d := &detached{w: w, workshop: cmp.Or(workshop, req.Snapshot), life: life, onTimeout: req.OnTimeout, slot: sl, warm: warm, opts: opts}
+	// A warm init of the Workshop's, or a shared one (a snapshot's Bench: any init serves).
+	d := &detached{w: w, workshop: cmp.Or(workshop, req.Snapshot), life: life, onTimeout: req.OnTimeout, slot: sl, warm: s.Pool.Take(workshop), opts: opts}
 	handed = true
 	rec, expires, err := s.launchDetached(ctx, c, d)
 	if err != nil {
@@ -415,10 +412,7 @@ func (s *Service) launchDetached(ctx context.Context, c *Call, d *detached) (*be
 				return // paused, over whatever upper it has: a resume or rm deals with it
 			}
 			opts.Resume, opts.ID, opts.Reserved = true, id, nil
-			opts.Init = nil
-			if d.workshop != "" {
-				opts.Init = s.Pool.Take(d.workshop)
-			}
+			opts.Init = s.Pool.Take(d.workshop) // or a shared one
 			opts.Started = func(rec *bench.Record) { next.send(relaunched{rec: rec}) }
 			fail = func(err error) { next.send(relaunched{err: err}) }
 		}

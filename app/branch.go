@@ -200,7 +200,7 @@ func (s *Service) BenchResume(ctx context.Context, c *Call, req *BenchResumeRequ
 	if err != nil {
 		return nil, err
 	}
-	d := &detached{w: w, workshop: rec.Workshop, life: life, onTimeout: req.OnTimeout, opts: relaunchOptions(rec)}
+	d := &detached{w: w, workshop: rec.Workshop, life: life, onTimeout: req.OnTimeout, opts: relaunchOptions(rec), warm: s.Pool.Take("")}
 	out, expires, err := s.launchDetached(ctx, c, d)
 	if err != nil {
 		return nil, err
@@ -374,7 +374,8 @@ func (s *Service) BenchFork(ctx context.Context, c *Call, req *BenchForkRequest)
 		}
 		o := opts
 		o.ID, o.From = ids[i], "fork:"+parent.ID
-		d := &detached{w: &realized{r: w.r, st: w.st, plan: w.plan}, release: shared.release, workshop: parent.Workshop, life: life, slot: sl, opts: o}
+		d := &detached{w: &realized{r: w.r, st: w.st, plan: w.plan}, release: shared.release, workshop: parent.Workshop, life: life, slot: sl, opts: o,
+			warm: s.Pool.Take("")} // a shared warm init, while there are any
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
