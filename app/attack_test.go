@@ -49,6 +49,14 @@ func benchService(t testing.TB) *app.Service {
 // benchServiceSized is benchService whose uppers' image is uppers bytes.
 func benchServiceSized(t testing.TB, uppers int64) *app.Service {
 	t.Helper()
+	s, _ := benchServiceStop(t, uppers)
+	return s
+}
+
+// benchServiceStop is benchServiceSized, and what stops it as a supervisor stops: its Benches'
+// context ends, and it waits for them.
+func benchServiceStop(t testing.TB, uppers int64) (*app.Service, func()) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: sandboxes, and the store is root-only (CI runs as root)")
 	}
@@ -88,7 +96,7 @@ func benchServiceSized(t testing.TB, uppers int64) *app.Service {
 	if _, err := s.Do(ctx, operator, "realize", &app.RealizeRequest{Workshop: "bb"}); err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, func() { cancel(); d.Wait() }
 }
 
 // busyboxImage writes an OCI image layout at layout, tagged v1: one layer, a root with busybox and a

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -170,5 +171,59 @@ func TestSnapshotForkReset(t *testing.T) {
 	}
 	if out := b.sh(child, "cat /root/state"); out != "child\n" {
 		t.Errorf("the snapshot's Bench after its removal: %q", out)
+	}
+}
+
+// TestPausedOutlivesItsSupervisor: the supervisor stops while a Bench is paused (its Detached ends):
+// its processes go, none stays frozen, and its record and upper stay; a new supervisor lists it
+// paused, and a resume launches it again over the same upper with every file (relaunched).
+func TestPausedOutlivesItsSupervisor(t *testing.T) {
+	first, stopFirst := benchServiceStop(t, 512<<20)
+	who := &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}
+	b := &branching{t: t, s: first, who: who}
+	created := b.do("bench.create", &app.BenchCreateRequest{Workshop: "bb", Name: "sleeper"}).(*app.BenchCreateResult)
+	b.sh("sleeper", "echo kept > /root/file; (while :; do echo . >> /root/ticks; usleep 20000; done) >/dev/null 2>&1 &")
+	rec, err := bench.FindIn(filepath.Join(first.Root, "benches"), "sleeper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.do("bench.pause", &app.BenchPauseRequest{Bench: "sleeper"})
+
+	// The supervisor stops: its Benches' context ends and it waits for them.
+	stopFirst()
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", rec.Pid)); err == nil {
+		// Its pid namespace ends in moments once thawed; a frozen one never would.
+		deadline := time.Now().Add(5 * time.Second)
+		for err == nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			_, err = os.Stat(fmt.Sprintf("/proc/%d", rec.Pid))
+		}
+		if err == nil {
+			t.Fatalf("the paused Bench's init %d outlived its supervisor (frozen for ever?)", rec.Pid)
+		}
+	}
+
+	// A new supervisor of the same store.
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &app.Detached{Ctx: ctx}
+	second := &app.Service{Root: first.Root, Version: "test", Policy: first.Policy, Detached: d}
+	t.Cleanup(func() { cancel(); d.Wait() })
+	b.s = second
+	ls := b.do("bench.ls", &app.BenchListRequest{}).(*app.BenchListResult)
+	if len(ls.Benches) != 1 || ls.Benches[0].Paused == nil || ls.Benches[0].Running {
+		t.Fatalf("after a restart, bench ls: %+v", ls.Benches)
+	}
+	res := b.do("bench.resume", &app.BenchResumeRequest{Bench: "sleeper"}).(*app.BenchStateResult)
+	if !res.Relaunched || res.State != "running" || res.ID != created.ID {
+		t.Fatalf("resume after a restart: %+v", res)
+	}
+	if out := b.sh("sleeper", "cat /root/file"); out != "kept\n" {
+		t.Errorf("after the relaunch the file reads %q", out)
+	}
+	// Its processes did not come back: the ticks stopped at the pause.
+	ticks := b.sh("sleeper", "wc -c < /root/ticks")
+	time.Sleep(100 * time.Millisecond)
+	if again := b.sh("sleeper", "wc -c < /root/ticks"); again != ticks {
+		t.Errorf("a process of before the restart runs again (%s then %s bytes)", ticks, again)
 	}
 }
