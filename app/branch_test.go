@@ -13,6 +13,7 @@ import (
 
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/upper"
 )
 
 // branching drives one user's Benches through the typed operations.
@@ -174,9 +175,10 @@ func TestSnapshotForkReset(t *testing.T) {
 	}
 }
 
-// TestPausedOutlivesItsSupervisor: the supervisor stops while a Bench is paused (its Detached ends):
-// its processes go, none stays frozen, and its record and upper stay; a new supervisor lists it
-// paused, and a resume launches it again over the same upper with every file (relaunched).
+// TestPausedOutlivesItsSupervisor: the supervisor stops while a Bench is paused (its Detached ends),
+// and the uppers' filesystem is unmounted as a reboot would: its processes go, none stays frozen,
+// and its record and upper stay; a new supervisor lists it paused, and a resume mounts the uppers
+// again and launches it over the same upper with every file (relaunched).
 func TestPausedOutlivesItsSupervisor(t *testing.T) {
 	first, stopFirst := benchServiceStop(t, 512<<20)
 	who := &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}
@@ -191,6 +193,9 @@ func TestPausedOutlivesItsSupervisor(t *testing.T) {
 
 	// The supervisor stops: its Benches' context ends and it waits for them.
 	stopFirst()
+	if err := upper.Unmount(first.Root); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", rec.Pid)); err == nil {
 		// Its pid namespace ends in moments once thawed; a frozen one never would.
 		deadline := time.Now().Add(5 * time.Second)
@@ -225,5 +230,85 @@ func TestPausedOutlivesItsSupervisor(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if again := b.sh("sleeper", "wc -c < /root/ticks"); again != ticks {
 		t.Errorf("a process of before the restart runs again (%s then %s bytes)", ticks, again)
+	}
+}
+
+// TestBranchingUnderAttack: a fork storm past the user's --user-benches is refused whole (no child
+// made, no slot held after); gc running during forks and snapshots collects nothing they use (the
+// children run, the store verifies); a fork of a paused parent works (E2B answers 409) and leaves it
+// paused.
+func TestBranchingUnderAttack(t *testing.T) {
+	s := benchService(t)
+	s.UserBenches = 4
+	b := &branching{t: t, s: s, who: &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}}
+	parent := b.create(&app.BenchCreateRequest{Workshop: "bb", Name: "storm"})
+	b.sh(parent, "echo x > /root/x")
+	_, err := s.Do(context.Background(), b.who, "bench.fork", &app.BenchForkRequest{Bench: parent, Count: 4})
+	if app.Classify(err).Code != app.CodeDenied {
+		t.Fatalf("a fork of 4 with 1 of 4 Benches: %v, want denied", err)
+	}
+	ls := b.do("bench.ls", &app.BenchListRequest{}).(*app.BenchListResult)
+	if len(ls.Benches) != 1 {
+		t.Fatalf("after the refused fork: %d Benches", len(ls.Benches))
+	}
+	// Three fit; the slots of the refusal were not kept.
+	operator := &app.Call{Caller: &app.Caller{User: "root", Role: app.Operator, Dir: "/"}}
+	stop := make(chan struct{})
+	gcDone := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				gcDone <- nil
+				return
+			default:
+			}
+			if _, err := s.Do(context.Background(), operator, "gc", &app.GCRequest{}); err != nil {
+				gcDone <- err
+				return
+			}
+		}
+	}()
+	fork := b.do("bench.fork", &app.BenchForkRequest{Bench: parent, Count: 3}).(*app.BenchForkResult)
+	snap := b.do("snapshot.create", &app.SnapshotCreateRequest{Bench: parent}).(*app.SnapshotInfo)
+	close(stop)
+	if err := <-gcDone; err != nil {
+		t.Fatalf("gc during the fork: %v", err)
+	}
+	for _, c := range fork.Children {
+		if c.Error != "" {
+			t.Fatalf("a child: %s", c.Error)
+		}
+		if out := b.sh(c.Bench, "cat /root/x"); out != "x\n" {
+			t.Errorf("child %s reads %q", c.Bench, out)
+		}
+	}
+	if _, err := s.Do(context.Background(), operator, "store.verify", &app.VerifyRequest{}); err != nil {
+		t.Errorf("store verify after gc during forks: %v", err)
+	}
+	// gc keeps what the snapshot needs, with no Bench of it running.
+	for _, c := range fork.Children {
+		b.do("bench.rm", &app.BenchRemoveRequest{Benches: []string{c.Bench}})
+	}
+	b.do("bench.rm", &app.BenchRemoveRequest{Benches: []string{parent}})
+	if _, err := s.Do(context.Background(), operator, "gc", &app.GCRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	again := b.create(&app.BenchCreateRequest{Snapshot: snap.ID})
+	if out := b.sh(again, "cat /root/x"); out != "x\n" {
+		t.Errorf("a Bench of the snapshot after gc reads %q", out)
+	}
+
+	// A paused parent forks, and stays paused.
+	b.do("bench.pause", &app.BenchPauseRequest{Bench: again})
+	kid := b.do("bench.fork", &app.BenchForkRequest{Bench: again}).(*app.BenchForkResult)
+	if len(kid.Children) != 1 || kid.Children[0].Error != "" {
+		t.Fatalf("fork of a paused parent: %+v", kid)
+	}
+	if out := b.sh(kid.Children[0].Bench, "cat /root/x"); out != "x\n" {
+		t.Errorf("the paused parent's child reads %q", out)
+	}
+	if _, err := s.Do(context.Background(), b.who, "bench.exec", &app.BenchExecRequest{Bench: again, Shell: "true", Capture: true}); !errors.Is(err, bench.ErrPaused) {
+		t.Errorf("the parent after the fork: %v, want still paused", err)
 	}
 }
