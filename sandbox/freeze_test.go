@@ -3,9 +3,12 @@ package sandbox_test
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -310,4 +313,60 @@ func descendantsOf(pid int) []int {
 		}
 	}
 	return out
+}
+
+// TestSweepThawsOrphan: a frozen freezer that nobody holds (its creator and the sandbox's init both
+// died) is thawed by Sweep, so that its tasks, killed but frozen, die, and it is removed.
+func TestSweepThawsOrphan(t *testing.T) {
+	requireRoot(t)
+	parent := "/sys/fs/cgroup/freezer/toolshed"
+	if _, err := os.Stat("/sys/fs/cgroup/freezer"); err != nil {
+		t.Skip("no cgroup v1 freezer hierarchy") // the unified hierarchy's freezer lets SIGKILL through
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var id [8]byte
+	rand.Read(id[:])
+	dir := filepath.Join(parent, hex.EncodeToString(id[:]))
+	sleep := exec.Command("sleep", "1000")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleep.Process.Kill()
+	// Made under the parent's shared lock until it has its task, as a sandbox's is (TestSweepKeepsBusyCgroup).
+	lk, err := os.Open(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(lk.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(dir)
+	defer os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	lk.Close()
+	if err := os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("FROZEN"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for state := ""; state != "FROZEN"; time.Sleep(time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(dir, "freezer.state"))
+		state = strings.TrimSpace(string(b))
+	}
+	sleep.Process.Kill() // pending: a frozen task does not die
+	time.Sleep(100 * time.Millisecond)
+	if _, err := sandbox.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		b, _ := os.ReadFile(filepath.Join(dir, "freezer.state"))
+		t.Errorf("%s after Sweep: %v (state %s), want it thawed and removed", dir, err, b)
+		os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0) // else Wait waits for ever
+	}
+	sleep.Wait()
 }
