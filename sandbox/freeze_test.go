@@ -109,7 +109,7 @@ func TestFreezeKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0) // let the test end
+		thawDir(dir) // let the test end
 		t.Fatal("Wait of a frozen sandbox whose init was killed did not return in 10 s")
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -192,18 +192,21 @@ func TestFreezeCreatorKilled(t *testing.T) {
 	}
 	var freezer string
 	for _, d := range dirs {
-		if strings.Contains(d, "/freezer/") {
+		if isFreezer(d) {
 			freezer = d
 		}
 	}
+	if freezer == "" {
+		t.Fatalf("no freezer among the sandbox's cgroups %q", dirs)
+	}
 	// Whatever happens, thaw it at the end so that no test run leaves a frozen pid namespace.
-	defer os.WriteFile(filepath.Join(freezer, "freezer.state"), []byte("THAWED"), 0)
+	defer thawDir(freezer)
 	pids := descendantsOf(initPid)
 	if len(pids) < 4 { // init, sh's exec'd sleep, two sleeps
 		t.Fatalf("sandbox processes %v, want init and 3", pids)
 	}
-	if state, _ := os.ReadFile(filepath.Join(freezer, "freezer.state")); strings.TrimSpace(string(state)) != "FROZEN" {
-		t.Fatalf("%s is %q, want FROZEN", freezer, state)
+	if state := freezerState(freezer); state != "FROZEN" && state != "frozen 1" {
+		t.Fatalf("%s is %q, want it frozen", freezer, state)
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
@@ -283,13 +286,40 @@ func size(t *testing.T, p string) int64 {
 	return fi.Size()
 }
 
-// freezerDir is the v1 freezer cgroup of a command of the sandbox of init's pid.
+// isFreezer tells a Pausable sandbox's freezer cgroup from its others: v1's freezer hierarchy, or
+// the unified one's name ending in "p".
+func isFreezer(dir string) bool {
+	return strings.Contains(dir, "/freezer/") || !strings.Contains(strings.TrimPrefix(dir, "/sys/fs/cgroup/"), "/toolshed/") && strings.HasSuffix(dir, "p")
+}
+
+// freezerState is v1's freezer.state or v2's "frozen N" line of cgroup.events.
+func freezerState(dir string) string {
+	if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "frozen ") {
+			return l
+		}
+	}
+	return ""
+}
+
+// thawDir thaws the freezer cgroup dir, v1 or v2.
+func thawDir(dir string) {
+	if os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0) != nil {
+		os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0)
+	}
+}
+
+// freezerDir is the freezer cgroup of a command of the sandbox of init's pid.
 func freezerDir(t *testing.T, initPid int) string {
 	t.Helper()
 	for _, p := range descendantsOf(initPid)[1:] {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p))
 		for _, d := range cgroupsIn(string(b)) {
-			if strings.Contains(d, "/freezer/") {
+			if isFreezer(d) {
 				return d
 			}
 		}
