@@ -36,8 +36,10 @@ const freezeTimeout = 5 * time.Second
 
 // Freeze stops every process of the running sandbox whose init's host pid is initPid (the command
 // and all it started; init itself keeps running) and returns once all are frozen. Idempotent.
-// ErrNoFreezer for a sandbox started without Pausable (or rootless). If they are not all frozen
-// within freezeTimeout it thaws them again and says which state it saw.
+// ErrNoFreezer for a sandbox started without Pausable (or rootless), ErrNotRunning once its init is
+// gone. If they are not all frozen within freezeTimeout it thaws them again and says which state it
+// saw. Call it from the process that started the sandbox (the supervisor): its watcher, which thaws
+// the sandbox should its init be killed while frozen, lives in the caller.
 func Freeze(initPid int) error {
 	dir, v2, err := freezerOf(initPid)
 	if err != nil {
@@ -97,7 +99,13 @@ func freezerOf(initPid int) (dir string, v2 bool, err error) {
 	if rootless() {
 		return "", false, ErrNoFreezer
 	}
-	for _, line := range strings.Split(commandCgroup(initPid), "\n") {
+	cg := commandCgroup(initPid)
+	if cg == "" {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(initPid)); errors.Is(err, os.ErrNotExist) {
+			return "", false, fmt.Errorf("sandbox of init %d: %w", initPid, ErrNotRunning)
+		}
+	}
+	for _, line := range strings.Split(cg, "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/"+cgroupParent+"/") || strings.Contains(parts[2], "..") {
 			continue

@@ -131,6 +131,9 @@ func TestFreezeNotPausable(t *testing.T) {
 		}
 		c.stdin.Close()
 		c.p.Wait()
+		if err := sandbox.Freeze(c.p.Pid); !errors.Is(err, sandbox.ErrNotRunning) {
+			t.Errorf("Freeze of an ended sandbox: %v, want ErrNotRunning", err)
+		}
 	}
 }
 
@@ -210,15 +213,18 @@ func TestFreezeCreatorKilled(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	deadline := time.Now().Add(5 * time.Second)
+	killed := time.Now()
+	deadline := killed.Add(5 * time.Second)
 	for {
 		var left []string
 		for _, p := range pids {
-			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); err == nil {
+			// A zombie is dead: init, orphaned, waits to be reaped by the host's init.
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); err == nil && !strings.Contains(string(st), ") Z ") {
 				left = append(left, string(st))
 			}
 		}
 		if len(left) == 0 {
+			t.Logf("the sandbox was dead %v after its creator's kill", time.Since(killed))
 			break
 		}
 		if time.Now().After(deadline) {
