@@ -183,18 +183,34 @@ func watchFrozen(initPid int, dir string, v2 bool) {
 		return
 	}
 	go func() {
-		defer watching.Delete(dir)
 		for {
-			time.Sleep(20 * time.Millisecond)
-			if frozen, state, err := readFrozen(dir, v2); err != nil || !frozen && state != "FREEZING" {
-				return // thawed, or gone
+			watchUntilThawed(initPid, dir, v2)
+			watching.Delete(dir)
+			// A Freeze between the last read and the Delete found this watcher busy and left the
+			// watch to it: go on if the sandbox is frozen again.
+			if frozen, _, err := readFrozen(dir, v2); err != nil || !frozen {
+				return
 			}
-			if exiting(initPid) {
-				_ = thaw(dir, v2)
+			if _, busy := watching.LoadOrStore(dir, true); busy {
 				return
 			}
 		}
 	}()
+}
+
+// watchUntilThawed returns once the freezer dir is thawed (or gone), thawing it itself if the
+// sandbox's init is exiting first.
+func watchUntilThawed(initPid int, dir string, v2 bool) {
+	for {
+		time.Sleep(20 * time.Millisecond)
+		if frozen, state, err := readFrozen(dir, v2); err != nil || !frozen && state != "FREEZING" {
+			return
+		}
+		if exiting(initPid) {
+			_ = thaw(dir, v2)
+			return
+		}
+	}
 }
 
 // pfExiting is the kernel's PF_EXITING task flag: the task is in exit.
