@@ -45,29 +45,37 @@ func Freeze(initPid int) error {
 	if err != nil {
 		return err
 	}
-	file, value := freezerFile(v2, true)
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+	if err := freeze(dir, v2, freezeTimeout); err != nil {
 		return fmt.Errorf("freeze sandbox %d: %w", initPid, err)
 	}
-	deadline := time.Now().Add(freezeTimeout)
+	watchFrozen(initPid, dir, v2)
+	return nil
+}
+
+// freeze freezes the freezer cgroup dir and waits, at most timeout, until all its tasks are frozen;
+// after that it thaws it again.
+func freeze(dir string, v2 bool, timeout time.Duration) error {
+	file, value := freezerFile(v2, true)
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
 	for wait := 20 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
 		frozen, state, err := readFrozen(dir, v2)
 		if err != nil {
 			_ = thaw(dir, v2)
-			return fmt.Errorf("freeze sandbox %d: %w", initPid, err)
+			return err
 		}
 		if frozen {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
 			_ = thaw(dir, v2)
-			return fmt.Errorf("freeze sandbox %d: %s still says %q after %v; thawed it again: a process of it may be in an uninterruptible sleep (ps -o pid,stat,wchan)",
-				initPid, filepath.Join(dir, file), state, freezeTimeout)
+			return fmt.Errorf("%s still says %q after %v; thawed it again: a process of it may be in an uninterruptible sleep (ps -o pid,stat,wchan)",
+				filepath.Join(dir, file), state, timeout)
 		}
 		time.Sleep(wait)
 	}
-	watchFrozen(initPid, dir, v2)
-	return nil
 }
 
 // Thaw lets every process of the sandbox of init's host pid initPid run again. Idempotent.
