@@ -101,6 +101,23 @@ func Frozen(initPid int) (bool, error) {
 	return frozen, err
 }
 
+// Kill SIGKILLs the sandbox of init's host pid initPid: its init, which takes every process of the pid
+// namespace with it, and, for a Pausable sandbox, thaws its freezer, so that a frozen one dies too
+// whoever froze it (Freeze's watcher does it only in the process that called Freeze). Use it, not a
+// bare kill of init, where a sandbox may be frozen.
+func Kill(initPid int) error {
+	dir, v2, ferr := freezerOf(initPid) // found from init's children: before they die
+	if err := unix.Kill(initPid, unix.SIGKILL); err != nil {
+		return fmt.Errorf("kill sandbox %d: %w", initPid, err)
+	}
+	if ferr == nil {
+		// After the kill: the tasks, thawed, meet the SIGKILL of the pid namespace's end, and none
+		// runs on in between.
+		_ = thaw(dir, v2)
+	}
+	return nil
+}
+
 // freezerOf finds the freezer cgroup of the sandbox of init's host pid initPid from a command init
 // runs (as commandCgroup does): the v1 freezer hierarchy's, or a Pausable one of the unified.
 func freezerOf(initPid int) (dir string, v2 bool, err error) {

@@ -117,6 +117,46 @@ func TestFreezeKilled(t *testing.T) {
 	}
 }
 
+// TestKillFrozen: Kill ends a sandbox that another process froze (here: the freezer written directly,
+// so no watcher of Freeze's runs).
+func TestKillFrozen(t *testing.T) {
+	requireRoot(t)
+	spec, _ := writableSpec(t, "sh", "-c", counterScript)
+	spec.Pausable = true
+	c := startControlled(t, spec)
+	dir := freezerDir(t, c.p.Pid)
+	defer thawDir(dir)
+	file, value := "freezer.state", "FROZEN"
+	if !strings.Contains(dir, "/freezer/") {
+		file, value = "cgroup.freeze", "1"
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if s := freezerState(dir); s == "FROZEN" || s == "frozen 1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not freeze: %s", dir, freezerState(dir))
+		}
+	}
+	if err := sandbox.Kill(c.p.Pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := c.p.Wait(); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		thawDir(dir)
+		t.Fatal("Wait of a frozen sandbox after Kill did not return in 10 s")
+	}
+}
+
 func TestFreezeNotPausable(t *testing.T) {
 	requireRoot(t)
 	for _, account := range []bool{false, true} {
