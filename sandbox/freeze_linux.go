@@ -23,7 +23,7 @@ import (
 //     of it that it was given, then exits (armThaw);
 //   - init is killed while the creator lives (a Bench's kill, ctx): the pid namespace's teardown
 //     waits for the frozen tasks for ever, and the creator's Wait with it; Freeze's watcher thaws the
-//     freezer as soon as init is exiting (watchFrozen);
+//     freezer as soon as init is exiting (watchFrozen), and Kill thaws it after its SIGKILL;
 //   - both die: Sweep thaws a freezer whose creator is gone before it removes it.
 
 // pausableSuffix ends the name of a Pausable sandbox's cgroup in the unified hierarchy, where every
