@@ -18,6 +18,7 @@ import (
 //	busybox-tmpfs-upper   same with the upper on a tmpfs of the caller's, as the floor has it
 //	tmpfs-upper-internal  same with Root.UpperTmpfs: the tmpfs is init's own
 //	bench-profile         tmpfs-upper-internal with a Control socket, as Benches run
+//	bench-pausable        bench-profile, Pausable: its freezer cgroup's mkdir and rmdir
 //	glibc-tmpfs-upper     /usr/bin/true of the host (dynamic, like Debian's) in a third lower
 //
 // Each iteration is a whole launch: Run returns after every process of the sandbox is gone.
@@ -30,12 +31,14 @@ func BenchmarkRunTrue(b *testing.B) {
 		tmpfsUpper    bool
 		internalTmpfs bool
 		bench         bool
+		pausable      bool
 	}{
-		{"busybox", false, false, false, false},
-		{"busybox-tmpfs-upper", false, true, false, false},
-		{"tmpfs-upper-internal", false, false, true, false},
-		{"bench-profile", false, false, true, true},
-		{"glibc-tmpfs-upper", true, true, false, false},
+		{"busybox", false, false, false, false, false},
+		{"busybox-tmpfs-upper", false, true, false, false, false},
+		{"tmpfs-upper-internal", false, false, true, false, false},
+		{"bench-profile", false, false, true, true, false},
+		{"bench-pausable", false, false, true, true, true},
+		{"glibc-tmpfs-upper", true, true, false, false, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			lowers, argv := busyboxLowers(b), "/bin/true"
@@ -59,6 +62,7 @@ func BenchmarkRunTrue(b *testing.B) {
 			if c.bench {
 				spec.Control = filepath.Join(b.TempDir(), "control.sock")
 			}
+			spec.Pausable = c.pausable
 			ctx := context.Background()
 			// The first Start of a process makes the sealed handle of the binary (BenchmarkSealedSelf).
 			if code, err := sandbox.Run(ctx, spec, sandbox.Stdio{}); err != nil || code != 0 {

@@ -23,7 +23,7 @@ import (
 //     of it that it was given, then exits (armThaw);
 //   - init is killed while the creator lives (a Bench's kill, ctx): the pid namespace's teardown
 //     waits for the frozen tasks for ever, and the creator's Wait with it; Freeze's watcher thaws the
-//     freezer as soon as init is exiting (watchFrozen);
+//     freezer as soon as init is exiting (watchFrozen), and Kill thaws it after its SIGKILL;
 //   - both die: Sweep thaws a freezer whose creator is gone before it removes it.
 
 // pausableSuffix ends the name of a Pausable sandbox's cgroup in the unified hierarchy, where every
@@ -36,36 +36,46 @@ const freezeTimeout = 5 * time.Second
 
 // Freeze stops every process of the running sandbox whose init's host pid is initPid (the command
 // and all it started; init itself keeps running) and returns once all are frozen. Idempotent.
-// ErrNoFreezer for a sandbox started without Pausable (or rootless). If they are not all frozen
-// within freezeTimeout it thaws them again and says which state it saw.
+// ErrNoFreezer for a sandbox started without Pausable (or rootless), ErrNotRunning once its init is
+// gone. If they are not all frozen within freezeTimeout it thaws them again and says which state it
+// saw. Call it from the process that started the sandbox (the supervisor): its watcher, which thaws
+// the sandbox should its init be killed while frozen, lives in the caller.
 func Freeze(initPid int) error {
 	dir, v2, err := freezerOf(initPid)
 	if err != nil {
 		return err
 	}
-	file, value := freezerFile(v2, true)
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+	if err := freeze(dir, v2, freezeTimeout); err != nil {
 		return fmt.Errorf("freeze sandbox %d: %w", initPid, err)
 	}
-	deadline := time.Now().Add(freezeTimeout)
+	watchFrozen(initPid, dir, v2)
+	return nil
+}
+
+// freeze freezes the freezer cgroup dir and waits, at most timeout, until all its tasks are frozen;
+// after that it thaws it again.
+func freeze(dir string, v2 bool, timeout time.Duration) error {
+	file, value := freezerFile(v2, true)
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
 	for wait := 20 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
 		frozen, state, err := readFrozen(dir, v2)
 		if err != nil {
 			_ = thaw(dir, v2)
-			return fmt.Errorf("freeze sandbox %d: %w", initPid, err)
+			return err
 		}
 		if frozen {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
 			_ = thaw(dir, v2)
-			return fmt.Errorf("freeze sandbox %d: %s still says %q after %v; thawed it again: a process of it may be in an uninterruptible sleep (ps -o pid,stat,wchan)",
-				initPid, filepath.Join(dir, file), state, freezeTimeout)
+			return fmt.Errorf("%s still says %q after %v; thawed it again: a process of it may be in an uninterruptible sleep (ps -o pid,stat,wchan)",
+				filepath.Join(dir, file), state, timeout)
 		}
 		time.Sleep(wait)
 	}
-	watchFrozen(initPid, dir, v2)
-	return nil
 }
 
 // Thaw lets every process of the sandbox of init's host pid initPid run again. Idempotent.
@@ -91,13 +101,36 @@ func Frozen(initPid int) (bool, error) {
 	return frozen, err
 }
 
+// Kill SIGKILLs the sandbox of init's host pid initPid: its init, which takes every process of the pid
+// namespace with it, and, for a Pausable sandbox, thaws its freezer, so that a frozen one dies too
+// whoever froze it (Freeze's watcher does it only in the process that called Freeze). Use it, not a
+// bare kill of init, where a sandbox may be frozen.
+func Kill(initPid int) error {
+	dir, v2, ferr := freezerOf(initPid) // found from init's children: before they die
+	if err := unix.Kill(initPid, unix.SIGKILL); err != nil {
+		return fmt.Errorf("kill sandbox %d: %w", initPid, err)
+	}
+	if ferr == nil {
+		// After the kill: the tasks, thawed, meet the SIGKILL of the pid namespace's end, and none
+		// runs on in between.
+		_ = thaw(dir, v2)
+	}
+	return nil
+}
+
 // freezerOf finds the freezer cgroup of the sandbox of init's host pid initPid from a command init
 // runs (as commandCgroup does): the v1 freezer hierarchy's, or a Pausable one of the unified.
 func freezerOf(initPid int) (dir string, v2 bool, err error) {
 	if rootless() {
 		return "", false, ErrNoFreezer
 	}
-	for _, line := range strings.Split(commandCgroup(initPid), "\n") {
+	cg := commandCgroup(initPid)
+	if cg == "" {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(initPid)); errors.Is(err, os.ErrNotExist) {
+			return "", false, fmt.Errorf("sandbox of init %d: %w", initPid, ErrNotRunning)
+		}
+	}
+	for _, line := range strings.Split(cg, "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/"+cgroupParent+"/") || strings.Contains(parts[2], "..") {
 			continue
@@ -175,18 +208,34 @@ func watchFrozen(initPid int, dir string, v2 bool) {
 		return
 	}
 	go func() {
-		defer watching.Delete(dir)
 		for {
-			time.Sleep(20 * time.Millisecond)
-			if frozen, state, err := readFrozen(dir, v2); err != nil || !frozen && state != "FREEZING" {
-				return // thawed, or gone
+			watchUntilThawed(initPid, dir, v2)
+			watching.Delete(dir)
+			// A Freeze between the last read and the Delete found this watcher busy and left the
+			// watch to it: go on if the sandbox is frozen again.
+			if frozen, _, err := readFrozen(dir, v2); err != nil || !frozen {
+				return
 			}
-			if exiting(initPid) {
-				_ = thaw(dir, v2)
+			if _, busy := watching.LoadOrStore(dir, true); busy {
 				return
 			}
 		}
 	}()
+}
+
+// watchUntilThawed returns once the freezer dir is thawed (or gone), thawing it itself if the
+// sandbox's init is exiting first.
+func watchUntilThawed(initPid int, dir string, v2 bool) {
+	for {
+		time.Sleep(20 * time.Millisecond)
+		if frozen, state, err := readFrozen(dir, v2); err != nil || !frozen && state != "FREEZING" {
+			return
+		}
+		if exiting(initPid) {
+			_ = thaw(dir, v2)
+			return
+		}
+	}
 }
 
 // pfExiting is the kernel's PF_EXITING task flag: the task is in exit.

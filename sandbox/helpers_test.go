@@ -56,6 +56,8 @@ func runHelper(mode string) int {
 		// A sandbox with cgroups, for TestSweep to SIGKILL this process under.
 		spec.Argv = []string{"sh", "-c", "cat /proc/self/cgroup; echo ready; exec sleep 1000"}
 		spec.Limits = sandbox.Limits{MemoryBytes: 64 << 20, Pids: 16}
+	case "frozen-sleep":
+		return runFrozenHelper(spec) // TestFreezeCreatorKilled
 	case "tty":
 		// Run by TestNoControllingTerminal on a terminal that is this process's controlling terminal.
 		spec.Argv = []string{"sh", "-c", `/run/probe tiocsti; echo "tty_nr=$(cut -d' ' -f7 /proc/self/stat)"`}

@@ -100,11 +100,26 @@ type initBind struct {
 	File   bool // the source is not a directory: the target is created as an empty file
 }
 
+// isInit reports whether this process is a sandbox's init.
+func isInit() bool {
+	return len(os.Args) > 0 && os.Args[0] == initArg0 && os.Getenv(initEnv) == "1"
+}
+
+// A sandbox's init runs on the process's main thread, the one that was executed: the parent-death
+// signal is a thread's own (the runtime's other threads start without one), and only that thread has
+// the one Prestart set before execve, which armThaw and asSandboxRoot set again. Locked in an init
+// function, the main goroutine stays on the main thread into main (runtime.LockOSThread).
+func init() {
+	if isInit() {
+		runtime.LockOSThread()
+	}
+}
+
 // Init must be the first statement of main() in every binary that uses this package. When the process
 // is a sandbox's init (re-executed by Start), Init runs the sandbox and never returns; otherwise it
 // returns at once.
 func Init() {
-	if len(os.Args) == 0 || os.Args[0] != initArg0 || os.Getenv(initEnv) != "1" {
+	if !isInit() {
 		return
 	}
 	// Some of init's work is per thread (no_new_privs, the keyring, the seccomp filter, the fsuid,
@@ -249,6 +264,10 @@ func runInit() int {
 // takes the sandbox with it. kill(-1) first, so that nothing of the sandbox runs again after its
 // parent is gone; the thaw then lets the killed tasks die.
 func armThaw(freezer int, thawed string) *SetupError {
+	if unix.Gettid() != unix.Getpid() {
+		// Another thread's signal would leave the main thread's SIGKILL in force (see init).
+		return &SetupError{Op: "prctl", Detail: "set the parent-death signal: init is not on its main thread", Err: unix.EINVAL}
+	}
 	gone := make(chan os.Signal, 1)
 	signal.Notify(gone, sigParentGone)
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(sigParentGone), 0, 0, 0); err != nil {

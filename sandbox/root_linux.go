@@ -127,10 +127,10 @@ func createAs(fs int, base uint32) *SetupError {
 // to the one in force before (SIGKILL, or armThaw's). (Should the parent die in between, init finds
 // its sync socket closed when it waits for "go".)
 func asSandboxRoot(base uint32, fn func() *SetupError) *SetupError {
-	deathSig := int(unix.SIGKILL)
-	_ = unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&deathSig)), 0, 0, 0)
-	if deathSig == 0 {
-		deathSig = int(unix.SIGKILL)
+	var deathSig int32
+	// Syscall, not Prctl: the pointer must stay valid until the kernel writes through it.
+	if _, _, e := unix.Syscall(unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&deathSig)), 0); e != 0 || deathSig == 0 {
+		deathSig = int32(unix.SIGKILL)
 	}
 	_ = unix.Setfsuid(int(base))
 	_ = unix.Setfsgid(int(base))

@@ -508,7 +508,8 @@ func TestBenchFDs(t *testing.T) {
 				target == "/dev/null", strings.HasPrefix(target, "/dev/pts/"):
 			case p == pid && cgroupProcs.MatchString(target):
 				// init holds its Bench's own cgroups' cgroup.procs, write-only, to place each command it
-				// starts in them (sandbox/cgroup_linux.go); it is not dumpable, and no command holds one.
+				// starts in them (sandbox/cgroup_linux.go), and a Pausable one's freezer file, to thaw it
+				// (sandbox/freeze_linux.go); it is not dumpable, and no command holds one.
 				info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", p, fd.Name()))
 				if m := regexp.MustCompile(`(?m)^flags:\s+([0-7]+)$`).FindSubmatch(info); m == nil || !strings.HasSuffix(string(m[1]), "1") {
 					t.Errorf("init's fd %s → %s is not write-only:\n%s", fd.Name(), target, info)
@@ -520,8 +521,10 @@ func TestBenchFDs(t *testing.T) {
 	}
 }
 
-// cgroupProcs is the cgroup.procs of a sandbox's own cgroup, in any v1 hierarchy or in v2.
-var cgroupProcs = regexp.MustCompile(`^/sys/fs/cgroup/([a-z,_]+/)?toolshed/[0-9a-f]{16}/cgroup\.procs$`)
+// cgroupProcs is the cgroup.procs of a sandbox's own cgroup, in any v1 hierarchy or in v2, and the
+// file of a Pausable sandbox's freezer that init thaws it through should shed die (v1 freezer.state,
+// v2 cgroup.freeze of a cgroup whose name ends in "p").
+var cgroupProcs = regexp.MustCompile(`^/sys/fs/cgroup/(([a-z,_]+/)?toolshed/[0-9a-f]{16}/cgroup\.procs|freezer/toolshed/[0-9a-f]{16}/freezer\.state|toolshed/[0-9a-f]{16}p/cgroup\.(procs|freeze))$`)
 
 // descendants returns pid and its descendants (host pids).
 func descendants(pid int) []int {
