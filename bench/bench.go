@@ -392,7 +392,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if opts.Init != nil {
 		// A pre-started init lives by the context it was started with (a warm pool's is the
 		// supervisor's): this Bench's context ends it too, as it does one started here.
-		stop := context.AfterFunc(ctx, func() { unix.Kill(p.Pid, unix.SIGKILL) })
+		stop := context.AfterFunc(ctx, func() { sandbox.Kill(p.Pid) })
 		defer stop()
 	}
 	rec.Pid = p.Pid
@@ -405,7 +405,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if err := writeRecord(dir, rec); err != nil {
 		// A Bench without its record could be neither found nor stopped (ls, exec, propose, rm): it
 		// does not run. Its init dies, and the pid namespace with it.
-		unix.Kill(p.Pid, unix.SIGKILL)
+		sandbox.Kill(p.Pid)
 		p.Wait()
 		cancel()
 		<-done

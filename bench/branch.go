@@ -237,7 +237,4 @@ func Branch(f *upper.FS, rec *Record, dsts []string, readonly bool) error {
 
 // kill stops the running Bench whose init is pid: thawed first, since a frozen process does not
 // die of SIGKILL (cgroup v1) and the pid namespace would never end.
-func kill(pid int) {
-	_ = sandbox.Thaw(pid) // ErrNoFreezer: nothing of it can be frozen
-	unix.Kill(pid, unix.SIGKILL)
-}
+func kill(pid int) { _ = sandbox.Kill(pid) }
