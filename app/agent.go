@@ -412,6 +412,10 @@ func (s *Service) launchDetached(ctx context.Context, c *Call, d *detached) (*be
 				return // paused, over whatever upper it has: a resume or rm deals with it
 			}
 			opts.Resume, opts.ID, opts.Reserved = true, id, nil
+			// Its network rules as its record has them now (bench.set_network changes them).
+			if cur, err := bench.FindIn(benchesDir(s.Root), id); err == nil {
+				opts.Rules, _ = bench.NetworkRules(cur.NetAllow, cur.NetDeny)
+			}
 			opts.Init = s.Pool.Take(d.workshop) // or a shared one
 			opts.Started = func(rec *bench.Record) { next.send(relaunched{rec: rec}) }
 			fail = func(err error) { next.send(relaunched{err: err}) }

@@ -150,10 +150,14 @@ func TestSnapshotForkReset(t *testing.T) {
 		t.Errorf("the parent after its children wrote: %q", out)
 	}
 
-	// Reset: a fresh Bench's tree, byte for byte; then the snapshot's.
+	// Reset: a fresh Bench's tree, byte for byte; then the snapshot's. Its network rules stay.
+	b.do("bench.set_network", &app.SetNetworkRequest{Bench: parent, Deny: []string{"198.51.100.0/24"}})
 	res := b.do("bench.reset", &app.BenchResetRequest{Bench: parent}).(*app.BenchStateResult)
 	if res.State != "running" || res.Bench != parent {
 		t.Fatalf("reset: %+v", res)
+	}
+	if n := b.do("bench.network", &app.BenchRequest{Bench: parent}).(*app.NetworkResult); len(n.Deny) != 1 || n.Deny[0] != "198.51.100.0/24" {
+		t.Errorf("the network rules after a reset: %+v", n)
 	}
 	if got := b.sh(parent, "find / -xdev | sort | md5sum"); got != fresh {
 		t.Errorf("after a reset the tree differs from a fresh Bench's")

@@ -43,7 +43,7 @@ func (s *Service) SetNetwork(ctx context.Context, c *Call, req *SetNetworkReques
 	if err != nil {
 		return nil, err
 	}
-	st.Close()
+	defer st.Close()
 	n, err := bench.SetNetwork(rec.ID, rules)
 	if errors.Is(err, bench.ErrNotHere) {
 		return nil, fail(CodeFailed, fmt.Errorf("bench %s: %w", rec.Name, err),
@@ -51,6 +51,12 @@ func (s *Service) SetNetwork(ctx context.Context, c *Call, req *SetNetworkReques
 	}
 	if err != nil {
 		return nil, err
+	}
+	// Its record keeps them: a Bench launched again (a resume after a restart, a reset) gets them.
+	if rec.Disk {
+		if err := bench.RecordNetwork(st, rec.ID, rules); err != nil {
+			return nil, err
+		}
 	}
 	res := &NetworkResult{Bench: rec.Name, ID: rec.ID, Allow: []string{}, Deny: []string{}, Cut: n}
 	if rules != nil {

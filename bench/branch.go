@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/internal/hint"
+	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
 	"toolshed.dev/shed/upper"
@@ -172,6 +173,19 @@ func Thaw(s *store.Store, nameOrID string) (*Record, error) {
 // beside its state (with its lock).
 func RecipeOf(s *store.Store, rec *Record) string {
 	return filepath.Join(Dir(s), rec.ID, "workshop.toml")
+}
+
+// RecordNetwork writes the network rules f (nil: none) of Bench id into its record, for its
+// launches again (SetNetwork changes the live ones).
+func RecordNetwork(s *store.Store, id string, f *proxy.Filter) error {
+	_, err := updateRecord(filepath.Join(Dir(s), id), func(r *Record) error {
+		r.NetAllow, r.NetDeny = nil, nil
+		if f != nil {
+			r.NetAllow, r.NetDeny = f.Allow, f.Deny
+		}
+		return nil
+	})
+	return err
 }
 
 // Park stops the running Bench rec's processes but keeps it, paused, with its record and upper: its
