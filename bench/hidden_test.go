@@ -26,8 +26,8 @@ const scanAsNobody = `for f in /proc/[0-9]*/mountinfo /proc/[0-9]*/mounts /proc/
 	echo "== $f"; tr '\0' ' ' < "$f"; echo
 done 2>/dev/null`
 
-// TestBenchIDsHidden: while Benches run (one with a tmpfs upper, one kept, both with a proxy, a
-// propose socket and cgroups), another user (nobody) who reads every /proc/PID/mountinfo, mounts,
+// TestBenchIDsHidden: while Benches run (one with a tmpfs upper, one kept, one on the uppers
+// filesystem as a created Bench's, each with a proxy, a propose socket and cgroups), another user (nobody) who reads every /proc/PID/mountinfo, mounts,
 // cmdline, comm, cgroup and environ and /proc/net/unix finds no Bench's id or name; reading them, it
 // does see the Benches' mount tables. The propose socket still serves the Bench, through its bind.
 func TestBenchIDsHidden(t *testing.T) {
@@ -41,7 +41,13 @@ func TestBenchIDsHidden(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	layer := busyboxLayer(t, s)
-	r, err := recipe.Parse(filepath.Join(t.TempDir(), "workshop.toml"), []byte("name = \"quiet\"\nseed = \"debian/bookworm\"\n[network]\nallow = [\"example.com\"]\n"), recipe.Options{})
+	// On disk: a Bench on the uppers filesystem keeps a copy of its recipe.
+	text := []byte("name = \"quiet\"\nseed = \"debian/bookworm\"\n[network]\nallow = [\"example.com\"]\n")
+	file := filepath.Join(t.TempDir(), "workshop.toml")
+	if err := os.WriteFile(file, text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := recipe.Parse(file, text, recipe.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +58,13 @@ func TestBenchIDsHidden(t *testing.T) {
 		out string // its command's output
 	}
 	var benches []running
-	ended := make(chan error, 2)
-	for i, keep := range []bool{false, true} {
+	ended := make(chan error, 3)
+	disk, err := bench.Uppers(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(filepath.Join(s.Root(), "uppers"), syscall.MNT_DETACH) })
+	for i, mode := range []string{"tmpfs", "keep", "disk"} {
 		started := make(chan *bench.Record, 1)
 		out := filepath.Join(t.TempDir(), "out")
 		f, err := os.Create(out)
@@ -62,8 +73,12 @@ func TestBenchIDsHidden(t *testing.T) {
 		}
 		defer f.Close()
 		go func() {
+			o := bench.Options{Keep: mode == "keep"}
+			if mode == "disk" {
+				o.Disk = disk
+			}
 			_, err := bench.Run(ctx, s, r, []store.Path{layer}, bench.Options{
-				Name: fmt.Sprintf("quiet-bench-%d", i), Keep: keep,
+				Name: fmt.Sprintf("quiet-bench-%d", i), Keep: o.Keep, Disk: o.Disk,
 				Limits:  sandbox.Limits{Pids: 64}, // cgroups of its own
 				Argv:    []string{"/bin/sh", "-c", "stat -c '%a %u' /run/shed/propose.sock; exec sleep 1000"},
 				Stdio:   sandbox.Stdio{Stdout: f},

@@ -111,7 +111,7 @@ func copyRecipe(file, dir string, durable bool) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("snapshot: copy the Bench's recipe: %w", err)
+			return fmt.Errorf("copy the recipe beside the Bench's state: %w", err)
 		}
 		write := os.WriteFile
 		if durable {
