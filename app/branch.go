@@ -86,6 +86,9 @@ type BenchStateResult struct {
 // BenchPauseRequest names the Bench to pause.
 type BenchPauseRequest struct {
 	Bench string `json:"bench"` // by name or id
+	// Cold ends its processes instead of freezing them (E2B's pause with memory false): only its files
+	// are kept, nothing of it holds memory, and a resume launches it again over its upper.
+	Cold bool `json:"cold,omitempty"`
 }
 
 // BenchPause freezes a created Bench's processes (they stay in memory) and stops its lifetime: a
@@ -104,6 +107,19 @@ func (s *Service) BenchPause(ctx context.Context, c *Call, req *BenchPauseReques
 	}
 	if rec.Paused != nil {
 		return &BenchStateResult{Bench: rec.Name, ID: rec.ID, State: "paused", Expires: rec.Paused.Add(s.taskTTL())}, nil
+	}
+	if req.Cold {
+		if !rec.Running {
+			return nil, fail(CodeFailed, fmt.Errorf("bench %s is not running", rec.Name), "`shed bench ls` lists your Benches")
+		}
+		s.Detached.hold(rec.ID)
+		if err := bench.Park(st, rec); err != nil {
+			return nil, err
+		}
+		// Answered once its runner has let it go: a resume then launches it again.
+		bench.WaitEnded(st, rec.ID, 10*time.Second)
+		now := time.Now().UTC()
+		return &BenchStateResult{Bench: rec.Name, ID: rec.ID, State: "paused", Expires: now.Add(s.taskTTL()), Changed: true}, nil
 	}
 	return s.pause(st, rec)
 }

@@ -303,6 +303,16 @@ func TestBranchingUnderAttack(t *testing.T) {
 		t.Errorf("a Bench of the snapshot after gc reads %q", out)
 	}
 
+	// A cold pause ends its processes and keeps its files; the resume launches it again.
+	b.sh(again, "echo cold > /root/cold; (sleep 1000 >/dev/null 2>&1 &)")
+	b.do("bench.pause", &app.BenchPauseRequest{Bench: again, Cold: true})
+	if res := b.do("bench.resume", &app.BenchResumeRequest{Bench: again}).(*app.BenchStateResult); !res.Relaunched {
+		t.Fatalf("resume after a cold pause: %+v", res)
+	}
+	if out := b.sh(again, "cat /root/cold; ps | grep -c '[s]leep 1000' || true"); out != "cold\n0\n" {
+		t.Errorf("after a cold pause and a resume: %q, want the file and no process of before", out)
+	}
+
 	// A paused parent forks, and stays paused.
 	b.do("bench.pause", &app.BenchPauseRequest{Bench: again})
 	kid := b.do("bench.fork", &app.BenchForkRequest{Bench: again}).(*app.BenchForkResult)

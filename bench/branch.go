@@ -175,6 +175,11 @@ func RecipeOf(s *store.Store, rec *Record) string {
 	return filepath.Join(Dir(s), rec.ID, "workshop.toml")
 }
 
+// WaitEnded waits (at most limit) until the runner of Bench id has ended (a cold pause's, after Park).
+func WaitEnded(s *store.Store, id string, limit time.Duration) {
+	waitStopped(filepath.Join(Dir(s), id), limit)
+}
+
 // RecordNetwork writes the network rules f (nil: none) of Bench id into its record, for its
 // launches again (SetNetwork changes the live ones).
 func RecordNetwork(s *store.Store, id string, f *proxy.Filter) error {
