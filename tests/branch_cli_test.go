@@ -156,6 +156,30 @@ func TestBranchCLI(t *testing.T) {
 		t.Errorf("after reset --snapshot: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
 
+	// Task state is never exported, copied, proposed or promoted: naming a snapshot (or a Bench, a
+	// paused one too) where a Workshop or a proposal goes says so, and nothing is written.
+	ok("pause for export", shed("bench", "pause", of))
+	out := t.TempDir()
+	for _, c := range []struct {
+		uid  int
+		args []string
+	}{
+		{0, []string{"export", "--oci", filepath.Join(out, "by-name"), "first"}},
+		{0, []string{"copy", "--to", "oci-layout:" + filepath.Join(out, "by-id"), snap.ID}},
+		{0, []string{"export", "--oci", filepath.Join(out, "paused"), of}},
+		{0, []string{"workshop", "promote", snap.ID}},
+		{uid, []string{"bench", "propose", "first"}},
+	} {
+		r := via(t, sock, c.uid, "", c.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "task state") || !strings.Contains(r.stderr, "never") || !strings.Contains(r.stderr, "shed: hint:") {
+			t.Errorf("%q: exit %d, want the task-state refusal:\n%s%s", c.args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 0 {
+		t.Errorf("a refused export wrote %v", entries)
+	}
+	ok("resume after export", shed("bench", "resume", of))
+
 	if r := ok("snapshot rm", shed("snapshot", "rm", snap.ID)); r.stdout != "removed "+snap.ID+"\n" {
 		t.Errorf("snapshot rm: %q", r.stdout)
 	}
