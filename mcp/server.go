@@ -67,7 +67,7 @@ type (
 		Version int    `json:"version" jsonschema:"its current version"`
 	}
 	benchCreateIn struct {
-		Workshop  string `json:"workshop" jsonschema:"a Workshop record's name (workshop_list)"`
+		Workshop  string `json:"workshop,omitempty" jsonschema:"a Workshop record's name (workshop_list); none with snapshot"`
 		Name      string `json:"name,omitempty" jsonschema:"the Bench's name (default: the Workshop's and a random suffix)"`
 		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"seconds after which the Bench is removed (default 3600, at most 86400)"`
 		Snapshot  string `json:"snapshot,omitempty" jsonschema:"start it from a snapshot of yours (snapshot_create's id, or its name): its files as they were then; workshop is then left empty"`

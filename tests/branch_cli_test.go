@@ -90,7 +90,7 @@ func TestBranchCLI(t *testing.T) {
 		Bench, State string
 		Changed      bool
 	}
-	decode("resume --json", shed("--json", "bench", "resume", b, "--lifetime", "10m"), &state)
+	decode("resume --json", shed("--json", "bench", "resume", "--lifetime", "10m", b), &state)
 	if state.Bench != b || state.State != "running" || !state.Changed {
 		t.Errorf("bench resume --json: %+v", state)
 	}
@@ -99,7 +99,7 @@ func TestBranchCLI(t *testing.T) {
 	}
 
 	var snap struct{ ID, Name, Bench, Created, Expires string }
-	decode("snapshot create --json", shed("--json", "snapshot", "create", b, "--name", "first"), &snap)
+	decode("snapshot create --json", shed("--json", "snapshot", "create", "--name", "first", b), &snap)
 	if snap.ID == "" || snap.Name != "first" || snap.Bench != b || snap.Expires == "" {
 		t.Errorf("snapshot create --json: %+v", snap)
 	}
@@ -129,7 +129,7 @@ func TestBranchCLI(t *testing.T) {
 	var fork struct {
 		Children []struct{ Bench, Error string }
 	}
-	decode("fork --json", shed("--json", "bench", "fork", b, "--count", "2", "--lifetime", "10m"), &fork)
+	decode("fork --json", shed("--json", "bench", "fork", "--count", "2", "--lifetime", "10m", b), &fork)
 	if len(fork.Children) != 2 {
 		t.Fatalf("bench fork --count 2: %+v", fork)
 	}
@@ -141,7 +141,7 @@ func TestBranchCLI(t *testing.T) {
 			t.Errorf("fork child %s: exit %d %q %s", ch.Bench, r.code, r.stdout, r.stderr)
 		}
 	}
-	if r := shed("bench", "fork", b, "--count", "101"); r.code != 2 || !strings.Contains(r.stderr, "--count") {
+	if r := shed("bench", "fork", "--count", "101", b); r.code != 2 || !strings.Contains(r.stderr, "--count") {
 		t.Errorf("fork --count 101: exit %d %s", r.code, r.stderr)
 	}
 
@@ -151,7 +151,7 @@ func TestBranchCLI(t *testing.T) {
 	if r := cat(b); r.code == 0 {
 		t.Errorf("after reset the file is still there: %q", r.stdout)
 	}
-	ok("reset --snapshot", shed("bench", "reset", b, "--snapshot", snap.ID))
+	ok("reset --snapshot", shed("bench", "reset", "--snapshot", snap.ID, b))
 	if r := cat(b); r.code != 0 || r.stdout != "one\n" {
 		t.Errorf("after reset --snapshot: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
