@@ -43,3 +43,19 @@ func (s *Service) noProposal(c *Call, st *store.Store, id string, err error) err
 	}
 	return err
 }
+
+// SnapshotRefusal is the task-state refusal when name is a snapshot of caller's and not what the
+// operation takes (the policy's, for an operation it refuses first: a user's bench.propose of a
+// snapshot is otherwise "no bench of yours"); nil when it is none.
+func (s *Service) SnapshotRefusal(caller *Caller, name, never string) error {
+	st, err := s.openStore()
+	if err != nil {
+		return nil
+	}
+	defer st.Close()
+	c := &Call{Caller: caller}
+	if _, err := s.ownSnapshot(c, st, name); err != nil {
+		return nil
+	}
+	return s.taskState(c, st, name, never)
+}
