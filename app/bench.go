@@ -569,6 +569,11 @@ func (s *Service) BenchPropose(ctx context.Context, c *Call, req *BenchProposeRe
 	}
 	defer st.Close()
 	rec, err := ownBench(c, st, req.Bench)
+	if errors.Is(err, bench.ErrNoBench) {
+		if _, serr := s.ownSnapshot(c, st, req.Bench); serr == nil {
+			return nil, s.taskState(c, st, req.Bench, "proposed")
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -270,12 +270,12 @@ func (s *Service) ProposalShow(ctx context.Context, c *Call, req *ProposalReques
 	sv := proposal.New(st, nil)
 	if req.ForPromotion {
 		if err := sv.Promotable(req.ID); err != nil {
-			return nil, err
+			return nil, s.noProposal(c, st, req.ID, err)
 		}
 	}
 	p, diff, err := sv.Get(req.ID)
 	if err != nil {
-		return nil, err
+		return nil, s.noProposal(c, st, req.ID, err)
 	}
 	return &ProposeResult{Proposal: p, Diff: diff}, nil
 }
@@ -304,7 +304,7 @@ func (s *Service) Promote(ctx context.Context, c *Call, req *PromoteRequest) (*P
 	ps := proposal.New(st, s.newBuilder(c, st, false))
 	v, err := ps.Promote(ctx, req.ID, req.DiffSHA256, c.Caller.User)
 	if err != nil {
-		return nil, err
+		return nil, s.noProposal(c, st, req.ID, err)
 	}
 	res := &PromoteResult{Version: v}
 	if req.NoRealize {

@@ -742,6 +742,9 @@ func (s *Service) pathsOf(ctx context.Context, c *Call, st *store.Store, items [
 		}
 		r, err := s.loadRecipe(c, a)
 		if err != nil {
+			if refused := s.taskState(c, st, a, "copied or exported"); refused != nil {
+				return nil, refused
+			}
 			return nil, err
 		}
 		plan, _, err := s.lockedPlan(ctx, c, st, r, true)

@@ -67,9 +67,11 @@ type (
 		Version int    `json:"version" jsonschema:"its current version"`
 	}
 	benchCreateIn struct {
-		Workshop  string `json:"workshop" jsonschema:"a Workshop record's name (workshop_list)"`
+		Workshop  string `json:"workshop,omitempty" jsonschema:"a Workshop record's name (workshop_list); none with snapshot"`
 		Name      string `json:"name,omitempty" jsonschema:"the Bench's name (default: the Workshop's and a random suffix)"`
 		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"seconds after which the Bench is removed (default 3600, at most 86400)"`
+		Snapshot  string `json:"snapshot,omitempty" jsonschema:"start it from a snapshot of yours (snapshot_create's id, or its name): its files as they were then; workshop is then left empty"`
+		OnTimeout string `json:"on_timeout,omitempty" jsonschema:"what the end of its lifetime does: kill (the default: it is removed) or pause (bench_resume resumes it)"`
 		networkIn
 	}
 	// networkIn are a Bench's network rules (E2B's allowOut, denyOut and allowInternetAccess), which
@@ -163,6 +165,7 @@ type (
 		Workshop string     `json:"workshop" jsonschema:"its Workshop record's name, as workshop_list and bench_create name it (empty: an operator's recipe file, not a record)"`
 		Version  int        `json:"version,omitempty" jsonschema:"the record's version it was made of"`
 		Running  bool       `json:"running"`
+		Paused   string     `json:"paused,omitempty" jsonschema:"when it was paused (RFC 3339): bench_resume resumes it"`
 		Started  string     `json:"started" jsonschema:"when it started (RFC 3339)"`
 		Metrics  *mcpMetric `json:"metrics,omitempty" jsonschema:"a running Bench's newest reading of its use (bench_metrics has its history)"`
 	}
@@ -214,6 +217,62 @@ type (
 	benchRemoveOut struct {
 		Removed string `json:"removed" jsonschema:"the Bench removed"`
 	}
+	benchResumeIn struct {
+		Bench     string `json:"bench" jsonschema:"the Bench's name"`
+		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"seconds from now after which it is removed (default 3600, at most 86400)"`
+		OnTimeout string `json:"on_timeout,omitempty" jsonschema:"what the end of its lifetime does from now: kill or pause (default: as before)"`
+	}
+	benchStateOut struct {
+		Bench      string `json:"bench" jsonschema:"the Bench's name"`
+		State      string `json:"state" jsonschema:"running or paused"`
+		Expires    string `json:"expires" jsonschema:"when it is removed (RFC 3339): a paused Bench's, its pause plus the supervisor's task-state lifetime"`
+		Changed    bool   `json:"changed" jsonschema:"the call changed its state (false: it was so already; a resume of a running Bench only extends its lifetime)"`
+		Relaunched bool   `json:"relaunched,omitempty" jsonschema:"its processes were started again over its files: the ones it had are gone (the supervisor or the host restarted while it was paused, or a reset)"`
+	}
+	benchForkIn struct {
+		Bench     string `json:"bench" jsonschema:"the Bench to fork, running or paused"`
+		Count     int    `json:"count,omitempty" jsonschema:"how many children (default 1, at most 100)"`
+		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"each child's lifetime in seconds (default 3600, at most 86400)"`
+	}
+	benchForkOut struct {
+		Children []mcpChild `json:"children" jsonschema:"each child, in order: its bench, or the error that stopped it"`
+	}
+	mcpChild struct {
+		Bench   string `json:"bench,omitempty" jsonschema:"the child's name"`
+		Expires string `json:"expires,omitempty" jsonschema:"when it is removed (RFC 3339)"`
+		Error   string `json:"error,omitempty" jsonschema:"why this child did not start"`
+	}
+	benchResetIn struct {
+		Bench    string `json:"bench" jsonschema:"the Bench's name"`
+		Snapshot string `json:"snapshot,omitempty" jsonschema:"a snapshot of yours (id or name) of the same Workshop version to reset to (default: the Workshop's own files, as a new Bench has them)"`
+	}
+	snapshotCreateIn struct {
+		Bench string `json:"bench" jsonschema:"the Bench whose files to seal, running or paused"`
+		Name  string `json:"name,omitempty" jsonschema:"your name for the snapshot (the newest of a name answers to it)"`
+	}
+	mcpSnapshot struct {
+		ID      string `json:"id" jsonschema:"the snapshot's id: for bench_create's snapshot, bench_reset and snapshot_remove"`
+		Name    string `json:"name,omitempty" jsonschema:"its name"`
+		Bench   string `json:"bench" jsonschema:"the Bench it was taken of"`
+		Created string `json:"created" jsonschema:"when (RFC 3339)"`
+		Expires string `json:"expires" jsonschema:"when it is removed (RFC 3339)"`
+	}
+	snapshotListIn struct {
+		Name  string `json:"name,omitempty" jsonschema:"only the snapshot of this name (or id)"`
+		Bench string `json:"bench,omitempty" jsonschema:"only snapshots of this Bench"`
+		Limit int    `json:"limit,omitempty" jsonschema:"at most this many (default and most 100)"`
+		After string `json:"after,omitempty" jsonschema:"the page after this snapshot id (a previous call's next)"`
+	}
+	snapshotListOut struct {
+		Snapshots []mcpSnapshot `json:"snapshots" jsonschema:"your snapshots, oldest first"`
+		Next      string        `json:"next,omitempty" jsonschema:"after for the next page (none: this is the last)"`
+	}
+	snapshotRemoveIn struct {
+		Snapshot string `json:"snapshot" jsonschema:"the snapshot's id or name"`
+	}
+	snapshotRemoveOut struct {
+		Removed bool `json:"removed" jsonschema:"false: you had no snapshot of that id or name (removing twice is no error)"`
+	}
 	benchProposeOut struct {
 		Proposal string `json:"proposal" jsonschema:"the proposal's id: a human reads its diff and promotes it"`
 		Diff     string `json:"diff" jsonschema:"the change to the Workshop's recipe and lock it proposes"`
@@ -243,19 +302,25 @@ func (s *Server) server() *sdk.Server {
 			// A Workshop is a record the caller may launch, never a file, as for the E2B API: an
 			// operator's agent must not have root read whatever file it names (a recipe's error
 			// quotes its lines) or learn the host's paths.
+			if in.Snapshot != "" && in.Workshop != "" {
+				return nil, benchCreateOut{}, errors.New("give workshop or snapshot, not both: a Bench of a snapshot is of the snapshot's Workshop (usage)")
+			}
 			ws, err := call[app.LaunchableResult](s, ctx, "workshop.launchable", &app.LaunchableRequest{})
 			if err != nil {
 				return nil, benchCreateOut{}, err
 			}
-			if !records.IsName(in.Workshop) {
+			if in.Snapshot != "" {
+				ws.Workshops = nil // the snapshot's own Workshop, which the supervisor checks
+			} else if !records.IsName(in.Workshop) {
 				// Not echoed: a file's path is the host's, and it was never going to be read.
 				return nil, benchCreateOut{}, errors.New("workshop is not a Workshop record's name (lowercase letters, digits, '.', '_', '-'): a file is never one here (usage)\nhint: workshop_list lists the records you may launch")
 			}
-			if !slices.ContainsFunc(ws.Workshops, func(v *records.Version) bool { return v.Name == in.Workshop }) {
+			if in.Snapshot == "" && !slices.ContainsFunc(ws.Workshops, func(v *records.Version) bool { return v.Name == in.Workshop }) {
 				return nil, benchCreateOut{}, fmt.Errorf("%q is not a Workshop record you may launch (not_found)\nhint: workshop_list lists them; an operator allows one with `shed workshop allow NAME USER`", in.Workshop)
 			}
 			allow, deny := in.networkIn.rules()
-			res, err := call[app.BenchCreateResult](s, ctx, "bench.create", &app.BenchCreateRequest{Workshop: in.Workshop, Name: in.Name, LifetimeS: in.LifetimeS, NetAllow: allow, NetDeny: deny})
+			res, err := call[app.BenchCreateResult](s, ctx, "bench.create", &app.BenchCreateRequest{Workshop: in.Workshop, Name: in.Name, LifetimeS: in.LifetimeS,
+				NetAllow: allow, NetDeny: deny, Snapshot: in.Snapshot, OnTimeout: in.OnTimeout})
 			if err != nil {
 				return nil, benchCreateOut{}, err
 			}
@@ -335,6 +400,9 @@ func (s *Server) server() *sdk.Server {
 			for _, b := range res.Benches {
 				// The record's name, never its file (a path of the store's): users and agents name records.
 				mb := mcpBench{Name: b.Name, Workshop: b.Record, Version: b.Version, Running: b.Running, Started: b.Started.Format(time.RFC3339)}
+				if b.Paused != nil {
+					mb.Paused = b.Paused.Format(time.RFC3339)
+				}
 				if b.Metrics != nil {
 					m := metricOf(*b.Metrics)
 					mb.Metrics = &m
@@ -438,7 +506,90 @@ func (s *Server) server() *sdk.Server {
 			}
 			return nil, benchProposeOut{Proposal: res.Proposal.ID, Diff: res.Diff}, nil
 		})
+	s.branchTools(srv)
 	return srv
+}
+
+// branchTools are the tools of branching: pause and resume, fork, reset and snapshots. All of it is
+// task state, the agent's user's, expiring, never a Workshop's: bench_propose still derives a recipe.
+func (s *Server) branchTools(srv *sdk.Server) {
+	state := func(res *app.BenchStateResult) benchStateOut {
+		return benchStateOut{Bench: res.Bench, State: res.State, Expires: res.Expires.Format(time.RFC3339), Changed: res.Changed, Relaunched: res.Relaunched}
+	}
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_pause", Description: "Pause a Bench: its processes are frozen where they are (in memory) and its lifetime stops; exec and files are refused until bench_resume. A paused Bench is removed a while after its pause (expires)."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchIn) (*sdk.CallToolResult, benchStateOut, error) {
+			res, err := call[app.BenchStateResult](s, ctx, "bench.pause", &app.BenchPauseRequest{Bench: in.Bench})
+			if err != nil {
+				return nil, benchStateOut{}, err
+			}
+			return nil, state(res), nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_resume", Description: "Resume a paused Bench, its processes where they stopped, for lifetime_s from now; a running one's lifetime is only extended. If its processes were lost while it was paused (a restart), it starts again over the same files (relaunched)."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchResumeIn) (*sdk.CallToolResult, benchStateOut, error) {
+			res, err := call[app.BenchStateResult](s, ctx, "bench.resume", &app.BenchResumeRequest{Bench: in.Bench, LifetimeS: in.LifetimeS, OnTimeout: in.OnTimeout})
+			if err != nil {
+				return nil, benchStateOut{}, err
+			}
+			return nil, state(res), nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_fork", Description: "Make count new Benches whose files are this Bench's as they are now, each then its own (processes are not copied: each child starts as a new Bench does). The parent goes on. Each child counts as one of your Benches."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchForkIn) (*sdk.CallToolResult, benchForkOut, error) {
+			out := benchForkOut{Children: []mcpChild{}}
+			res, err := call[app.BenchForkResult](s, ctx, "bench.fork", &app.BenchForkRequest{Bench: in.Bench, Count: in.Count, LifetimeS: in.LifetimeS})
+			if err != nil {
+				return nil, out, err
+			}
+			for _, ch := range res.Children {
+				m := mcpChild{Bench: ch.Bench, Error: s.Hosts.Hide(ch.Error)}
+				if !ch.Expires.IsZero() {
+					m.Expires = ch.Expires.Format(time.RFC3339)
+				}
+				out.Children = append(out.Children, m)
+			}
+			return nil, out, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_reset", Description: "Put a Bench back to its Workshop's files as a new Bench has them, or to a snapshot's: its processes end and it starts again, same name and lifetime."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in benchResetIn) (*sdk.CallToolResult, benchStateOut, error) {
+			res, err := call[app.BenchStateResult](s, ctx, "bench.reset", &app.BenchResetRequest{Bench: in.Bench, Snapshot: in.Snapshot})
+			if err != nil {
+				return nil, benchStateOut{}, err
+			}
+			return nil, state(res), nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "snapshot_create", Description: "Seal a Bench's files as they are now (its processes paused for the moment it takes), to start Benches from (bench_create's snapshot) or reset one to. A snapshot is yours alone and expires; it is never a Workshop (bench_propose proposes one)."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in snapshotCreateIn) (*sdk.CallToolResult, mcpSnapshot, error) {
+			res, err := call[app.SnapshotInfo](s, ctx, "snapshot.create", &app.SnapshotCreateRequest{Bench: in.Bench, Name: in.Name})
+			if err != nil {
+				return nil, mcpSnapshot{}, err
+			}
+			return nil, snapshotOf(*res), nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "snapshot_list", Description: "List your snapshots, oldest first."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in snapshotListIn) (*sdk.CallToolResult, snapshotListOut, error) {
+			out := snapshotListOut{Snapshots: []mcpSnapshot{}}
+			res, err := call[app.SnapshotListResult](s, ctx, "snapshot.ls", &app.SnapshotListRequest{Name: in.Name, Bench: in.Bench, Limit: in.Limit, After: in.After})
+			if err != nil {
+				return nil, out, err
+			}
+			for _, x := range res.Snapshots {
+				out.Snapshots = append(out.Snapshots, snapshotOf(x))
+			}
+			out.Next = res.Next
+			return nil, out, nil
+		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "snapshot_remove", Description: "Remove a snapshot of yours. Benches started from it keep their files."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, in snapshotRemoveIn) (*sdk.CallToolResult, snapshotRemoveOut, error) {
+			res, err := call[app.SnapshotRemoveResult](s, ctx, "snapshot.rm", &app.SnapshotRemoveRequest{Snapshot: in.Snapshot})
+			if err != nil {
+				return nil, snapshotRemoveOut{}, err
+			}
+			return nil, snapshotRemoveOut{Removed: res.Removed}, nil
+		})
+}
+
+// snapshotOf is a snapshot as an agent reads it: no recipe file, no owner (its own).
+func snapshotOf(x app.SnapshotInfo) mcpSnapshot {
+	return mcpSnapshot{ID: x.ID, Name: x.Name, Bench: x.Bench, Created: x.Created.Format(time.RFC3339), Expires: x.Expires.Format(time.RFC3339)}
 }
 
 // rules are bench.create's and bench.set_network's allow and deny for n, as the E2B API maps them:

@@ -118,7 +118,14 @@ func Check(s *app.Service, caller *app.Caller, op string, req any) error {
 		}
 		return denied(hint, "%s is for %s; you are %s (%s)", op, what, caller.User, caller.Role)
 	}
-	return fields(s, caller, req)
+	err := fields(s, caller, req)
+	if r, ok := req.(*app.BenchProposeRequest); ok && err != nil && op == "bench.propose" {
+		// A snapshot named where a Bench goes: why it is never proposed, not "no bench of yours".
+		if refused := s.SnapshotRefusal(caller, r.Bench, "proposed"); refused != nil {
+			return refused
+		}
+	}
+	return err
 }
 
 // fields checks the request's fields against the caller's role. Operators may name anything (their

@@ -79,7 +79,7 @@ func TestMCP(t *testing.T) {
 		}
 		return r
 	}
-	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_list","bench_list_files","bench_metrics","bench_network","bench_propose","bench_read_file","bench_remove","bench_set_lifetime","bench_stat_file","bench_watch_events","bench_watch_start","bench_watch_stop","bench_write_file","workshop_list"]` {
+	if got := string(steps["tools"]); got != `["bench_create","bench_exec","bench_fork","bench_list","bench_list_files","bench_metrics","bench_network","bench_pause","bench_propose","bench_read_file","bench_remove","bench_reset","bench_resume","bench_set_lifetime","bench_stat_file","bench_watch_events","bench_watch_start","bench_watch_stop","bench_write_file","snapshot_create","snapshot_list","snapshot_remove","workshop_list"]` {
 		t.Errorf("tools: %s", got)
 	}
 	if r := step("workshops"); r.Error || !strings.Contains(fmt.Sprint(r.Data), name) {

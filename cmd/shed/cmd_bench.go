@@ -44,7 +44,7 @@ func cmdBench() *cli.Command {
 			"in fresh mount, pid, uts, ipc and network namespaces, as root of a user namespace of its own\n" +
 			"(root over its files, nothing over the host's). Its writes are\n" +
 			"thrown away when the command exits, unless --keep.",
-		Subcommands: []*cli.Command{
+		Subcommands: append([]*cli.Command{
 			{
 				Name:      "run",
 				Usage:     "run a command in a new Bench of a Workshop",
@@ -85,7 +85,9 @@ func cmdBench() *cli.Command {
 					rows := [][]string{{"NAME", "STATE", "STARTED", "CPU", "MEMORY", "COMMAND", "WORKSHOP"}}
 					for _, r := range res.Benches {
 						state := "running"
-						if !r.Running {
+						if r.Paused != nil {
+							state = "paused"
+						} else if !r.Running {
 							state = "exited " + fmt.Sprint(deref(r.Exit))
 						}
 						cpu, mem := usageColumns(r.Metrics)
@@ -188,7 +190,7 @@ func cmdBench() *cli.Command {
 					return nil
 				},
 			},
-		},
+		}, benchCommands()...),
 	}
 }
 

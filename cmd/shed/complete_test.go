@@ -48,8 +48,12 @@ func TestCompleteCandidates(t *testing.T) {
 		words []string
 		want  string
 	}{
-		{[]string{""}, "init recipe instantiate lock realize log why bench diff store key workshop daemon mcp audit agent copy export import root gc completion man help"},
-		{[]string{"bench", "r"}, "run rm"},
+		{[]string{""}, "init recipe instantiate lock realize log why bench snapshot diff store key workshop daemon mcp audit agent copy export import root gc completion man help"},
+		{[]string{"bench", "r"}, "run rm resume reset"},
+		{[]string{"bench", "fork", "-"}, "--count --lifetime --root --json --verbose --help -h"},
+		{[]string{"bench", "create", "--snapshot", ""}, ""},
+		{[]string{"bench", "create", "-f", ""}, ":files"},
+		{[]string{"snapshot", ""}, "create ls rm help"},
 		{[]string{"bench", "run", "--gr"}, "--grant"},
 		{[]string{"bench", "run", "-"}, "--grant --net --offline --keep --name --user -u --tty -t --file -f --memory --pids --metrics --verify --substituter --root --json --verbose --help -h"},
 		{[]string{"bench", "run", "-f", ""}, ":files"},
@@ -65,7 +69,7 @@ func TestCompleteCandidates(t *testing.T) {
 		{[]string{"gc", ""}, ""},
 		{[]string{"completion", ""}, "bash zsh fish"},
 		{[]string{"help", "b"}, "bench"},
-		{[]string{"help", "bench", ""}, "run shell ls propose exec logs network rm"},
+		{[]string{"help", "bench", ""}, "run shell ls propose exec logs network rm create pause resume fork reset"},
 		{[]string{"--root", "/x:y", "store", "v"}, "verify"},
 		{[]string{"nope", ""}, ""},
 		{[]string{"--"}, "--root --json --verbose --help --version"},

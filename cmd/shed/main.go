@@ -355,6 +355,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdLog(),
 			cmdWhy(),
 			cmdBench(),
+			cmdSnapshot(),
 			cmdDiff(),
 			cmdStore(),
 			cmdKey(),
