@@ -37,13 +37,13 @@ func stateOf(rec *bench.Record) string {
 // lifecycleJSON is E2B's SandboxLifecycle (getInfo's lifecycle).
 type lifecycleJSON struct {
 	OnTimeout  string `json:"onTimeout"`
-	AutoResume bool   `json:"autoResume"` // never: a paused sandbox wakes only by connect
+	AutoResume bool   `json:"autoResume"` // a request to one of its ports resumes it (wake)
 }
 
 func (sb *sandbox) lifecycle() *lifecycleJSON {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return &lifecycleJSON{OnTimeout: cmp.Or(sb.onTimeout, "kill")}
+	return &lifecycleJSON{OnTimeout: cmp.Or(sb.onTimeout, "kill"), AutoResume: sb.autoResume}
 }
 
 func (sb *sandbox) setOnTimeout(v string) {
@@ -132,6 +132,29 @@ func (s *Server) thaw(w http.ResponseWriter, r *http.Request, c *app.Caller, sb 
 		out.EnvdAccessToken = sb.token
 	}
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// wake resumes a paused sandbox made with autoResume, for its create's timeout, before a request to
+// one of its ports is proxied (E2B's auto-resume on traffic); false if it could not (why is logged).
+func (s *Server) wake(r *http.Request, c *app.Caller, sb *sandbox) bool {
+	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.ls", &app.BenchListRequest{})
+	if err != nil {
+		return false
+	}
+	for _, rec := range res.(*app.BenchListResult).Benches {
+		if rec.ID != sb.bench {
+			continue
+		}
+		if rec.Paused == nil {
+			return true
+		}
+		if _, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.resume", &app.BenchResumeRequest{Bench: sb.bench, LifetimeS: sb.timeoutS}); err != nil {
+			s.log().Warn("e2b auto-resume", "sandbox", sb.id, "err", err)
+			return false
+		}
+		return true
+	}
+	return false
 }
 
 // decodeOptional decodes a JSON body that may be absent.

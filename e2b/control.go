@@ -209,6 +209,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		started: time.Now().UTC(), envs: req.EnvVars, metadata: req.Metadata, procs: map[uint32]*proc{},
 		files: make(chan struct{}, maxFileOps), secure: req.Secure == nil || *req.Secure, maskHost: mask,
 		defaultUser: b.User, accounts: b.Accounts, onTimeout: onTimeout,
+		autoResume: onTimeout == "pause" && autoResumes(req.AutoResume), timeoutS: timeout,
 	}
 	if !public {
 		sb.traffic = newToken()
@@ -227,8 +228,8 @@ func unsupportedCreate(r *newSandbox) string {
 	switch {
 	case r.TemplateID == "":
 		return "templateID: name a Workshop record (`shed workshop ls`)"
-	case autoResumes(r.AutoResume):
-		return "autoResume: a paused sandbox is not woken by traffic here: connect resumes it (docs/agents.md)"
+	case autoResumes(r.AutoResume) && (r.AutoPause == nil || !*r.AutoPause):
+		return "autoResume: it wakes a sandbox paused at its timeout: set autoPause (lifecycle.onTimeout \"pause\") too"
 	case set(r.IAM):
 		return "iam tokens are not supported"
 	case set(r.VolumeMounts) && strings.TrimSpace(string(r.VolumeMounts)) != "[]":
@@ -246,7 +247,7 @@ func autoResumes(m json.RawMessage) bool {
 		Enabled *bool `json:"enabled"`
 	}
 	if json.Unmarshal(m, &v) != nil {
-		return true // not E2B's shape: refused with the reason rather than ignored
+		return true // not E2B's shape: refused with the reason (autoPause unset) rather than ignored
 	}
 	return v.Enabled != nil && *v.Enabled
 }

@@ -96,6 +96,10 @@ type sandbox struct {
 	killed  atomic.Bool // set by kill, before its commands are stopped
 	// onTimeout is what the end of its timeout does, as create or the last resume set it (branch.go).
 	onTimeout string
+	// autoResume (create's lifecycle.autoResume): a request to one of its ports resumes it, paused,
+	// for timeoutS seconds (create's timeout).
+	autoResume bool
+	timeoutS   int64
 
 	watch watches // its directory watches (watch.go)
 }

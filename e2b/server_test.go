@@ -124,7 +124,7 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"delete no snapshot", "DELETE", "/templates/nobody%2Fnope:default", key, ``, 404, "not found"},
 		{"snapshot unknown", "POST", "/sandboxes/tools-000000/snapshots", key, `{}`, 404, "not found"},
 		{"resume unknown", "POST", "/sandboxes/tools-000000/resume", key, `{}`, 404, "not found"},
-		{"autoResume", "POST", "/v2/sandboxes", key, `{"templateID":"tools","autoPause":true,"autoResume":{"enabled":true}}`, 400, "connect resumes it"},
+		{"autoResume without autoPause", "POST", "/v2/sandboxes", key, `{"templateID":"tools","autoResume":{"enabled":true}}`, 400, "set autoPause"},
 		{"autoResume not E2B's", "POST", "/v2/sandboxes", key, `{"templateID":"tools","autoResume":7}`, 400, "autoResume"},
 		{"metrics of no ids", "GET", "/sandboxes/metrics", key, ``, 400, "sandbox_ids is required"},
 		{"metrics unknown", "GET", "/sandboxes/tools-000000/metrics?start=abc", key, ``, 404, "not found"},
