@@ -40,6 +40,16 @@ type lifecycleJSON struct {
 	AutoResume bool   `json:"autoResume"` // a request to one of its ports resumes it (wake)
 }
 
+// endOf is a sandbox's endAt: a paused one's is when it expires as task state (the supervisor's
+// --task-state-ttl after its pause), a running one's its timeout's end.
+func (s *Server) endOf(rec *bench.Record) *time.Time {
+	if rec.Paused != nil {
+		t := rec.Paused.Add(cmp.Or(s.Service.TaskStateTTL, app.DefaultTaskStateTTL))
+		return &t
+	}
+	return rec.Expires
+}
+
 func (sb *sandbox) lifecycle() *lifecycleJSON {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()

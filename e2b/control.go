@@ -345,7 +345,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []sandboxJSON{}
 	for _, sb := range match {
-		d := s.describe(sb, recs[sb.bench].Expires)
+		d := s.describe(sb, s.endOf(recs[sb.bench]))
 		d.State = stateOf(recs[sb.bench])
 		out = append(out, d)
 	}
@@ -508,7 +508,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if sb == nil {
 		return
 	}
-	out := s.describe(sb, rec.Expires)
+	out := s.describe(sb, s.endOf(rec))
 	out.State, out.Lifecycle = stateOf(rec), sb.lifecycle()
 	writeJSON(w, http.StatusOK, s.detail(r, c, sb, out))
 }

@@ -68,10 +68,16 @@ func TestE2BBranch(t *testing.T) {
 		State                  string
 		InPaused, InRunning    bool
 		Run                    string
+		EndIn                  int // seconds: a paused sandbox ends as task state (24 h), not at its timeout
+		Lifecycle              struct {
+			OnTimeout  string
+			AutoResume bool
+		}
 	}
 	get("pause", &pause)
 	if !pause.Paused || pause.Again || pause.Running || pause.State != "paused" || !pause.InPaused || pause.InRunning ||
-		!strings.Contains(pause.Run, "paused") {
+		!strings.Contains(pause.Run, "paused") || pause.EndIn < 23*3600 || pause.EndIn > 24*3600 ||
+		pause.Lifecycle.OnTimeout != "kill" || pause.Lifecycle.AutoResume {
 		t.Errorf("paused: %+v", pause)
 	}
 	var conn struct {

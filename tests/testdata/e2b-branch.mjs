@@ -51,7 +51,8 @@ await attempt("pause", async () => {
     run = `${e.name}: ${e.message}`;
   }
   await wait(1500);
-  return { before, paused, again, running, state: info.state, inPaused: listedPaused.includes(id), inRunning: listedRunning.includes(id), run };
+  const endIn = Math.round((info.endAt.getTime() - Date.now()) / 1000);
+  return { before, paused, again, running, state: info.state, endIn, lifecycle: info.lifecycle, inPaused: listedPaused.includes(id), inRunning: listedRunning.includes(id), run };
 });
 // Connect resumes it: the counter goes on from where it stopped.
 await attempt("connect", async () => {
