@@ -58,6 +58,7 @@ type sandboxJSON struct {
 	MemoryMB        int64             `json:"memoryMB"`
 	DiskSizeMB      int64             `json:"diskSizeMB"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
+	Lifecycle       *lifecycleJSON    `json:"lifecycle,omitempty"` // E2B's SandboxLifecycle (branch.go)
 
 	// TrafficAccessToken is what a sandbox made with allowPublicTraffic false wants of its ports'
 	// clients (ports.go).
@@ -166,7 +167,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeAppError(w, err)
 		return
 	}
+	// A templateID that is no Workshop may name a snapshot of the caller's (Sandbox.create(snapshotId)).
+	var snap *app.SnapshotInfo
 	if !slices.ContainsFunc(res.(*app.LaunchableResult).Workshops, func(v *records.Version) bool { return v.Name == req.TemplateID }) {
+		snap = s.snapshotNamed(r, call.Caller, req.TemplateID)
+	}
+	if snap == nil && !slices.ContainsFunc(res.(*app.LaunchableResult).Workshops, func(v *records.Version) bool { return v.Name == req.TemplateID }) {
 		writeError(w, http.StatusNotFound, "template %q: no Workshop record of that name that %s may launch (`shed workshop ls` lists them; an operator allows one with `shed workshop allow NAME USER`)", req.TemplateID, c.User)
 		return
 	}
@@ -181,19 +187,29 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%s", msg)
 		return
 	}
-	created, err := s.Service.Do(r.Context(), call, "bench.create", &app.BenchCreateRequest{
-		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: timeout, NetAllow: allow, NetDeny: deny,
-	})
+	onTimeout := ""
+	if req.AutoPause != nil && *req.AutoPause {
+		onTimeout = "pause" // the lifetime's end pauses it
+	}
+	breq := &app.BenchCreateRequest{
+		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: timeout, NetAllow: allow, NetDeny: deny, OnTimeout: onTimeout,
+	}
+	template := req.TemplateID
+	if snap != nil {
+		breq.Workshop, breq.Snapshot, template = "", snap.ID, snap.ID
+	}
+	created, err := s.Service.Do(r.Context(), call, "bench.create", breq)
 	if err != nil {
 		writeAppError(w, err)
 		return
 	}
 	b := created.(*app.BenchCreateResult)
 	sb := &sandbox{
-		id: b.Bench, bench: b.ID, template: req.TemplateID, keyID: k.ID, user: c.User, token: newToken(),
+		id: b.Bench, bench: b.ID, template: template, keyID: k.ID, user: c.User, token: newToken(),
 		started: time.Now().UTC(), envs: req.EnvVars, metadata: req.Metadata, procs: map[uint32]*proc{},
 		files: make(chan struct{}, maxFileOps), secure: req.Secure == nil || *req.Secure, maskHost: mask,
-		defaultUser: b.User, accounts: b.Accounts,
+		defaultUser: b.User, accounts: b.Accounts, onTimeout: onTimeout,
+		autoResume: onTimeout == "pause" && autoResumes(req.AutoResume), timeoutS: timeout,
 	}
 	if !public {
 		sb.traffic = newToken()
@@ -212,14 +228,28 @@ func unsupportedCreate(r *newSandbox) string {
 	switch {
 	case r.TemplateID == "":
 		return "templateID: name a Workshop record (`shed workshop ls`)"
-	case r.AutoPause != nil && *r.AutoPause, set(r.AutoResume), set(r.AutoPauseMemory):
-		return "pausing is not supported: a Bench ends at its timeout (docs/agents.md)"
+	case autoResumes(r.AutoResume) && (r.AutoPause == nil || !*r.AutoPause):
+		return "autoResume: it wakes a sandbox paused at its timeout: set autoPause (lifecycle.onTimeout \"pause\") too"
 	case set(r.IAM):
 		return "iam tokens are not supported"
 	case set(r.VolumeMounts) && strings.TrimSpace(string(r.VolumeMounts)) != "[]":
 		return "volume mounts are not supported: an operator grants directories in the Workshop's recipe"
 	}
 	return ""
+}
+
+// autoResumes says whether a create's autoResume ({enabled}) asks for it.
+func autoResumes(m json.RawMessage) bool {
+	if t := strings.TrimSpace(string(m)); t == "" || t == "null" {
+		return false
+	}
+	var v struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if json.Unmarshal(m, &v) != nil {
+		return true // not E2B's shape: refused with the reason (autoPause unset) rather than ignored
+	}
+	return v.Enabled != nil && *v.Enabled
 }
 
 // describe is the control plane's view of a sandbox.
@@ -246,7 +276,7 @@ func (s *Server) running(w http.ResponseWriter, r *http.Request, c *app.Caller) 
 	}
 	recs := map[string]*bench.Record{}
 	for _, rec := range res.(*app.BenchListResult).Benches {
-		if rec.Running {
+		if rec.Running || rec.Paused != nil { // a paused sandbox is E2B's still (state paused)
 			recs[rec.ID] = rec
 		}
 	}
@@ -294,13 +324,20 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	var match []*sandbox
 	for _, sb := range sbs {
-		if (q.template != "" && q.template != sb.template) || !q.running || sb.started.Before(q.after) || !metadataMatches(sb.metadata, q.metadata) {
+		state := stateOf(recs[sb.bench])
+		if (q.template != "" && q.template != sb.template) || (state == "running" && !q.running) || (state == "paused" && !q.paused) || sb.started.Before(q.after) || !metadataMatches(sb.metadata, q.metadata) {
 			continue
 		}
 		match = append(match, sb)
 	}
 	if q.running {
-		w.Header().Set("X-Total-Running", strconv.Itoa(len(match)))
+		n := 0
+		for _, sb := range match {
+			if stateOf(recs[sb.bench]) == "running" {
+				n++
+			}
+		}
+		w.Header().Set("X-Total-Running", strconv.Itoa(n))
 	}
 	match, next := q.page(match)
 	if next != "" {
@@ -308,7 +345,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []sandboxJSON{}
 	for _, sb := range match {
-		out = append(out, s.describe(sb, recs[sb.bench].Expires))
+		d := s.describe(sb, s.endOf(recs[sb.bench]))
+		d.State = stateOf(recs[sb.bench])
+		out = append(out, d)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -316,7 +355,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 // listQuery is a list's query, checked.
 type listQuery struct {
 	metadata, template string
-	running            bool // the states asked for include running (shed's sandboxes are all running)
+	running, paused    bool // the states asked for
 	after              time.Time
 	desc               bool
 	limit              int
@@ -328,18 +367,19 @@ const maxListLimit = 100
 
 func listQueryOf(r *http.Request) (*listQuery, error) {
 	v := r.URL.Query()
-	q := &listQuery{metadata: v.Get("metadata"), template: v.Get("template"), running: true, desc: true, limit: maxListLimit}
+	q := &listQuery{metadata: v.Get("metadata"), template: v.Get("template"), running: true, paused: true, desc: true, limit: maxListLimit}
 	if !strings.HasPrefix(r.URL.Path, "/v2/") {
 		q.limit = math.MaxInt // the older list pages nothing
 	}
 	// state is a list, comma-joined as the SDK sends it, or repeated.
 	if states := v["state"]; len(states) > 0 {
-		q.running = false
+		q.running, q.paused = false, false
 		for _, st := range strings.Split(strings.Join(states, ","), ",") {
 			switch st {
 			case "running":
 				q.running = true
 			case "paused":
+				q.paused = true
 			default:
 				return nil, fmt.Errorf("state %q: running or paused", st)
 			}
@@ -468,11 +508,13 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if sb == nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, s.detail(r, c, sb, s.describe(sb, rec.Expires)))
+	out := s.describe(sb, s.endOf(rec))
+	out.State, out.Lifecycle = stateOf(rec), sb.lifecycle()
+	writeJSON(w, http.StatusOK, s.detail(r, c, sb, out))
 }
 
-// connect answers as create did, for a running sandbox (E2B resumes a paused one; shed has none);
-// one that is not running is a 404, the SDK's SandboxNotFoundError.
+// connect answers as create did: 200 for a running sandbox, 201 for a paused one, which it resumes
+// (branch.go) for its timeout; one that is neither is a 404, the SDK's SandboxNotFoundError.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	c, sb, rec := s.lookup(w, r)
 	if sb == nil {
@@ -482,6 +524,10 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		Timeout *int64 `json:"timeout"`
 	}
 	_ = json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&body)
+	if rec.Paused != nil {
+		s.thaw(w, r, c, sb, body.Timeout, "")
+		return
+	}
 	out := s.describe(sb, rec.Expires)
 	// E2B's connect only ever extends a sandbox's life ("TTL is only extended"); setTimeout may
 	// shorten it. A timeout out of range goes to bench.set_lifetime, which says why not.

@@ -93,11 +93,12 @@ func TestListPages(t *testing.T) {
 	if !q.after.Equal(t0.Add(time.Second)) || !q.running {
 		t.Errorf("startedAfter: %v, running %v", q.after, q.running)
 	}
-	// state as the SDK sends it (comma-joined) or repeated; paused alone matches none of shed's.
-	for query, running := range map[string]bool{"state=running,paused": true, "state=paused&state=running": true, "state=paused": false} {
+	// state as the SDK sends it (comma-joined) or repeated; none is both.
+	for query, want := range map[string][2]bool{"state=running,paused": {true, true}, "state=paused&state=running": {true, true},
+		"state=paused": {false, true}, "state=running": {true, false}, "": {true, true}} {
 		q, err := listQueryOf(httptest.NewRequest("GET", "/v2/sandboxes?"+query, nil))
-		if err != nil || q.running != running {
-			t.Errorf("%s: running %v, %v", query, q.running, err)
+		if err != nil || q.running != want[0] || q.paused != want[1] {
+			t.Errorf("%s: running %v, paused %v, %v", query, q.running, q.paused, err)
 		}
 	}
 }

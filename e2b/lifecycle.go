@@ -27,7 +27,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 // benchRunning says whether the Bench (by id) still runs, as its caller sees the Benches; an error
-// counts as not running.
+// counts as not running, and so does a paused Bench (E2B's proxy answers a paused sandbox as a
+// stopped one: the SDK's isRunning() is false until connect resumes it).
 func (s *Server) benchRunning(ctx context.Context, c *app.Caller, benchID string) bool {
 	res, err := s.Service.Do(ctx, &app.Call{Caller: c}, "bench.ls", &app.BenchListRequest{})
 	if err != nil {
@@ -35,7 +36,7 @@ func (s *Server) benchRunning(ctx context.Context, c *app.Caller, benchID string
 	}
 	for _, rec := range res.(*app.BenchListResult).Benches {
 		if rec.ID == benchID {
-			return rec.Running
+			return rec.Running && rec.Paused == nil
 		}
 	}
 	return false

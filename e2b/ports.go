@@ -151,6 +151,10 @@ func (s *Server) port(w http.ResponseWriter, r *http.Request, id string, port in
 		writePortError(w, status, id, 0, msgNotFound)
 		return
 	}
+	if sb.autoResume && !s.wake(r, c, sb) {
+		writePortError(w, status, id, 0, msgNotFound)
+		return
+	}
 	host := r.Host
 	if sb.maskHost != "" {
 		host = strings.ReplaceAll(sb.maskHost, "${PORT}", strconv.Itoa(port))

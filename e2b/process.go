@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/e2b/envd/process"
 	"toolshed.dev/shed/e2b/envd/process/processconnect"
 	sbox "toolshed.dev/shed/sandbox"
@@ -324,7 +325,9 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 		}
 		// A command that did not exit by itself may have ended with its sandbox: asked only then, so
 		// that a command's end costs nothing more.
-		gone := sb.killed.Load() || ((err != nil || !end.Exited || end.ExitCode >= 128) && !s.benchRunning(s.Service.Detached.Ctx, c, sb.bench))
+		// A command refused because the sandbox is paused ends with that error: it is no killed sandbox.
+		gone := sb.killed.Load() || ((err != nil || !end.Exited || end.ExitCode >= 128) && !errors.Is(err, bench.ErrPaused) &&
+			!s.benchRunning(s.Service.Detached.Ctx, c, sb.bench))
 		p.mu.Lock()
 		p.end = &process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}}
 		p.gone = gone

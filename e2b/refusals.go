@@ -27,14 +27,8 @@ type refusal struct {
 
 // refusedRoutes are E2B's control-plane routes (and envd's HTTP routes) that shed refuses.
 var refusedRoutes = []refusal{
-	{"POST /sandboxes/{id}/pause", "pausing a sandbox is not supported yet: a Bench runs until its timeout or kill"},
-	{"POST /sandboxes/{id}/resume", "resuming is not supported: no sandbox is ever paused"},
-	{"POST /sandboxes/{id}/fork", "forking a sandbox is not supported yet: create another from the same template"},
-	{"POST /sandboxes/{id}/snapshots", "snapshots are not supported yet: a Workshop's recipe is what a sandbox is made from"},
 	{"GET /sandboxes/{id}/logs", "sandbox logs are not supported: `shed bench logs` shows a Bench's"},
 	{"GET /v2/sandboxes/{id}/logs", "sandbox logs are not supported: `shed bench logs` shows a Bench's"},
-	{"/snapshots", "snapshots are not supported yet"},
-	{"/snapshots/", "snapshots are not supported yet"},
 	{"/templates", "templates are Workshop records: `shed workshop` makes and lists them"},
 	{"/templates/", "templates are Workshop records: `shed workshop` makes and lists them"},
 	{"/v2/templates", "templates are Workshop records: `shed workshop` makes and lists them"},

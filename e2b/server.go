@@ -94,6 +94,12 @@ type sandbox struct {
 	procs   map[uint32]*proc
 	nextPid uint32
 	killed  atomic.Bool // set by kill, before its commands are stopped
+	// onTimeout is what the end of its timeout does, as create or the last resume set it (branch.go).
+	onTimeout string
+	// autoResume (create's lifecycle.autoResume): a request to one of its ports resumes it, paused,
+	// for timeoutS seconds (create's timeout).
+	autoResume bool
+	timeoutS   int64
 
 	watch watches // its directory watches (watch.go)
 }
@@ -115,6 +121,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.metrics)
 	mux.HandleFunc("GET /sandboxes/metrics", s.listMetrics)
+	// Pause, resume, fork and snapshots (branch.go).
+	mux.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
+	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
+	mux.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.createSnapshot)
+	mux.HandleFunc("GET /snapshots", s.listSnapshots)
+	mux.HandleFunc("DELETE /templates/{id}", s.deleteTemplate)
 	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	s.refuse(mux) // refusals.go: what shed does not serve, each with its reason

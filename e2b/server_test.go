@@ -99,7 +99,6 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"no template", "POST", "/v2/sandboxes", key, `{}`, 400, "templateID"},
 		{"unknown template", "POST", "/v2/sandboxes", key, `{"templateID":"nope"}`, 404, "shed workshop allow"},
 		{"a file as template", "POST", "/v2/sandboxes", key, `{"templateID":"/etc/shadow"}`, 404, "no Workshop record"},
-		{"pause", "POST", "/v2/sandboxes", key, `{"templateID":"tools","autoPause":true}`, 400, "pausing"},
 		{"malformed CIDR", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowOut":["8.8.8.8/33"]}}`, 400, `allow entry 0 (\"8.8.8.8/33\"): malformed CIDR block`},
 		{"malformed name", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"denyOut":["1.1.1.1","a b"]}}`, 400, `deny entry 1 (\"a b\")`},
 		{"network transforms", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"rules":{"x.test":[{"transform":{"headers":{"A":"b"}}}]}}}`, 400, "network.rules"},
@@ -121,10 +120,16 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"fork unknown", "POST", "/sandboxes/tools-000000/fork", key, `{}`, 404, "not found"},
 		{"unnamed route of unknown", "POST", "/sandboxes/tools-000000/whatever", key, ``, 404, "not found"},
 		{"templates", "GET", "/templates/", key, ``, 501, "Workshop records"},
-		{"snapshots", "GET", "/snapshots", key, ``, 501, "snapshots are not supported"},
+		{"snapshots bad limit", "GET", "/snapshots?limit=0", key, ``, 400, "from 1 to 100"},
+		{"delete no snapshot", "DELETE", "/templates/nobody%2Fnope:default", key, ``, 404, "not found"},
+		{"snapshot unknown", "POST", "/sandboxes/tools-000000/snapshots", key, `{}`, 404, "not found"},
+		{"resume unknown", "POST", "/sandboxes/tools-000000/resume", key, `{}`, 404, "not found"},
+		{"autoResume without autoPause", "POST", "/v2/sandboxes", key, `{"templateID":"tools","autoResume":{"enabled":true}}`, 400, "set autoPause"},
+		{"autoResume not E2B's", "POST", "/v2/sandboxes", key, `{"templateID":"tools","autoResume":7}`, 400, "autoResume"},
 		{"metrics of no ids", "GET", "/sandboxes/metrics", key, ``, 400, "sandbox_ids is required"},
 		{"metrics unknown", "GET", "/sandboxes/tools-000000/metrics?start=abc", key, ``, 404, "not found"},
-		{"refusal needs a key", "GET", "/snapshots", "", ``, 401, "E2B_API_KEY"},
+		{"refusal needs a key", "GET", "/volumes", "", ``, 401, "E2B_API_KEY"},
+		{"snapshots need a key", "GET", "/snapshots", "", ``, 401, "E2B_API_KEY"},
 		{"unknown route", "GET", "/nowhere", key, ``, 404, "no route of E2B's API"},
 		{"bad limit", "GET", "/v2/sandboxes?limit=0", key, ``, 400, "from 1 to 100"},
 		{"limit past E2B's", "GET", "/v2/sandboxes?limit=101", key, ``, 400, "from 1 to 100"},
@@ -146,6 +151,9 @@ func TestControlPlaneRefusals(t *testing.T) {
 	}
 	if status, body := do(t, hs, "GET", "/v2/sandboxes", key, ""); status != 200 || strings.TrimSpace(body) != "[]" {
 		t.Errorf("list: %d %s, want none", status, body)
+	}
+	if status, body := do(t, hs, "GET", "/snapshots?name=nope", key, ""); status != 200 || strings.TrimSpace(body) != "[]" {
+		t.Errorf("snapshots: %d %s, want none", status, body)
 	}
 	if es, _ := os.ReadDir(filepath.Join(root, "benches")); len(es) != 0 {
 		t.Errorf("a refused create left %d Benches", len(es))
