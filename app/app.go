@@ -199,6 +199,9 @@ type Service struct {
 	TaskStateTTL time.Duration
 	// UserSnapshots bounds the snapshots each user may have at once. Zero: no bound.
 	UserSnapshots int
+	// UserDisk bounds the bytes each user's created Benches' uppers and snapshots hold together
+	// (quota.go). Zero: no bound.
+	UserDisk int64
 	upperFS       uppersFS // the store's uppers filesystem, once opened
 }
 

@@ -1,6 +1,7 @@
 package upper
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -62,15 +63,28 @@ func median(n int, fn func() time.Duration) time.Duration {
 	return d[n/2]
 }
 
+var noQuotas = flag.Bool("upper.noquotas", false, "BenchmarkBranch without quotas (the baseline)")
+
 // BenchmarkBranch: an upper of 1 GiB into 10 writable branches, and into one, beside the baseline, a
 // `cp -a` of the same upper on the store root's filesystem (what copy mode does). The metric
 // "x-cp" is how many times faster than that copy.
 func BenchmarkBranch(b *testing.B) {
 	needRoot(b)
-	f, root := open(b, Options{Size: 3 << 30})
+	f, root := open(b, Options{Size: 3 << 30, noQuotas: *noQuotas})
 	if err := f.Create("benches/src"); err != nil {
 		b.Fatal(err)
 	}
+	// With quotas (-upper.noquotas: without), each upper charged to a user's group, as app does.
+	charge := func(names ...string) {
+		for _, n := range names {
+			if f.Quotas() {
+				if err := f.Charge(n, 1000); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	charge("benches/src")
 	fill(b, filepath.Join(f.Dir("benches/src"), "upper/data"), 1<<30)
 	plain := filepath.Join(root, "plain")
 	fill(b, filepath.Join(plain, "src/upper/data"), 1<<30)
@@ -93,6 +107,7 @@ func BenchmarkBranch(b *testing.B) {
 				if err := f.Branch("benches/src", dsts, false); err != nil {
 					b.Fatal(err)
 				}
+				charge(dsts...)
 				b.StopTimer()
 				for _, d := range dsts {
 					if err := f.Remove(d); err != nil {

@@ -46,7 +46,7 @@ type qgroupAssignArgs struct{ assign, src, dst uint64 }
 type qgroupCreateArgs struct{ create, qgroupid uint64 }
 
 type qgroupLimitArgs struct {
-	qgroupid                                 uint64
+	qgroupid                                  uint64
 	flags, maxRfer, maxExcl, rsvRfer, rsvExcl uint64
 }
 

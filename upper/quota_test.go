@@ -55,6 +55,10 @@ func TestQuota(t *testing.T) {
 	if !f.Quotas() {
 		t.Fatal("the uppers' btrfs has no quotas")
 	}
+	// Simple quotas, not full ones (whose backref walks cost every snapshot and commit).
+	if b, err := os.ReadFile(filepath.Join(f.qgroups, "mode")); err != nil || string(b) != "squota\n" {
+		t.Fatalf("quota mode: %q, %v; want squota", b, err)
+	}
 	const group, limit = 4242, 64 << 20
 	if err := f.SetGroupLimit(group, limit); err != nil {
 		t.Fatal(err)

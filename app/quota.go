@@ -1,0 +1,73 @@
+package app
+
+import (
+	"fmt"
+
+	"toolshed.dev/shed/upper"
+)
+
+// The per-user disk bound on task state (the supervisor's --user-disk): every upper a user's
+// created Bench runs on (created, forked, of a snapshot, reset) is charged to the user's quota group
+// on the uppers' btrfs (upper.FS.Charge, their uid), whose limit the kernel enforces on each write:
+// a Bench past it gets EDQUOT, the host's disk never fills. A snapshot is charged nothing of its own:
+// it writes nothing, and the bytes it shares stay charged to the upper that wrote them, removed or
+// not, for as long as the snapshot holds them. Without quotas (copies, a kernel before 6.7) no
+// group is kept and the bound is not enforced (the supervisor says so when it starts).
+
+// diskGroup is the quota group c's Benches' uppers are charged to (nil: the uppers have no quotas),
+// its limit set to the bound now in force: a user's is UserDisk, an operator's none.
+func (s *Service) diskGroup(fs *upper.FS, c *Call) (*uint32, error) {
+	if !fs.Quotas() {
+		return nil, nil
+	}
+	uid := c.Caller.UID
+	limit := s.UserDisk
+	if c.Caller.Role == Operator {
+		limit = 0
+	}
+	if err := fs.SetGroupLimit(uid, limit); err != nil {
+		return nil, err
+	}
+	return &uid, nil
+}
+
+// DiskUsage is the bytes the uppers of uid's Benches and snapshots hold (as of the uppers' last
+// commit, at most 30 s behind), and whether the uppers count them at all.
+func (s *Service) DiskUsage(uid uint32) (int64, bool, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return 0, false, err
+	}
+	defer st.Close()
+	if !s.haveUppers(st) {
+		return 0, true, nil // none yet: nothing used
+	}
+	fs, err := s.uppers(st)
+	if err != nil {
+		return 0, false, err
+	}
+	if !fs.Quotas() {
+		return 0, false, nil
+	}
+	n, err := fs.GroupUsage(uid)
+	if err != nil {
+		return 0, false, fmt.Errorf("disk usage of uid %d: %w", uid, err)
+	}
+	return n, true, nil
+}
+
+// DiskQuotas says whether the store's uppers enforce per-user disk bounds (the supervisor checks
+// it when --user-disk is set): false on copies, on a kernel without simple quotas, or on a store
+// root's own btrfs with quotas off.
+func (s *Service) DiskQuotas() (bool, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return false, err
+	}
+	defer st.Close()
+	fs, err := s.uppers(st)
+	if err != nil {
+		return false, err
+	}
+	return fs.Quotas(), nil
+}
