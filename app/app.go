@@ -202,7 +202,8 @@ type Service struct {
 	// UserDisk bounds the bytes each user's created Benches' uppers and snapshots hold together
 	// (quota.go). Zero: no bound.
 	UserDisk int64
-	upperFS       uppersFS // the store's uppers filesystem, once opened
+	noQuotas sync.Once // the warning that UserDisk is not enforced, once
+	upperFS  uppersFS  // the store's uppers filesystem, once opened
 }
 
 // Records returns the service's Workshop records.

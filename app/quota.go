@@ -18,6 +18,11 @@ import (
 // its limit set to the bound now in force: a user's is UserDisk, an operator's none.
 func (s *Service) diskGroup(fs *upper.FS, c *Call) (*uint32, error) {
 	if !fs.Quotas() {
+		if s.UserDisk > 0 {
+			s.noQuotas.Do(func() {
+				s.log().Warn("the uppers have no quotas (copies, a kernel before 6.7, or a store root's btrfs with quotas off): --user-disk is not enforced; the uppers' size bounds all users together")
+			})
+		}
 		return nil, nil
 	}
 	uid := c.Caller.UID
@@ -31,9 +36,10 @@ func (s *Service) diskGroup(fs *upper.FS, c *Call) (*uint32, error) {
 	return &uid, nil
 }
 
-// DiskUsage is the bytes the uppers of uid's Benches and snapshots hold (as of the uppers' last
-// commit, at most 30 s behind), and whether the uppers count them at all.
-func (s *Service) DiskUsage(uid uint32) (int64, bool, error) {
+// DiskUsage is the bytes the uppers of uid's Benches and snapshots hold, and whether the uppers
+// count them at all: as of the uppers' last commit (at most 30 s behind), or of now if flush (a
+// commit: what a snapshot or fork costs anyway, bench.Branch).
+func (s *Service) DiskUsage(uid uint32, flush bool) (int64, bool, error) {
 	st, err := s.openStore()
 	if err != nil {
 		return 0, false, err
@@ -48,6 +54,11 @@ func (s *Service) DiskUsage(uid uint32) (int64, bool, error) {
 	}
 	if !fs.Quotas() {
 		return 0, false, nil
+	}
+	if flush {
+		if err := fs.Flush(); err != nil {
+			return 0, false, err
+		}
 	}
 	n, err := fs.GroupUsage(uid)
 	if err != nil {
