@@ -127,8 +127,17 @@ func TestQuota(t *testing.T) {
 	if err := os.Remove(filepath.Join(f.Dir("benches/b"), "upper/over")); err != nil {
 		t.Fatal(err)
 	}
+	// The source removed, what the snapshot still holds of it stays the group's.
+	if err := f.Remove("benches/a"); err != nil {
+		t.Fatal(err)
+	}
+	f.reclaims.Wait()
+	time.Sleep(500 * time.Millisecond) // the cleaner drops the subvolume after the commit
+	if n := usage(t, f, group); n < 48<<20 || n > 50<<20 {
+		t.Fatalf("usage after the source's removal, its snapshot kept: %d", n)
+	}
 	// Removes give the bytes back, once btrfs's cleaner has dropped the subvolumes.
-	for _, n := range []string{"benches/a", "benches/b", "snapshots/s"} {
+	for _, n := range []string{"benches/b", "snapshots/s"} {
 		if err := f.Remove(n); err != nil {
 			t.Fatal(err)
 		}
@@ -147,5 +156,25 @@ func TestQuota(t *testing.T) {
 	}
 	if err := f.SetGroupLimit(group, 0); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestQuotaCopies: copies have no quotas, and say so.
+func TestQuotaCopies(t *testing.T) {
+	f, _ := open(t, Options{copyOnly: true})
+	if f.Quotas() {
+		t.Fatal("copies claim quotas")
+	}
+	if err := f.Create("benches/a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Charge("benches/a", 1); !errors.Is(err, ErrNoQuotas) {
+		t.Fatalf("Charge on copies: %v", err)
+	}
+	if err := f.SetGroupLimit(1, 1<<20); !errors.Is(err, ErrNoQuotas) {
+		t.Fatalf("SetGroupLimit on copies: %v", err)
+	}
+	if _, err := f.GroupUsage(1); !errors.Is(err, ErrNoQuotas) {
+		t.Fatalf("GroupUsage on copies: %v", err)
 	}
 }
