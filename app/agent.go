@@ -355,7 +355,7 @@ func (s *Service) launchDetached(ctx context.Context, c *Call, d *detached) (*be
 	}
 	fs, err := s.uppers(d.w.st)
 	if err == nil {
-		d.opts.DiskGroup, err = s.diskGroup(fs, c)
+		d.opts.DiskGroup, err = s.diskGroup(fs, c, d.opts.Owner)
 	}
 	if err != nil {
 		d.release()

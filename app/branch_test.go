@@ -321,7 +321,14 @@ func TestUserDisk(t *testing.T) {
 	const bound = 48 << 20
 	s.UserDisk = bound
 	b := &branching{t: t, s: s, who: &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}}
-	name := b.create(&app.BenchCreateRequest{Workshop: "bb", Name: "filler"})
+	parent := b.create(&app.BenchCreateRequest{Workshop: "bb", Name: "parent"})
+	b.sh(parent, "dd if=/dev/urandom of=/root/some bs=1M count=16 2>/dev/null")
+	// A fork's child counts with its parent: the bound is the user's, not each upper's.
+	fork := b.do("bench.fork", &app.BenchForkRequest{Bench: parent}).(*app.BenchForkResult)
+	if len(fork.Children) != 1 || fork.Children[0].Error != "" {
+		t.Fatalf("fork: %+v", fork)
+	}
+	name := fork.Children[0].Bench
 	// Writes without end (dd until the disk refuses): random bytes, so nothing is a hole.
 	res := b.do("bench.exec", &app.BenchExecRequest{Bench: name, Shell: "dd if=/dev/urandom of=/root/big bs=1M count=1024 conv=fsync", Capture: true}).(*app.ExecResult)
 	if res.Exit == 0 || !strings.Contains(res.Stderr, "quota") {
@@ -334,12 +341,16 @@ func TestUserDisk(t *testing.T) {
 	if used > bound+(4<<20) || used < bound/2 {
 		t.Fatalf("the user's uppers hold %d bytes, bound %d", used, bound)
 	}
-	// The Bench still runs commands (what it has is kept).
-	if out := b.sh(name, "ls -s /root/big >/dev/null && echo ok"); out != "ok\n" {
+	// The Bench still runs commands (what it has is kept); its parent cannot write either.
+	if out := b.sh(name, "ls -s /root/big /root/some >/dev/null && echo ok"); out != "ok\n" {
 		t.Fatalf("after the quota: %q", out)
 	}
+	res = b.do("bench.exec", &app.BenchExecRequest{Bench: parent, Shell: "dd if=/dev/urandom of=/root/more bs=1M count=8 conv=fsync", Capture: true}).(*app.ExecResult)
+	if res.Exit == 0 || !strings.Contains(res.Stderr, "quota") {
+		t.Fatalf("the parent writing once the user is at the bound: exit %d, %s", res.Exit, res.Stderr)
+	}
 	for op, req := range map[string]any{
-		"snapshot.create": &app.SnapshotCreateRequest{Bench: name},
+		"snapshot.create": &app.SnapshotCreateRequest{Bench: parent},
 		"bench.fork":      &app.BenchForkRequest{Bench: name, Count: 2},
 	} {
 		_, err := s.Do(context.Background(), b.who, op, req)

@@ -2,6 +2,8 @@ package app
 
 import (
 	"fmt"
+	"os/user"
+	"strconv"
 
 	"toolshed.dev/shed/upper"
 )
@@ -14,9 +16,11 @@ import (
 // not, for as long as the snapshot holds them. Without quotas (copies, a kernel before 6.7) no
 // group is kept and the bound is not enforced (the supervisor says so when it starts).
 
-// diskGroup is the quota group c's Benches' uppers are charged to (nil: the uppers have no quotas),
-// its limit set to the bound now in force: a user's is UserDisk, an operator's none.
-func (s *Service) diskGroup(fs *upper.FS, c *Call) (*uint32, error) {
+// diskGroup is the quota group the uppers of owner's Benches are charged to (nil: the uppers have no
+// quotas): the uid of owner, the Bench's owner, who is c's caller unless an operator resumes another
+// user's Bench. The caller's own group gets the bound now in force (a user's is UserDisk, an
+// operator's none); another owner's keeps the one their own launches set.
+func (s *Service) diskGroup(fs *upper.FS, c *Call, owner string) (*uint32, error) {
 	if !fs.Quotas() {
 		if s.UserDisk > 0 {
 			s.noQuotas.Do(func() {
@@ -24,6 +28,13 @@ func (s *Service) diskGroup(fs *upper.FS, c *Call) (*uint32, error) {
 			})
 		}
 		return nil, nil
+	}
+	if owner != "" && owner != c.Caller.User {
+		uid, err := uidOf(owner)
+		if err != nil {
+			return nil, fail(CodeFailed, fmt.Errorf("the owner of the Bench, %q: %w", owner, err), "an operator removes the Bench (`shed bench rm`)")
+		}
+		return &uid, nil
 	}
 	uid := c.Caller.UID
 	limit := s.UserDisk
@@ -81,4 +92,17 @@ func (s *Service) DiskQuotas() (bool, error) {
 		return false, err
 	}
 	return fs.Quotas(), nil
+}
+
+// uidOf is the uid of user (a name, or a uid in decimal: a Caller's User).
+func uidOf(name string) (uint32, error) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(u.Uid, 10, 32)
+	return uint32(n), err
 }
