@@ -116,10 +116,8 @@ func BenchmarkBranching(b *testing.B) {
 	})
 	// Depth: a chain of snapshots of Benches of snapshots; each level's launch and a cold miss.
 	chain := []string{"big"}
-	var snaps []string
 	for depth := 1; depth <= 50; depth++ {
 		snap := do("snapshot.create", &app.SnapshotCreateRequest{Bench: chain[len(chain)-1]}).(*app.SnapshotInfo)
-		snaps = append(snaps, snap.ID)
 		if depth == 1 || depth == 10 || depth == 50 {
 			b.Run("depth-"+strconv.Itoa(depth), func(b *testing.B) {
 				var miss time.Duration
