@@ -51,17 +51,22 @@ func (s *Service) diskGroup(fs *upper.FS, c *Call, owner string) (*uint32, error
 // count them at all: as of the uppers' last commit (at most 30 s behind), or of now if flush (a
 // commit: what a snapshot or fork costs anyway, bench.Branch).
 func (s *Service) DiskUsage(uid uint32, flush bool) (int64, bool, error) {
-	st, err := s.openStore()
-	if err != nil {
-		return 0, false, err
-	}
-	defer st.Close()
-	if !s.haveUppers(st) {
-		return 0, true, nil // none yet: nothing used
-	}
-	fs, err := s.uppers(st)
-	if err != nil {
-		return 0, false, err
+	// The uppers once opened, without the store (this is on bench.create's path).
+	s.upperFS.mu.Lock()
+	fs := s.upperFS.fs
+	s.upperFS.mu.Unlock()
+	if fs == nil {
+		st, err := s.openStore()
+		if err != nil {
+			return 0, false, err
+		}
+		defer st.Close()
+		if !s.haveUppers(st) {
+			return 0, true, nil // none yet: nothing used
+		}
+		if fs, err = s.uppers(st); err != nil {
+			return 0, false, err
+		}
 	}
 	if !fs.Quotas() {
 		return 0, false, nil
@@ -76,22 +81,6 @@ func (s *Service) DiskUsage(uid uint32, flush bool) (int64, bool, error) {
 		return 0, false, fmt.Errorf("disk usage of uid %d: %w", uid, err)
 	}
 	return n, true, nil
-}
-
-// DiskQuotas says whether the store's uppers enforce per-user disk bounds (the supervisor checks
-// it when --user-disk is set): false on copies, on a kernel without simple quotas, or on a store
-// root's own btrfs with quotas off.
-func (s *Service) DiskQuotas() (bool, error) {
-	st, err := s.openStore()
-	if err != nil {
-		return false, err
-	}
-	defer st.Close()
-	fs, err := s.uppers(st)
-	if err != nil {
-		return false, err
-	}
-	return fs.Quotas(), nil
 }
 
 // uidOf is the uid of user (a name, or a uid in decimal: a Caller's User).
