@@ -14,7 +14,7 @@ import (
 // a Bench past it gets EDQUOT, the host's disk never fills. A snapshot is charged nothing of its own:
 // it writes nothing, and the bytes it shares stay charged to the upper that wrote them, removed or
 // not, for as long as the snapshot holds them. Without quotas (copies, a kernel before 6.7) no
-// group is kept and the bound is not enforced (the supervisor says so when it starts).
+// group is kept and the bound is not enforced (the supervisor logs so, once, at the first launch).
 
 // diskGroup is the quota group the uppers of owner's Benches are charged to (nil: the uppers have no
 // quotas): the uid of owner, the Bench's owner, who is c's caller unless an operator resumes another
