@@ -354,6 +354,9 @@ func (s *Service) launchDetached(ctx context.Context, c *Call, d *detached) (*be
 		d.release = func() { d.w.st.Close() }
 	}
 	fs, err := s.uppers(d.w.st)
+	if err == nil {
+		d.opts.DiskGroup, err = s.diskGroup(fs, c, d.opts.Owner)
+	}
 	if err != nil {
 		d.release()
 		sl.release()

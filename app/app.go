@@ -199,7 +199,11 @@ type Service struct {
 	TaskStateTTL time.Duration
 	// UserSnapshots bounds the snapshots each user may have at once. Zero: no bound.
 	UserSnapshots int
-	upperFS       uppersFS // the store's uppers filesystem, once opened
+	// UserDisk bounds the bytes each user's created Benches' uppers and snapshots hold together
+	// (quota.go). Zero: no bound.
+	UserDisk int64
+	noQuotas sync.Once // the warning that UserDisk is not enforced, once
+	upperFS  uppersFS  // the store's uppers filesystem, once opened
 }
 
 // Records returns the service's Workshop records.

@@ -326,3 +326,61 @@ func TestBranchingUnderAttack(t *testing.T) {
 		t.Errorf("the parent after the fork: %v, want still paused", err)
 	}
 }
+
+// TestUserDisk: a user's Bench writing past the supervisor's UserDisk gets "Disk quota exceeded"
+// inside, the uppers hold no more than the bound, and a snapshot or fork is refused while the user
+// is at it; removing the file lets them snapshot again. Another user's Bench writes on.
+func TestUserDisk(t *testing.T) {
+	s := benchService(t)
+	const bound = 48 << 20
+	s.UserDisk = bound
+	b := &branching{t: t, s: s, who: &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}}
+	parent := b.create(&app.BenchCreateRequest{Workshop: "bb", Name: "parent"})
+	b.sh(parent, "dd if=/dev/urandom of=/root/some bs=1M count=16 2>/dev/null")
+	// A fork's child counts with its parent: the bound is the user's, not each upper's.
+	fork := b.do("bench.fork", &app.BenchForkRequest{Bench: parent}).(*app.BenchForkResult)
+	if len(fork.Children) != 1 || fork.Children[0].Error != "" {
+		t.Fatalf("fork: %+v", fork)
+	}
+	name := fork.Children[0].Bench
+	// Writes without end (dd until the disk refuses): random bytes, so nothing is a hole.
+	res := b.do("bench.exec", &app.BenchExecRequest{Bench: name, Shell: "dd if=/dev/urandom of=/root/big bs=1M count=1024 conv=fsync", Capture: true}).(*app.ExecResult)
+	if res.Exit == 0 || !strings.Contains(res.Stderr, "quota") {
+		t.Fatalf("1 GiB written past a bound of 48 MiB: exit %d, %s", res.Exit, res.Stderr)
+	}
+	used, ok, err := s.DiskUsage(1001, true)
+	if err != nil || !ok {
+		t.Fatalf("DiskUsage: %v, %v", ok, err)
+	}
+	if used > bound+(4<<20) || used < bound/2 {
+		t.Fatalf("the user's uppers hold %d bytes, bound %d", used, bound)
+	}
+	// The Bench still runs commands (what it has is kept); its parent cannot write either.
+	if out := b.sh(name, "ls -s /root/big /root/some >/dev/null && echo ok"); out != "ok\n" {
+		t.Fatalf("after the quota: %q", out)
+	}
+	res = b.do("bench.exec", &app.BenchExecRequest{Bench: parent, Shell: "dd if=/dev/urandom of=/root/more bs=1M count=8 conv=fsync", Capture: true}).(*app.ExecResult)
+	if res.Exit == 0 || !strings.Contains(res.Stderr, "quota") {
+		t.Fatalf("the parent writing once the user is at the bound: exit %d, %s", res.Exit, res.Stderr)
+	}
+	for op, req := range map[string]any{
+		"snapshot.create": &app.SnapshotCreateRequest{Bench: parent},
+		"bench.fork":      &app.BenchForkRequest{Bench: name, Count: 2},
+	} {
+		_, err := s.Do(context.Background(), b.who, op, req)
+		if err == nil {
+			t.Fatalf("%s at the bound (%d of %d bytes used): done, want a refusal", op, used, bound)
+		}
+		if app.Classify(err).Code != app.CodeDenied || !strings.Contains(err.Error(), "disk") || !strings.Contains(app.Classify(err).Hint, "--user-disk") {
+			t.Fatalf("%s at the bound (%d of %d bytes used): %v (%+v), want a refusal naming the disk bound", op, used, bound, err, app.Classify(err))
+		}
+		t.Logf("%s: %v (%s)", op, err, app.Classify(err).Hint)
+	}
+	// Another user (an operator: no bound) writes past it.
+	op := &branching{t: t, s: s, who: &app.Call{Caller: &app.Caller{User: "root", Role: app.Operator, Dir: "/"}}}
+	other := op.create(&app.BenchCreateRequest{Workshop: "bb", Name: "other"})
+	op.sh(other, "dd if=/dev/urandom of=/root/big bs=1M count=64 conv=fsync 2>/dev/null")
+	// Freed space is the user's again.
+	b.sh(name, "rm /root/big")
+	b.do("snapshot.create", &app.SnapshotCreateRequest{Bench: name, Name: "after"})
+}

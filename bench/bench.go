@@ -81,6 +81,9 @@ type Options struct {
 	// (a created Bench). An upper already there is used as it is (a fork's or a snapshot's branch,
 	// made by the caller under ID); else an empty one is made.
 	Disk *upper.FS
+	// DiskGroup, if set, charges the upper to that quota group of Disk's (upper.FS.Charge: its
+	// owner's uid) before anything runs over it, each launch: a branch or a reset's upper is new.
+	DiskGroup *uint32
 	// ID, if set, is the Bench's id (16 hex digits): one whose upper the caller branched already.
 	ID string
 	// Resume launches the paused Bench ID again, whose processes are gone, over its upper: the same
@@ -283,6 +286,11 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			}
 		} else if err != nil {
 			return 0, err
+		}
+		if opts.DiskGroup != nil {
+			if err := opts.Disk.Charge(u, *opts.DiskGroup); err != nil {
+				return 0, err
+			}
 		}
 		spec.Root.Upper, spec.Root.Work = filepath.Join(opts.Disk.Dir(u), "upper"), filepath.Join(opts.Disk.Dir(u), "work")
 		rec.Disk = true

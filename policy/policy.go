@@ -167,6 +167,9 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		if err := launch(s, caller, workshop, r.Name, r.Net, r.MemoryBytes, r.Pids); err != nil {
 			return err
 		}
+		if err := disk(s, caller, "create a Bench", false); err != nil {
+			return err
+		}
 		return reserve(s, caller, r, false)
 	case *app.BenchPauseRequest:
 		return ownBench(s, caller, r.Bench)
@@ -183,6 +186,9 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 				return bad("", "%v", err)
 			}
 		}
+		if err := disk(s, caller, "take a snapshot", true); err != nil {
+			return err
+		}
 		return snapshots(s, caller)
 	case *app.BenchForkRequest:
 		if err := ownBench(s, caller, r.Bench); err != nil {
@@ -191,6 +197,9 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		n := max(r.Count, 1)
 		if r.Count < 0 || n > app.MaxForks {
 			return bad(fmt.Sprintf("1 to %d", app.MaxForks), "fork count %d", r.Count)
+		}
+		if err := disk(s, caller, "fork", true); err != nil {
+			return err
 		}
 		return reserveForks(s, caller, r, n)
 	case *app.WriteFileRequest:
@@ -316,6 +325,37 @@ func reserveForks(s *app.Service, caller *app.Caller, req *app.BenchForkRequest,
 	}
 	return denied("fork fewer, remove some (`shed bench rm NAME`), or an operator raises the supervisor's --user-benches",
 		"you have %d Benches; %d more would pass the %d a user may have", have.Benches, n, s.UserBenches)
+}
+
+// disk refuses what makes a user's task state (a Bench, a fork, a snapshot) once their uppers hold
+// the supervisor's --user-disk: a snapshot writes nothing, but keeps what its Bench overwrites, and a
+// storm of them would keep it all; the kernel bounds each write besides (app/quota.go). flush: the
+// usage as of now (a commit, which a snapshot or fork makes anyway), else as of the last commit.
+func disk(s *app.Service, caller *app.Caller, what string, flush bool) error {
+	if caller.Role == app.Operator || s.UserDisk <= 0 {
+		return nil
+	}
+	used, ok, err := s.DiskUsage(caller.UID, flush)
+	if err != nil || !ok {
+		return err
+	}
+	// At it: the kernel refuses the write that would pass the bound, so a full user sits just under.
+	if used+diskSlack > s.UserDisk {
+		return denied("free some: remove snapshots (`shed snapshot rm ID`) or Benches (`shed bench rm NAME`), reset a Bench (`bench.reset`), or an operator raises the supervisor's --user-disk",
+			"cannot %s: your Benches and snapshots hold %s of disk, the most a user may (%s)", what, size(used), size(s.UserDisk))
+	}
+	return nil
+}
+
+// diskSlack is how far under --user-disk a user counts as at it: less than a MiB left.
+const diskSlack = 1 << 20
+
+// size is n bytes for a person: MiB with one decimal, or GiB from 1 GiB on.
+func size(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // snapshots refuses a user's snapshot past the supervisor's --user-snapshots.

@@ -21,8 +21,9 @@ var ErrExist = errors.New("upper exists")
 
 // FS is a store's uppers: <storeRoot>/uppers.
 type FS struct {
-	dir string // <storeRoot>/uppers
-	cow bool
+	dir     string // <storeRoot>/uppers
+	cow     bool
+	qgroups string // /sys/fs/btrfs/<fsid>/qgroups when quotas are on, or ""
 
 	mu       sync.Mutex
 	syncing  bool // a reclaim is running
@@ -38,6 +39,8 @@ type Options struct {
 
 	// copyOnly forces plain directories and copies (the tests of copy mode).
 	copyOnly bool
+	// noQuotas leaves quotas off in an image made (the benchmarks' baseline).
+	noQuotas bool
 	// bufferedIO attaches the image without direct I/O (BenchmarkOpen's comparison).
 	bufferedIO bool
 }
@@ -70,7 +73,10 @@ func Open(storeRoot string, opts Options) (*FS, error) {
 		return &FS{dir: dir}, nil
 	}
 	if ok, err := isBtrfs(dir); err != nil || ok {
-		return &FS{dir: dir, cow: ok}, err
+		if err != nil {
+			return nil, err
+		}
+		return withQuotas(storeRoot, dir, opts)
 	}
 	if os.Geteuid() != 0 || userns.Active() {
 		// No loop device or btrfs mount without root (shed without root is root of a user namespace
@@ -87,7 +93,10 @@ func Open(storeRoot string, opts Options) (*FS, error) {
 	}
 	// Another process may have mounted it while this one waited.
 	if ok, err := isBtrfs(dir); err != nil || ok {
-		return &FS{dir: dir, cow: ok}, err
+		if err != nil {
+			return nil, err
+		}
+		return withQuotas(storeRoot, dir, opts)
 	}
 	// Copies made there before (without btrfs-progs, say) would be hidden under the mount, and the
 	// Benches whose uppers they are would lose their files.
@@ -119,7 +128,31 @@ func Open(storeRoot string, opts Options) (*FS, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("chmod %s: %w", dir, err)
 	}
-	return &FS{dir: dir, cow: true}, nil
+	return withQuotas(storeRoot, dir, opts)
+}
+
+// withQuotas is the uppers on the btrfs at dir, with quotas: simple quotas turned on in an image shed
+// made (once; then a mutex in the kernel), those a store root's own btrfs has on used, none otherwise
+// (shed does not change how the host accounts its own filesystem). A kernel without simple quotas
+// (before 6.7): none, and per-user disk bounds cannot be kept (SetGroupLimit says so).
+func withQuotas(storeRoot, dir string, opts Options) (*FS, error) {
+	f := &FS{dir: dir, cow: true}
+	if os.Geteuid() != 0 || opts.noQuotas {
+		return f, nil
+	}
+	if _, err := os.Lstat(filepath.Join(storeRoot, imageName)); err == nil {
+		if enableQuotas(dir) != nil {
+			return f, nil
+		}
+	}
+	q, err := qgroupsDir(dir)
+	if err != nil {
+		return f, nil
+	}
+	if _, err := os.Stat(q); err == nil {
+		f.qgroups = q
+	}
+	return f, nil
 }
 
 // Unmount unmounts the uppers of the store at storeRoot if shed mounted its image there (the loop

@@ -51,6 +51,7 @@ func cmdDaemon() *cli.Command {
 			&cli.StringFlag{Name: "user-kept", Value: "4", Usage: "the most kept Benches, `N` (--keep), a user may have at once (0: no bound)"},
 			&cli.StringFlag{Name: "user-benches", Value: "8", Usage: "the most Benches, `N` (running, created or kept), a user may have at once (0: no bound)"},
 			&cli.StringFlag{Name: "user-snapshots", Value: "16", Usage: "the most snapshots, `N`, a user may have at once (0: no bound)"},
+			&cli.StringFlag{Name: "user-disk", Value: "4G", Usage: "the most disk `SIZE` a user's created Benches, forks and snapshots may hold together on the uppers (the kernel stops their writes there; 0: no bound)"},
 			&cli.DurationFlag{Name: "task-state-ttl", Value: app.DefaultTaskStateTTL, Usage: "how long a paused Bench and a snapshot live (`DURATION`, e.g. 24h)"},
 			&cli.StringFlag{Name: "warm", Value: "2", Usage: "`N` Bench inits kept started ahead for API creates (each holds one of the 512 id slots; at most 64 with --warm-workshop's)"},
 			&cli.StringSliceFlag{Name: "warm-workshop", Usage: "`NAME=N`: N more inits kept ready for creates of the Workshop record NAME only (repeatable)"},
@@ -89,6 +90,10 @@ func cmdDaemon() *cli.Command {
 			if err != nil {
 				return err
 			}
+			userDisk, err := sizeFlag(c, "user-disk")
+			if err != nil {
+				return err
+			}
 			if c.Duration("task-state-ttl") < time.Minute {
 				return usageError("--task-state-ttl %s: at least a minute", c.Duration("task-state-ttl"))
 			}
@@ -104,7 +109,7 @@ func cmdDaemon() *cli.Command {
 			defer svc.FlushAudit() // the counts of refusals dropped, which timers would write soon
 			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: pids}
 			svc.UserKept, svc.UserBenches, svc.UserSnapshots = int(kept), int(benches), int(snapshots)
-			svc.TaskStateTTL = c.Duration("task-state-ttl")
+			svc.TaskStateTTL, svc.UserDisk = c.Duration("task-state-ttl"), userDisk
 			svc.Socket = c.String("socket")
 			// Benches made by bench.create live in this process, until removed, their lifetime ends
 			// or the supervisor stops (they stop with it: their state is swept at the next start).

@@ -46,6 +46,8 @@ func TestLimitFlagErrors(t *testing.T) {
 		{[]string{"daemon", "--socket", filepath.Join(dir, "s"), "--user-benches", "eight"}, []string{`--user-benches "eight"`, "whole number"}, ""},
 		{[]string{"daemon", "--socket", filepath.Join(dir, "s"), "--user-kept", "-1"}, []string{"--user-kept -1", "at least 0"}, ""},
 		{[]string{"daemon", "--socket", filepath.Join(dir, "s"), "--warm", "100"}, []string{"--warm 100", "from 0 to 64"}, ""},
+		{[]string{"daemon", "--socket", filepath.Join(dir, "s"), "--user-disk", "lots"}, []string{`--user-disk "lots"`, "not a size", "512M"}, ""},
+		{[]string{"daemon", "--socket", filepath.Join(dir, "s"), "--user-disk", "-1G"}, []string{`--user-disk "-1G"`, "not negative"}, ""},
 	} {
 		if c.args[0] == "daemon" && os.Geteuid() != 0 {
 			continue // the supervisor runs as root, and says so first
