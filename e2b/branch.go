@@ -66,18 +66,25 @@ func (sb *sandbox) setOnTimeout(v string) {
 }
 
 // pause is POST /sandboxes/{id}/pause: 204, or E2B's 409 when it is paused already (the SDK's pause
-// then returns false). {memory: false} (E2B's filesystem-only pause) is served as a full one: the
-// processes are kept frozen, which is more than it asks.
+// then returns false). {memory: false} (E2B's filesystem-only pause) is a cold pause: the processes
+// end, the files stay, and connect launches the sandbox again over them.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	c, sb, rec := s.lookup(w, r)
 	if sb == nil {
+		return
+	}
+	var body struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decodeOptional(r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, "request body: %v", err)
 		return
 	}
 	if rec.Paused != nil {
 		writeError(w, http.StatusConflict, "sandbox %q is already paused (connect resumes it)", sb.id)
 		return
 	}
-	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.pause", &app.BenchPauseRequest{Bench: sb.bench})
+	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "bench.pause", &app.BenchPauseRequest{Bench: sb.bench, Cold: body.Memory != nil && !*body.Memory})
 	if err != nil {
 		writeAppError(w, err)
 		return
