@@ -203,7 +203,6 @@ type Service struct {
 	// (quota.go). Zero: no bound.
 	UserDisk int64
 	noQuotas sync.Once // the warning that UserDisk is not enforced, once
-	upperFS  uppersFS  // the store's uppers filesystem, once opened
 }
 
 // Records returns the service's Workshop records.

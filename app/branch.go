@@ -41,24 +41,9 @@ func (s *Service) taskTTL() time.Duration {
 	return DefaultTaskStateTTL
 }
 
-// uppersFS is the store's uppers filesystem, opened (and mounted, or made) once.
-type uppersFS struct {
-	mu sync.Mutex
-	fs *upper.FS
-}
-
-func (s *Service) uppers(st *store.Store) (*upper.FS, error) {
-	s.upperFS.mu.Lock()
-	defer s.upperFS.mu.Unlock()
-	if s.upperFS.fs == nil {
-		f, err := bench.Uppers(st)
-		if err != nil {
-			return nil, err
-		}
-		s.upperFS.fs = f
-	}
-	return s.upperFS.fs, nil
-}
+// uppers is the store's uppers filesystem, opened each time (a statfs when it is mounted): mounted
+// again should something have unmounted it meanwhile.
+func (s *Service) uppers(st *store.Store) (*upper.FS, error) { return bench.Uppers(st) }
 
 func checkOnTimeout(v string) error {
 	switch v {

@@ -51,22 +51,14 @@ func (s *Service) diskGroup(fs *upper.FS, c *Call, owner string) (*uint32, error
 // count them at all: as of the uppers' last commit (at most 30 s behind), or of now if flush (a
 // commit: what a snapshot or fork costs anyway, bench.Branch).
 func (s *Service) DiskUsage(uid uint32, flush bool) (int64, bool, error) {
-	// The uppers once opened, without the store (this is on bench.create's path).
-	s.upperFS.mu.Lock()
-	fs := s.upperFS.fs
-	s.upperFS.mu.Unlock()
+	// The uppers as they are, without the store (this is on bench.create's path): none mounted
+	// (none made yet, or not since a restart) hold nothing of anyone's that counts now.
+	fs, err := upper.OpenMounted(s.Root)
+	if err != nil {
+		return 0, false, err
+	}
 	if fs == nil {
-		st, err := s.openStore()
-		if err != nil {
-			return 0, false, err
-		}
-		defer st.Close()
-		if !s.haveUppers(st) {
-			return 0, true, nil // none yet: nothing used
-		}
-		if fs, err = s.uppers(st); err != nil {
-			return 0, false, err
-		}
+		return 0, true, nil
 	}
 	if !fs.Quotas() {
 		return 0, false, nil

@@ -137,7 +137,10 @@ func (s *Server) thaw(w http.ResponseWriter, r *http.Request, c *app.Caller, sb 
 		return
 	}
 	st := res.(*app.BenchStateResult)
-	sb.setOnTimeout(onTimeout)
+	if onTimeout != "" {
+		sb.setOnTimeout(onTimeout)
+		s.save(sb)
+	}
 	if st.Relaunched {
 		// Its processes are gone (the supervisor restarted while it was paused): their handles too.
 		sb.mu.Lock()
@@ -248,6 +251,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 			sb.traffic = newToken()
 		}
 		s.add(sb)
+		s.save(sb)
 		expires := ch.Expires
 		d := s.describe(sb, &expires)
 		if sb.secure {

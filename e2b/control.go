@@ -215,6 +215,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		sb.traffic = newToken()
 	}
 	s.add(sb)
+	s.save(sb)
 	out := s.describe(sb, &b.Expires)
 	if sb.secure {
 		out.EnvdAccessToken = sb.token
@@ -282,6 +283,7 @@ func (s *Server) running(w http.ResponseWriter, r *http.Request, c *app.Caller) 
 	}
 	s.mu.Lock()
 	var out []*sandbox
+	var gone []string
 	for id, sb := range s.sandboxes {
 		if sb.user != c.User && c.Role != app.Operator {
 			continue
@@ -289,12 +291,16 @@ func (s *Server) running(w http.ResponseWriter, r *http.Request, c *app.Caller) 
 		if recs[sb.bench] == nil {
 			if sb.started.Before(listed) {
 				delete(s.sandboxes, id) // its Bench ended: a created Bench is never kept
+				gone = append(gone, sb.bench)
 			}
 			continue
 		}
 		out = append(out, sb)
 	}
 	s.mu.Unlock()
+	for _, b := range gone {
+		s.unsave(b)
+	}
 	slices.SortFunc(out, func(a, b *sandbox) int {
 		if c := a.started.Compare(b.started); c != 0 {
 			return c

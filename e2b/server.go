@@ -152,6 +152,7 @@ func (s *Server) Handler() http.Handler {
 
 // Serve answers on ln until ctx ends; the sandboxes' Benches end with the supervisor's context.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.restore() // the sandboxes paused when the supervisor last stopped
 	return s.serve(ctx, ln, s.Handler())
 }
 
@@ -318,8 +319,12 @@ func (s *Server) add(sb *sandbox) {
 
 func (s *Server) drop(id string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	sb := s.sandboxes[id]
 	delete(s.sandboxes, id)
+	s.mu.Unlock()
+	if sb != nil {
+		s.unsave(sb.bench)
+	}
 }
 
 // byToken returns the sandbox a data-plane request is for, and the caller it acts as, if its access

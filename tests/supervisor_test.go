@@ -78,7 +78,9 @@ func daemonWith(t testing.TB, root string, flags ...string) (string, string) {
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
-		unmountUppers(root)
+		if root != shared.root { // the shared store's stay mounted for the other tests' supervisors (TestMain)
+			unmountUppers(root)
+		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("daemon log:\n%s", b)

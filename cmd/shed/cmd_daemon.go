@@ -22,7 +22,6 @@ import (
 	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
-	"toolshed.dev/shed/upper"
 )
 
 // maxWarm bounds the inits kept ready: each holds a sandbox id slot that builds and Benches need.
@@ -114,9 +113,6 @@ func cmdDaemon() *cli.Command {
 			// Benches made by bench.create live in this process, until removed, their lifetime ends
 			// or the supervisor stops (they stop with it: their state is swept at the next start).
 			svc.Detached = &app.Detached{Ctx: c.Context}
-			// The uppers' filesystem (an image shed mounted) goes with the supervisor, once its Benches
-			// are gone: a paused Bench's upper stays in the image, mounted again at the next start.
-			defer upper.Unmount(svc.Root)
 			defer svc.Detached.Wait()
 			perWorkshop := map[string]int{}
 			total := int(warm)
