@@ -201,6 +201,10 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			return 0, err
 		}
 		name = prev.Name
+		// Its runner may have died without removing its control socket (a supervisor killed).
+		if ctl := controlAddr(s, id); !strings.HasPrefix(ctl, "@") {
+			os.Remove(ctl)
+		}
 	} else {
 		if name == "" {
 			name = r.Name + "-" + id[:6]
