@@ -54,7 +54,7 @@ test-daemon: ## run the end-to-end tests (tests/) through the supervisor, as a l
 	@# runs the README as written (no supervisor), TestRootless and TestRootlessNoSubIDs run shed as an ordinary
 	@# user, who has no supervisor, and TestRootlessBesideDaemon as one beside a supervisor of its own: the second
 	@# pass would repeat the first.
-	SHED_TEST_VIA=daemon $(GO) test -count=1 -parallel 4 -timeout 40m -skip '^(TestMCP|TestE2B.*|TestAgentFacesOneName|TestReadmeBlocks|TestRootless|TestRootlessNoSubIDs|TestRootlessBesideDaemon)$$' ./tests
+	SHED_TEST_VIA=daemon $(GO) test -count=1 -parallel 4 -timeout 40m -skip '^(TestMCP|TestE2B.*|TestBranchCLI|TestAgentFacesOneName|TestReadmeBlocks|TestRootless|TestRootlessNoSubIDs|TestRootlessBesideDaemon)$$' ./tests
 
 bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build, verify vs b3sum, the E2B SDK in ComputeSDK's modes (docs/benchmarks.md)
 	@# -timeout: ./tests builds a seed, then BenchmarkAgentCreate and BenchmarkE2B (a burst of 100 sandboxes) run.

@@ -13,14 +13,14 @@ import (
 	"time"
 )
 
-// TestSupervisorKilledWhilePaused: the crash case of branching. A sandbox made and paused through the
+// TestE2BSupervisorKilledWhilePaused: the crash case of branching. A sandbox made and paused through the
 // unmodified `e2b` SDK (its processes frozen), then the supervisor is killed with SIGKILL: nothing of
 // the Bench stays frozen or alive (its init and command gone within seconds, no task of its left in
 // D state), its upper is still on the uppers filesystem with the file in it, and the store verifies.
 // A new supervisor of the same store, on the same address, lists it paused; the client connects to
 // it by the id and key it had, which resumes it over the same upper: the file is there, the counting
 // process is not (its processes died with the first supervisor), and commands run.
-func TestSupervisorKilledWhilePaused(t *testing.T) {
+func TestE2BSupervisorKilledWhilePaused(t *testing.T) {
 	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
