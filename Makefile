@@ -73,6 +73,7 @@ bench-scale: build ## run the benchmarks at scale: gc of 100,000 and 1,000,000 p
 	SHED_BENCH_SCALE=1 $(GO) test -run '^$$' -bench '^BenchmarkGC(Files)?(10000|100000|1000000)$$' -benchmem -benchtime 1x -timeout 2h ./store
 	scripts/bench-verify.sh 100000
 	SHED_BENCH_SCALE=1 $(GO) test -run '^$$' -bench '^BenchmarkBranchFiles1000000$$' -benchtime 1x -timeout 30m ./upper
+	SHED_BENCH_SCALE=1 $(GO) test -run '^$$' -bench '^BenchmarkBranching/snapshot-1M-files$$' -benchtime 1x -timeout 30m ./app
 
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

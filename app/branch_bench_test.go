@@ -104,6 +104,40 @@ func BenchmarkBranching(b *testing.B) {
 		}
 		report(b, "fork10")
 	})
+	// 100 children at once (E2B's most), each one running: none may fail.
+	b.Run("fork100", func(b *testing.B) {
+		for b.Loop() {
+			res := do("bench.fork", &app.BenchForkRequest{Bench: "big", Count: 100}).(*app.BenchForkResult)
+			b.StopTimer()
+			var names []string
+			for i, c := range res.Children {
+				if c.Error != "" {
+					b.Fatalf("child %d of 100: %s", i, c.Error)
+				}
+				names = append(names, c.Bench)
+			}
+			do("bench.rm", &app.BenchRemoveRequest{Benches: names})
+			b.StartTimer()
+		}
+		report(b, "fork100")
+	})
+	// A snapshot of a Bench whose upper holds a million files (make bench-scale): the flush of what it
+	// wrote is done while it runs; it is frozen only for the snapshot itself.
+	b.Run("snapshot-1M-files", func(b *testing.B) {
+		if os.Getenv("SHED_BENCH_SCALE") == "" {
+			b.Skip("make bench-scale runs it (SHED_BENCH_SCALE=1): a million files take minutes to make")
+		}
+		many := do("bench.create", &app.BenchCreateRequest{Workshop: "bb", Name: "many", LifetimeS: 3600}).(*app.BenchCreateResult).Bench
+		sh(many, "mkdir /root/m && cd /root/m && seq 1 1000000 | xargs touch && ls | wc -l")
+		for b.Loop() {
+			snap := do("snapshot.create", &app.SnapshotCreateRequest{Bench: many}).(*app.SnapshotInfo)
+			b.StopTimer()
+			do("snapshot.rm", &app.SnapshotRemoveRequest{Snapshot: snap.ID})
+			sh(many, "touch /root/m/1") // a write since, as a working Bench has
+			b.StartTimer()
+		}
+		report(b, "snapshot-1M")
+	})
 	b.Run("reset", func(b *testing.B) {
 		small := do("bench.create", &app.BenchCreateRequest{Workshop: "bb", Name: "resetting", LifetimeS: 3600}).(*app.BenchCreateResult).Bench
 		for b.Loop() {

@@ -111,7 +111,10 @@ func TestPauseResumeKeepsEveryChange(t *testing.T) {
 func TestSnapshotForkReset(t *testing.T) {
 	b := &branching{t: t, s: benchService(t), who: &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}}
 	parent := b.create(&app.BenchCreateRequest{Workshop: "bb", Name: "parent"})
-	fresh := b.sh(parent, "find / -xdev | sort | md5sum")
+	// A tree's every name, type, mode, owner and size, and every file's bytes (the root's own mount:
+	// /proc, /dev, /tmp and /run are mounts of their own).
+	const tree = "find / -xdev | sort | xargs stat -c '%n %F %a %u %g %s' | md5sum; find / -xdev -type f | sort | xargs md5sum | md5sum"
+	fresh := b.sh(parent, tree)
 	b.sh(parent, "echo sealed > /root/state")
 	snap := b.do("snapshot.create", &app.SnapshotCreateRequest{Bench: parent, Name: "first"}).(*app.SnapshotInfo)
 	b.sh(parent, "echo later > /root/state")
@@ -159,7 +162,7 @@ func TestSnapshotForkReset(t *testing.T) {
 	if n := b.do("bench.network", &app.BenchRequest{Bench: parent}).(*app.NetworkResult); len(n.Deny) != 1 || n.Deny[0] != "198.51.100.0/24" {
 		t.Errorf("the network rules after a reset: %+v", n)
 	}
-	if got := b.sh(parent, "find / -xdev | sort | md5sum"); got != fresh {
+	if got := b.sh(parent, tree); got != fresh {
 		t.Errorf("after a reset the tree differs from a fresh Bench's")
 	}
 	b.do("bench.reset", &app.BenchResetRequest{Bench: parent, Snapshot: snap.ID})
