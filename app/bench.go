@@ -279,11 +279,16 @@ func checkLimits(memory, pids int64) error {
 }
 
 // BenchListRequest asks for the running and kept Benches.
-type BenchListRequest struct{}
+type BenchListRequest struct {
+	// Snapshots lists the caller's snapshots too (task state beside its Benches: `shed bench ls`).
+	Snapshots bool `json:"snapshots,omitempty"`
+}
 
 // BenchListResult lists Benches, by start time.
 type BenchListResult struct {
-	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit, expires, record, version, and a running Bench's newest metrics)
+	Benches []*bench.Record `json:"benches"` // the Benches, by start time (`bench.Record`: id, name, owner, workshop, layers, argv, net, grants, keep, started, running, exit, expires, record, version, paused, disk, from, and a running Bench's newest metrics)
+	// Snapshots are the caller's snapshots, oldest first, when asked for.
+	Snapshots []SnapshotInfo `json:"snapshots,omitempty"`
 }
 
 // MayUse says whether caller may act on the Bench rec: operators on every Bench, users on the ones
@@ -314,13 +319,28 @@ func (s *Service) BenchList(ctx context.Context, c *Call, req *BenchListRequest)
 		recs = []*bench.Record{}
 	}
 	for _, r := range recs {
-		if t, ok := s.Detached.Expires(r.ID); ok {
+		if r.Paused != nil {
+			t := r.Paused.Add(s.taskTTL()) // task state: it expires as such
+			r.Expires = &t
+		} else if t, ok := s.Detached.Expires(r.ID); ok {
 			r.Expires = &t
 		}
 		r.Record, r.Version, _ = s.Records().VersionOf(r.Workshop)
 	}
 	s.withMetrics(recs)
-	return &BenchListResult{Benches: recs}, nil
+	res := &BenchListResult{Benches: recs}
+	if req.Snapshots {
+		all, err := bench.Snapshots(st)
+		if err != nil {
+			return nil, err
+		}
+		for _, snap := range all {
+			if c.Caller.Role == Operator || snap.Owner == c.Caller.User {
+				res.Snapshots = append(res.Snapshots, snapshotInfo(snap))
+			}
+		}
+	}
+	return res, nil
 }
 
 // FindBench returns the Bench nameOrID of the store at root (for the policy: whose it is).

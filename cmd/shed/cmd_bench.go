@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -75,12 +76,12 @@ func cmdBench() *cli.Command {
 				Name:  "ls",
 				Usage: "list running and kept Benches (through the supervisor, a user sees the ones they launched)",
 				Action: func(c *cli.Context) error {
-					res, err := call[app.BenchListResult](c, "bench.ls", &app.BenchListRequest{})
+					res, err := call[app.BenchListResult](c, "bench.ls", &app.BenchListRequest{Snapshots: !c.Bool("json")})
 					if err != nil {
 						return err
 					}
 					if c.Bool("json") {
-						return printJSON(c, res.Benches)
+						return printJSON(c, res.Benches) // the snapshots: shed snapshot ls --json
 					}
 					rows := [][]string{{"NAME", "STATE", "STARTED", "CPU", "MEMORY", "COMMAND", "WORKSHOP"}}
 					for _, r := range res.Benches {
@@ -98,7 +99,20 @@ func cmdBench() *cli.Command {
 					for _, row := range rows {
 						fmt.Fprintln(tw, strings.Join(row, "\t"))
 					}
-					return tw.Flush()
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					// Task state beside them: the snapshots (shed snapshot ls has more).
+					if len(res.Snapshots) > 0 {
+						fmt.Fprintln(c.App.Writer)
+						tw = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+						fmt.Fprintln(tw, "SNAPSHOT\tNAME\tOF BENCH\tCREATED\tEXPIRES")
+						for _, s := range res.Snapshots {
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.ID, cmp.Or(s.Name, "-"), s.Bench, s.Created.Local().Format(time.DateTime), s.Expires.Local().Format(time.DateTime))
+						}
+						return tw.Flush()
+					}
+					return nil
 				},
 			},
 			proposeCommand(),
