@@ -56,8 +56,9 @@ type lifetime struct {
 	onTimeout string
 	cancel    context.CancelFunc
 	id        string       // its Bench's, once it runs (under Detached.mu)
-	paused    bool         // its timer is stopped: the Bench is paused
-	next      *relaunchReq // a reset's pending relaunch
+	paused      bool         // its timer is stopped: the Bench is paused
+	next        *relaunchReq // a reset's pending relaunch
+	relaunching bool         // a reset's relaunch is under way
 }
 
 // relaunchReq is a reset's request to launch a Bench again over another upper: an empty one (from
@@ -82,20 +83,32 @@ func (r *relaunchReq) send(v relaunched) {
 
 // relaunch asks the runner of Bench id to launch it again over another upper once its processes
 // end (the caller then ends them: bench.Park), and returns where the result comes; ok false if no
-// runner here keeps it. from "" with a request pending withdraws it.
-func (d *Detached) relaunch(id, from string) (<-chan relaunched, bool) {
+// runner here keeps it, busy true if a reset of it is under way already.
+func (d *Detached) relaunch(id, from string) (done <-chan relaunched, ok, busy bool) {
 	if d == nil {
-		return nil, false
+		return nil, false, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	l, ok := d.running[id]
 	if !ok {
-		return nil, false
+		return nil, false, false
+	}
+	if l.next != nil || l.relaunching {
+		return nil, true, true
 	}
 	r := &relaunchReq{from: from, done: make(chan relaunched, 1)}
 	l.next = r
-	return r.done, true
+	return r.done, true, false
+}
+
+// withdraw takes back a relaunch that will not happen (its Park failed).
+func (d *Detached) withdraw(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l, ok := d.running[id]; ok {
+		l.next = nil
+	}
 }
 
 // takeRelaunch is the pending relaunch of Bench id, if any (taken: the runner does it).
@@ -107,8 +120,17 @@ func (d *Detached) takeRelaunch(id string) *relaunchReq {
 		return nil
 	}
 	r := l.next
-	l.next = nil
+	l.next, l.relaunching = nil, true
 	return r
+}
+
+// relaunchedNow says Bench id's relaunch is done (its record is written, or it failed).
+func (d *Detached) relaunchedNow(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l, ok := d.running[id]; ok {
+		l.relaunching = false
+	}
 }
 
 // hold stops the lifetime of Bench id while it is paused.
@@ -389,6 +411,7 @@ func (s *Service) launchDetached(ctx context.Context, c *Call, d *detached) (*be
 		}
 		opts := d.opts
 		opts.Disk, opts.Init, opts.Metrics = fs, d.warm, true // metrics: its API clients read them (E2B's /metrics, MCP's bench_metrics)
+		opts.OnTimeout = d.onTimeout
 		opts.Reserved = sl.bound
 		opts.Started = func(rec *bench.Record) {
 			sl.release() // its record counts from now
@@ -401,6 +424,9 @@ func (s *Service) launchDetached(ctx context.Context, c *Call, d *detached) (*be
 		fail := func(err error) { failed <- err } // the launch's caller waits for it (buffered)
 		for {
 			_, err := bench.Run(bctx, d.w.st, d.w.r, d.w.plan.Layers, opts)
+			if opts.Init != nil {
+				opts.Init.Close() // a no-op once used; a relaunch that failed before its start leaves it
+			}
 			// A reset ended it to launch it again over another upper (Detached.relaunch).
 			next := s.Detached.takeRelaunch(id)
 			if next == nil {
@@ -411,17 +437,27 @@ func (s *Service) launchDetached(ctx context.Context, c *Call, d *detached) (*be
 				return
 			}
 			if err := replaceUpper(fs, id, next.from); err != nil {
+				s.Detached.relaunchedNow(id)
 				next.send(relaunched{err: err})
 				return // paused, over whatever upper it has: a resume or rm deals with it
 			}
 			opts.Resume, opts.ID, opts.Reserved = true, id, nil
+			s.Detached.mu.Lock()
+			opts.OnTimeout = life.onTimeout // as the last resume set it
+			s.Detached.mu.Unlock()
 			// Its network rules as its record has them now (bench.set_network changes them).
 			if cur, err := bench.FindIn(benchesDir(s.Root), id); err == nil {
 				opts.Rules, _ = bench.NetworkRules(cur.NetAllow, cur.NetDeny)
 			}
 			opts.Init = s.Pool.Take(d.workshop) // or a shared one
-			opts.Started = func(rec *bench.Record) { next.send(relaunched{rec: rec}) }
-			fail = func(err error) { next.send(relaunched{err: err}) }
+			opts.Started = func(rec *bench.Record) {
+				s.Detached.relaunchedNow(id)
+				next.send(relaunched{rec: rec})
+			}
+			fail = func(err error) {
+				s.Detached.relaunchedNow(id)
+				next.send(relaunched{err: err})
+			}
 		}
 	}()
 	select {

@@ -1,9 +1,13 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"slices"
 	"sync"
 	"time"
@@ -101,8 +105,17 @@ func (s *Service) BenchPause(ctx context.Context, c *Call, req *BenchPauseReques
 		if err := bench.Park(st, rec); err != nil {
 			return nil, err
 		}
-		// Answered once its runner has let it go: a resume then launches it again.
+		if err := holdLayers(st, rec); err != nil {
+			return nil, err
+		}
+		// Answered once its runner has let it go (a resume then launches it again), and once its
+		// record and files are on disk: its processes are gone, its files are all it has.
 		bench.WaitEnded(st, rec.ID, 10*time.Second)
+		if fs, err := s.uppers(st); err == nil {
+			if err := bench.Durable(st.Root(), fs); err != nil {
+				return nil, err
+			}
+		}
 		now := time.Now().UTC()
 		return &BenchStateResult{Bench: rec.Name, ID: rec.ID, State: "paused", Expires: now.Add(s.taskTTL()), Changed: true}, nil
 	}
@@ -112,6 +125,9 @@ func (s *Service) BenchPause(ctx context.Context, c *Call, req *BenchPauseReques
 func (s *Service) pause(st *store.Store, rec *bench.Record) (*BenchStateResult, error) {
 	out, err := bench.Pause(st, rec.ID)
 	if err != nil {
+		return nil, err
+	}
+	if err := holdLayers(st, out); err != nil {
 		return nil, err
 	}
 	s.Detached.hold(rec.ID)
@@ -125,6 +141,16 @@ func (s *Service) pause(st *store.Store, rec *bench.Record) (*BenchStateResult, 
 		}()
 	}
 	return &BenchStateResult{Bench: out.Name, ID: out.ID, State: "paused", Expires: out.Paused.Add(s.taskTTL()), Changed: true}, nil
+}
+
+// holdLayers makes the paused Bench rec's layers a gc root (bench-ID) until it is removed: its
+// runner, whose temporary roots hold them while it runs, may end while it is paused (a restart),
+// and its resume needs them (gc would make it rebuild them, or fail offline).
+func holdLayers(st *store.Store, rec *bench.Record) error {
+	if len(rec.Layers) == 0 {
+		return nil
+	}
+	return ensureRoot(context.Background(), st, bench.RootName(rec.ID), rec.Layers[len(rec.Layers)-1])
 }
 
 // lifetimeEnded is the end of a detached Bench's lifetime: it pauses (onTimeout "pause") or ends.
@@ -182,12 +208,18 @@ func (s *Service) BenchResume(ctx context.Context, c *Call, req *BenchResumeRequ
 		if cur, ok := s.Detached.Expires(rec.ID); ok && cur.After(expires) {
 			expires = cur
 		}
+		if err := s.setOnTimeout(st, rec, req.OnTimeout); err != nil {
+			return nil, err
+		}
 		s.Detached.resume(rec.ID, expires, req.OnTimeout)
 		return &BenchStateResult{Bench: rec.Name, ID: rec.ID, State: "running", Expires: expires}, nil
 	case rec.Paused == nil:
 		return nil, fail(CodeFailed, fmt.Errorf("bench %s is not running", rec.Name), "`shed bench ls` lists your Benches")
 	case rec.Running:
 		if _, err := bench.Thaw(st, rec.ID); err != nil {
+			return nil, err
+		}
+		if err := s.setOnTimeout(st, rec, req.OnTimeout); err != nil {
 			return nil, err
 		}
 		s.Detached.resume(rec.ID, expires, req.OnTimeout)
@@ -201,7 +233,9 @@ func (s *Service) BenchResume(ctx context.Context, c *Call, req *BenchResumeRequ
 	if err != nil {
 		return nil, err
 	}
-	d := &detached{w: w, workshop: rec.Workshop, life: life, onTimeout: req.OnTimeout, opts: relaunchOptions(rec), warm: s.Pool.Take("")}
+	// What its lifetime's end does is its record's, unless the request says (an autoPause sandbox
+	// resumed after a restart pauses again at its end).
+	d := &detached{w: w, workshop: rec.Workshop, life: life, onTimeout: cmp.Or(req.OnTimeout, rec.OnTimeout), opts: relaunchOptions(rec), warm: s.Pool.Take("")}
 	out, expires, err := s.launchDetached(ctx, c, d)
 	if err != nil {
 		return nil, err
@@ -209,10 +243,18 @@ func (s *Service) BenchResume(ctx context.Context, c *Call, req *BenchResumeRequ
 	return &BenchStateResult{Bench: out.Name, ID: out.ID, State: "running", Expires: expires, Changed: true, Relaunched: true}, nil
 }
 
+// setOnTimeout keeps a changed on_timeout in the Bench's record, for a launch again.
+func (s *Service) setOnTimeout(st *store.Store, rec *bench.Record, v string) error {
+	if v == "" || v == rec.OnTimeout {
+		return nil
+	}
+	return bench.RecordOnTimeout(st, rec.ID, v)
+}
+
 // relaunchOptions launch the paused Bench rec again over its upper, as it was launched.
 func relaunchOptions(rec *bench.Record) bench.Options {
 	rules, _ := bench.NetworkRules(rec.NetAllow, rec.NetDeny) // its own, checked when they were set
-	return bench.Options{ID: rec.ID, Resume: true, Owner: rec.Owner, Net: rec.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: rec.Limits}
+	return bench.Options{ID: rec.ID, Resume: true, Owner: rec.Owner, Net: rec.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: rec.Limits, OnTimeout: rec.OnTimeout}
 }
 
 // realizeCopy realizes a Bench's own copy of its recipe (bench.RecipeOf, or a snapshot's), which
@@ -357,7 +399,7 @@ func (s *Service) BenchFork(ctx context.Context, c *Call, req *BenchForkRequest)
 		ids[i] = bench.NewID()
 		dsts[i] = bench.UpperName(ids[i])
 	}
-	if err := bench.Branch(fs, parent, dsts, false); err != nil {
+	if err := bench.Branch(st, fs, parent, dsts, false); err != nil {
 		w.st.Close()
 		return nil, err
 	}
@@ -447,7 +489,10 @@ func (s *Service) BenchReset(ctx context.Context, c *Call, req *BenchResetReques
 	if err != nil {
 		return nil, err
 	}
-	done, ok := s.Detached.relaunch(rec.ID, from)
+	done, ok, busy := s.Detached.relaunch(rec.ID, from)
+	if busy {
+		return nil, fail(CodeConflict, fmt.Errorf("bench %s is being reset already", rec.Name), "wait for that reset to end, then reset it again")
+	}
 	if !ok {
 		// No runner here (a paused Bench whose processes are gone): its upper is replaced now, and
 		// it stays paused until it is resumed.
@@ -460,7 +505,7 @@ func (s *Service) BenchReset(ctx context.Context, c *Call, req *BenchResetReques
 		return nil, fail(CodeFailed, fmt.Errorf("bench %s is not one the supervisor keeps (bench.create)", rec.Name), "")
 	}
 	if err := bench.Park(st, rec); err != nil {
-		s.Detached.relaunch(rec.ID, "") // nothing to do after all
+		s.Detached.withdraw(rec.ID) // nothing to relaunch after all
 		return nil, err
 	}
 	select {
@@ -469,6 +514,14 @@ func (s *Service) BenchReset(ctx context.Context, c *Call, req *BenchResetReques
 			return nil, r.err
 		}
 		exp, _ := s.Detached.Expires(rec.ID)
+		if rec.Paused != nil {
+			// It was paused, its lifetime held: it runs again, for what was left of it (or the
+			// default, if that is past).
+			if time.Until(exp) < time.Minute {
+				exp = time.Now().Add(DefaultLifetime).UTC().Truncate(time.Second)
+			}
+			s.Detached.resume(rec.ID, exp, "")
+		}
 		return &BenchStateResult{Bench: r.rec.Name, ID: r.rec.ID, State: "running", Expires: exp, Changed: true, Relaunched: true}, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -477,6 +530,13 @@ func (s *Service) BenchReset(ctx context.Context, c *Call, req *BenchResetReques
 
 // replaceUpper puts an empty upper (from "") or a branch of the upper from in place of Bench id's.
 func replaceUpper(fs *upper.FS, id, from string) error {
+	if from != "" {
+		// The snapshot may be gone since the request looked (removed, expired): the Bench keeps its
+		// upper then.
+		if _, err := os.Lstat(fs.Dir(from)); err != nil {
+			return fail(CodeNotFound, fmt.Errorf("reset: the snapshot is gone: %w", err), "`shed snapshot ls` lists yours")
+		}
+	}
 	if err := fs.Remove(bench.UpperName(id)); err != nil {
 		return err
 	}
@@ -667,17 +727,20 @@ func (s *Service) SweepTaskState(now time.Time) (int, error) {
 	if err != nil {
 		return n, errors.Join(append(errs, err)...)
 	}
-	before, _ := bench.Snapshots(st)
 	m, err := bench.SweepSnapshots(st, fs, now)
-	after, _ := bench.Snapshots(st)
-	// The roots of the snapshots gone.
-	kept := map[string]bool{}
-	for _, snap := range after {
-		kept[snap.ID] = true
-	}
-	for _, snap := range before {
-		if !kept[snap.ID] {
-			_ = st.RemoveRoot("snapshot-" + snap.ID)
+	// The roots of snapshots and paused Benches that are gone (removed by a sweep, or whose removal
+	// a crash cut before their root went).
+	if roots, rerr := st.Roots(); rerr == nil {
+		for _, r := range roots {
+			if id, ok := strings.CutPrefix(r.Name, "snapshot-"); ok {
+				if _, e := os.Lstat(filepath.Join(bench.SnapshotsDir(st), id)); errors.Is(e, os.ErrNotExist) {
+					_ = st.RemoveRoot(r.Name)
+				}
+			} else if id, ok := strings.CutPrefix(r.Name, "bench-"); ok {
+				if _, e := os.Lstat(filepath.Join(bench.Dir(st), id)); errors.Is(e, os.ErrNotExist) {
+					_ = st.RemoveRoot(r.Name)
+				}
+			}
 		}
 	}
 	return n + m, errors.Join(append(errs, err)...)

@@ -88,9 +88,11 @@ func Classify(err error) *Error {
 	case errors.Is(err, records.ErrNoRecord), errors.Is(err, bench.ErrNoBench), errors.Is(err, proposal.ErrNoProposal),
 		errors.Is(err, store.ErrNotExist), errors.Is(err, store.ErrRootNotExist):
 		code = CodeNotFound
-	case errors.Is(err, records.ErrConflict), errors.Is(err, proposal.ErrUsed), errors.Is(err, proposal.ErrChanged):
+	case errors.Is(err, records.ErrConflict), errors.Is(err, proposal.ErrUsed), errors.Is(err, proposal.ErrChanged),
+		errors.Is(err, bench.ErrPaused), errors.Is(err, bench.ErrNotPaused), errors.Is(err, bench.ErrNoRunner), errors.Is(err, bench.ErrBusy):
 		code = CodeConflict
-	case errors.Is(err, bench.ErrGrant), errors.Is(err, store.ErrBadName), errors.Is(err, bench.ErrNetworkRules), errors.Is(err, bench.ErrNoAccount):
+	case errors.Is(err, bench.ErrGrant), errors.Is(err, store.ErrBadName), errors.Is(err, bench.ErrNetworkRules), errors.Is(err, bench.ErrNoAccount),
+		errors.Is(err, bench.ErrNotBranchable):
 		code = CodeUsage
 	}
 	return &Error{Code: code, Err: err, Hint: hintFor(err)}

@@ -92,6 +92,9 @@ type Options struct {
 	Resume bool
 	// From says what the upper was branched from, for the record: "snapshot:ID" or "fork:BENCH-ID".
 	From string
+	// OnTimeout is what the end of its lifetime does, kept in its record for a launch again
+	// ("pause" or "kill"; the caller keeps the lifetime).
+	OnTimeout string
 }
 
 // ProposeSocket is where a Bench's agent finds the propose endpoint (HTTP over a unix socket):
@@ -146,6 +149,9 @@ type Record struct {
 	NetDeny  []string `json:"net_deny,omitempty"`
 	// Limits are the limits it was launched with: a Bench launched again or forked gets them.
 	Limits sandbox.Limits `json:"limits"`
+	// OnTimeout is what the end of its lifetime does ("pause": it pauses; else it ends), for its
+	// launches again (Options.OnTimeout).
+	OnTimeout string `json:"on_timeout,omitempty"`
 }
 
 // ErrNoBench is returned for a name or id that matches no Bench.
@@ -231,6 +237,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		}
 		if opts.Disk != nil {
 			_ = opts.Disk.Remove(UpperName(id))
+			_ = s.RemoveRoot(RootName(id)) // the root of its layers, if it was paused once
 		}
 		os.RemoveAll(dir)
 	}()
@@ -244,7 +251,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if opts.Rules != nil {
 		rec.NetAllow, rec.NetDeny = opts.Rules.Allow, opts.Rules.Deny
 	}
-	rec.Limits = opts.Limits
+	rec.Limits, rec.OnTimeout = opts.Limits, opts.OnTimeout
 	if opts.Disk != nil && !opts.Resume {
 		// Its recipe as launched, beside its state: what it is launched again, forked or snapshotted
 		// from, whatever becomes of the file (a snapshot's Bench outlives the snapshot).
@@ -285,6 +292,10 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		// That filesystem is root's alone (0700, nosuid, nodev): no host user reaches its files.
 		u := UpperName(id)
 		if _, err := os.Lstat(opts.Disk.Dir(u)); errors.Is(err, os.ErrNotExist) {
+			if opts.Resume {
+				// Never an empty one in its place: what it had is gone (a crash in a reset).
+				return 0, fmt.Errorf("bench %s: its upper %s is gone: it stays paused (`shed bench reset` gives it an empty one, `shed bench rm` removes it)", name, opts.Disk.Dir(u))
+			}
 			if err := opts.Disk.Create(u); err != nil {
 				return 0, err
 			}
@@ -401,9 +412,11 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	if err != nil {
 		return 0, err
 	}
-	if opts.Init != nil {
+	if opts.Init != nil || opts.Disk != nil {
 		// A pre-started init lives by the context it was started with (a warm pool's is the
-		// supervisor's): this Bench's context ends it too, as it does one started here.
+		// supervisor's): this Bench's context ends it too, as it does one started here. And a
+		// Bench that may be frozen is thawed as it is killed (sandbox.Kill): a frozen one would not
+		// die of the SIGKILL alone (cgroup v1).
 		stop := context.AfterFunc(ctx, func() { sandbox.Kill(p.Pid) })
 		defer stop()
 	}
@@ -613,7 +626,7 @@ func reclaim(dir string) (*os.File, *Record, error) {
 	}
 	if err := unix.Flock(int(lk.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lk.Close()
-		return nil, nil, fmt.Errorf("resume bench %s: it runs (or is being resumed)", filepath.Base(dir))
+		return nil, nil, fmt.Errorf("resume bench %s: %w", filepath.Base(dir), ErrBusy)
 	}
 	rec := readEntry(filepath.Dir(dir), filepath.Base(dir))
 	if rec == nil || rec.Paused == nil {
@@ -853,6 +866,9 @@ func Remove(s *store.Store, nameOrID string) error {
 		if err := f.Remove(UpperName(rec.ID)); err != nil {
 			return err
 		}
+		if err := s.RemoveRoot(RootName(rec.ID)); err != nil && !errors.Is(err, store.ErrRootNotExist) {
+			return err
+		}
 	}
 	return os.RemoveAll(dir)
 }
@@ -891,6 +907,9 @@ func Sweep(s *store.Store) (int, error) {
 	if f, err := upper.OpenMounted(s.Root()); err != nil {
 		return n, err
 	} else if f != nil {
+		if m, err := f.SweepParts("benches", time.Minute); err == nil {
+			n += m
+		}
 		ups, err := f.List("benches")
 		if err != nil {
 			return n, err

@@ -23,6 +23,10 @@ import (
 // layer stacked on its lowers, so its lowers stay its Workshop's store paths however often it is
 // branched. All of it is task state: the user's, on this machine, expiring, never a store path.
 
+// RootName is the gc root that holds a paused Bench's layers (its runner's temporary roots may be
+// gone: a restart), until the Bench is removed.
+func RootName(id string) string { return "bench-" + id }
+
 // UpperName is the name of Bench id's upper on the uppers filesystem.
 func UpperName(id string) string { return "benches/" + id }
 
@@ -66,11 +70,29 @@ func HaveUppers(s *store.Store) bool {
 // updateRecord changes the stored record of the Bench in dir under its record lock: a Bench's
 // record is written by its runner (start and end) and by whoever pauses or resumes it.
 func updateRecord(dir string, change func(*Record) error) (*Record, error) {
+	var out *Record
+	err := withRecord(dir, func() error {
+		var err error
+		out, err = updateLocked(dir, change)
+		return err
+	})
+	return out, err
+}
+
+// withRecord runs fn under the record lock of the Bench in dir: what freezes or thaws a Bench does
+// it under this lock together with the record's change, so that a pause and a snapshot's freeze
+// and thaw never interleave (a snapshot would thaw a Bench paused meanwhile).
+func withRecord(dir string, fn func() error) error {
 	lk, err := lockRecord(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer lk.Close()
+	return fn()
+}
+
+// updateLocked is updateRecord for a caller that holds the record lock.
+func updateLocked(dir string, change func(*Record) error) (*Record, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
 	if err != nil {
 		return nil, err
@@ -124,22 +146,39 @@ func Pause(s *store.Store, nameOrID string) (*Record, error) {
 	if !rec.Running || rec.Pid <= 0 {
 		return nil, fmt.Errorf("bench %s is not running", rec.Name)
 	}
-	if err := sandbox.Freeze(rec.Pid); err != nil {
-		return nil, fmt.Errorf("pause bench %s: %w", rec.Name, err)
-	}
-	now := time.Now().UTC()
-	out, err := updateRecord(filepath.Join(Dir(s), rec.ID), func(r *Record) error {
-		r.Paused = &now
-		return nil
+	var out *Record
+	dir := filepath.Join(Dir(s), rec.ID)
+	err = withRecord(dir, func() error {
+		now := time.Now().UTC()
+		var err error
+		out, err = updateLocked(dir, func(r *Record) error {
+			if r.Paused != nil {
+				return errNothingToDo // paused meanwhile
+			}
+			if err := sandbox.Freeze(r.Pid); err != nil {
+				return err
+			}
+			r.Paused = &now
+			return nil
+		})
+		if err != nil && !errors.Is(err, errNothingToDo) {
+			// Not recorded paused: it must not stay frozen.
+			_ = sandbox.Thaw(rec.Pid)
+		}
+		return err
 	})
+	if errors.Is(err, errNothingToDo) {
+		return find(s, rec.ID)
+	}
 	if err != nil {
-		// Not recorded paused: it must not stay frozen.
-		_ = sandbox.Thaw(rec.Pid)
 		return nil, fmt.Errorf("pause bench %s: %w", rec.Name, err)
 	}
 	out.Running = true
 	return out, nil
 }
+
+// errNothingToDo ends a change that finds it made already.
+var errNothingToDo = errors.New("nothing to do")
 
 // Thaw resumes a paused Bench whose processes are frozen in memory (its runner lives): they go on
 // where they stopped. A paused Bench whose runner ended has none: it is launched again over its
@@ -155,10 +194,10 @@ func Thaw(s *store.Store, nameOrID string) (*Record, error) {
 	if !rec.Running {
 		return rec, fmt.Errorf("%w: bench %s", ErrNoRunner, rec.Name)
 	}
-	if err := sandbox.Thaw(rec.Pid); err != nil {
-		return nil, fmt.Errorf("resume bench %s: %w", rec.Name, err)
-	}
 	out, err := updateRecord(filepath.Join(Dir(s), rec.ID), func(r *Record) error {
+		if err := sandbox.Thaw(r.Pid); err != nil {
+			return err
+		}
 		r.Paused = nil
 		return nil
 	})
@@ -178,6 +217,15 @@ func RecipeOf(s *store.Store, rec *Record) string {
 // WaitEnded waits (at most limit) until the runner of Bench id has ended (a cold pause's, after Park).
 func WaitEnded(s *store.Store, id string, limit time.Duration) {
 	waitStopped(filepath.Join(Dir(s), id), limit)
+}
+
+// RecordOnTimeout writes what the end of Bench id's lifetime does into its record.
+func RecordOnTimeout(s *store.Store, id, v string) error {
+	_, err := updateRecord(filepath.Join(Dir(s), id), func(r *Record) error {
+		r.OnTimeout = v
+		return nil
+	})
+	return err
 }
 
 // RecordNetwork writes the network rules f (nil: none) of Bench id into its record, for its
@@ -229,6 +277,9 @@ func Durable(storeRoot string, f *upper.FS) error {
 	return f.Flush()
 }
 
+// ErrBusy is a launch again of a Bench whose runner is still there (it runs, or is being resumed).
+var ErrBusy = errors.New("the Bench runs, or is being resumed")
+
 // ErrNoRunner is a paused Bench whose processes are gone (its runner ended while it was paused).
 var ErrNoRunner = errors.New("the paused Bench's processes are gone; it is launched again over its upper")
 
@@ -236,22 +287,27 @@ var ErrNoRunner = errors.New("the paused Bench's processes are gone; it is launc
 // (names: UpperName of new Benches, or SnapshotUpper), read-only if readonly: its processes are
 // frozen for the moment it takes (a paused Bench's already are), so what a process wrote before the
 // call is in every copy, and nothing is half written.
-func Branch(f *upper.FS, rec *Record, dsts []string, readonly bool) error {
+func Branch(s *store.Store, f *upper.FS, rec *Record, dsts []string, readonly bool) error {
 	if !rec.Disk {
 		return notBranchable(rec)
 	}
-	if rec.Running && rec.Paused == nil && rec.Pid > 0 {
-		// What it wrote so far is committed while it runs: the snapshot then commits only what it
-		// writes meanwhile, and the freeze lasts milliseconds, not the writing of its files.
-		if err := f.Flush(); err != nil {
-			return err
-		}
-		if err := sandbox.Freeze(rec.Pid); err != nil {
-			return fmt.Errorf("bench %s: freeze: %w", rec.Name, err)
-		}
-		defer sandbox.Thaw(rec.Pid)
+	// What it wrote so far is committed while it runs: the snapshot then commits only what it
+	// writes meanwhile, and the freeze lasts milliseconds, not the writing of its files.
+	if err := f.Flush(); err != nil {
+		return err
 	}
-	return f.Branch(UpperName(rec.ID), dsts, readonly)
+	dir := filepath.Join(Dir(s), rec.ID)
+	return withRecord(dir, func() error {
+		// As it is now, under the lock a pause takes: one paused is frozen already and stays so.
+		cur := readEntry(Dir(s), rec.ID)
+		if cur != nil && cur.Running && cur.Paused == nil && cur.Pid > 0 {
+			if err := sandbox.Freeze(cur.Pid); err != nil {
+				return fmt.Errorf("bench %s: freeze: %w", rec.Name, err)
+			}
+			defer sandbox.Thaw(cur.Pid)
+		}
+		return f.Branch(UpperName(rec.ID), dsts, readonly)
+	})
 }
 
 // kill stops the running Bench whose init is pid: thawed first, since a frozen process does not

@@ -88,7 +88,7 @@ func TakeSnapshot(s *store.Store, f *upper.FS, rec *Record, name, owner string, 
 	if err := copyRecipe(RecipeOf(s, rec), dir, true); err != nil {
 		return nil, err
 	}
-	if err := Branch(f, rec, []string{SnapshotUpper(id)}, true); err != nil {
+	if err := Branch(s, f, rec, []string{SnapshotUpper(id)}, true); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
@@ -246,6 +246,11 @@ func SweepSnapshots(s *store.Store, f *upper.FS, now time.Time) (int, error) {
 		}
 		os.RemoveAll(filepath.Join(SnapshotsDir(s), e.Name()))
 		n++
+	}
+	if m, err := f.SweepParts("snapshots", time.Minute); err != nil {
+		errs = append(errs, err)
+	} else {
+		n += m
 	}
 	ups, err := f.List("snapshots")
 	if err != nil {

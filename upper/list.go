@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // List is the uppers directly under dir (such as "benches"), by their last part; the parts of
@@ -46,4 +47,36 @@ func OpenMounted(storeRoot string) (*FS, error) {
 		}
 	}
 	return Open(storeRoot, Options{})
+}
+
+// SweepParts removes under dir (such as "benches") the parts of changes a crash cut short (a Create
+// or Branch of a name nothing will make again: names are random ids) that are older than age, so as
+// not to race one under way. It returns how many.
+func (f *FS) SweepParts(dir string, age time.Duration) (int, error) {
+	p, err := f.path(dir)
+	if err != nil {
+		return 0, err
+	}
+	ents, err := os.ReadDir(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), partSuffix) {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < age {
+			continue
+		}
+		if err := f.removeDir(filepath.Join(p, e.Name())); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
