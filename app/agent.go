@@ -51,11 +51,11 @@ type Detached struct {
 // lifetime is when a detached Bench ends: a timer that cancels its context (or, with onTimeout
 // "pause", pauses it), which a caller may reset; a paused Bench's is stopped.
 type lifetime struct {
-	timer     *time.Timer
-	expires   time.Time
-	onTimeout string
-	cancel    context.CancelFunc
-	id        string       // its Bench's, once it runs (under Detached.mu)
+	timer       *time.Timer
+	expires     time.Time
+	onTimeout   string
+	cancel      context.CancelFunc
+	id          string       // its Bench's, once it runs (under Detached.mu)
 	paused      bool         // its timer is stopped: the Bench is paused
 	next        *relaunchReq // a reset's pending relaunch
 	relaunching bool         // a reset's relaunch is under way
