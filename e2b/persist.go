@@ -15,10 +15,11 @@ import (
 
 // The sandbox table outlives the supervisor for the sandboxes that do: a Bench paused when the
 // supervisor stops (or the host restarts) keeps its files, and a client connects to it again by its
-// id and access token, which resume it (docs/bench.md). So each sandbox is written, as it is made
-// and as what it keeps changes, to <root>/e2b-sandboxes/<its Bench's id>.json (root's, 0600: the file
-// holds its access token, as the supervisor's memory does), and read back when the API starts;
-// one whose Bench is gone is forgotten then, or when its Bench ends.
+// id, which resumes it (docs/bench.md). So each sandbox is written, as it is made and as what it
+// keeps changes, to <root>/e2b-sandboxes/<its Bench's id>.json (root's, 0600), and read back when the
+// API starts; one whose Bench is gone is forgotten then, or when its Bench ends. Its secrets are not
+// in it (no token is ever at rest, tests/e2b_test.go's noSecrets): a restored sandbox gets a new
+// access token (and traffic token), which connect returns, as it does after every resume.
 
 const savedDir = "e2b-sandboxes"
 
@@ -29,12 +30,11 @@ type saved struct {
 	Template    string            `json:"template"`
 	KeyID       string            `json:"key_id"`
 	User        string            `json:"user"`
-	Token       string            `json:"token"`
 	Started     time.Time         `json:"started"`
 	Envs        map[string]string `json:"envs,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
 	Secure      bool              `json:"secure"`
-	Traffic     string            `json:"traffic,omitempty"`
+	Traffic     bool              `json:"traffic,omitempty"` // it has a traffic token (a new one after a restart)
 	MaskHost    string            `json:"mask_host,omitempty"`
 	DefaultUser string            `json:"default_user,omitempty"`
 	Accounts    []bench.Account   `json:"accounts,omitempty"`
@@ -51,8 +51,8 @@ func (s *Server) savedPath(benchID string) string {
 // while it is paused would lose it from the API, not its files).
 func (s *Server) save(sb *sandbox) {
 	sb.mu.Lock()
-	v := saved{ID: sb.id, Bench: sb.bench, Template: sb.template, KeyID: sb.keyID, User: sb.user, Token: sb.token,
-		Started: sb.started, Envs: sb.envs, Metadata: sb.metadata, Secure: sb.secure, Traffic: sb.traffic,
+	v := saved{ID: sb.id, Bench: sb.bench, Template: sb.template, KeyID: sb.keyID, User: sb.user,
+		Started: sb.started, Envs: sb.envs, Metadata: sb.metadata, Secure: sb.secure, Traffic: sb.traffic != "",
 		MaskHost: sb.maskHost, DefaultUser: sb.defaultUser, Accounts: sb.accounts, OnTimeout: sb.onTimeout,
 		AutoResume: sb.autoResume, TimeoutS: sb.timeoutS}
 	sb.mu.Unlock()
@@ -101,10 +101,14 @@ func (s *Server) restore() {
 			s.unsave(id)
 			continue
 		}
-		s.add(&sandbox{id: v.ID, bench: v.Bench, template: v.Template, keyID: v.KeyID, user: v.User, token: v.Token,
+		sb := &sandbox{id: v.ID, bench: v.Bench, template: v.Template, keyID: v.KeyID, user: v.User, token: newToken(),
 			started: v.Started, envs: v.Envs, metadata: v.Metadata, procs: map[uint32]*proc{},
-			files: make(chan struct{}, maxFileOps), secure: v.Secure, traffic: v.Traffic, maskHost: v.MaskHost,
+			files: make(chan struct{}, maxFileOps), secure: v.Secure, maskHost: v.MaskHost,
 			defaultUser: v.DefaultUser, accounts: v.Accounts, onTimeout: v.OnTimeout, autoResume: v.AutoResume,
-			timeoutS: v.TimeoutS})
+			timeoutS: v.TimeoutS}
+		if v.Traffic {
+			sb.traffic = newToken()
+		}
+		s.add(sb)
 	}
 }

@@ -56,7 +56,7 @@ func TestCompletionRunsNothing(t *testing.T) {
 	}{
 		{line: "shed ", want: []string{"bench", "realize", "gc", "help"}, not: []string{"__complete"}},
 		{line: "shed bench ", want: []string{"run", "exec", "shell", "ls", "rm", "help"}},
-		{line: "shed bench r", want: []string{"run", "rm"}, exactly: true},
+		{line: "shed bench r", want: []string{"run", "rm", "resume", "reset"}, exactly: true},
 		{line: "shed bench run --gr", want: []string{"--grant"}, exactly: true},
 		{line: "shed bench run -f " + recipe + " --keep --name t -- touch " + marker + " ", want: files, not: []string{"--keep", "run"}},
 		{line: "shed bench run -f " + recipe + " --offline --keep --name t -- touch " + marker + " ", want: files, not: []string{"--keep"}},
