@@ -127,9 +127,6 @@ func (s *Service) pause(st *store.Store, rec *bench.Record) (*BenchStateResult, 
 	if err != nil {
 		return nil, err
 	}
-	if err := holdLayers(st, out); err != nil {
-		return nil, err
-	}
 	s.Detached.hold(rec.ID)
 	if fs, err := s.uppers(st); err == nil {
 		// On disk soon after the answer, not before it (docs/bench.md): the store is closed by then.
@@ -143,9 +140,11 @@ func (s *Service) pause(st *store.Store, rec *bench.Record) (*BenchStateResult, 
 	return &BenchStateResult{Bench: out.Name, ID: out.ID, State: "paused", Expires: out.Paused.Add(s.taskTTL()), Changed: true}, nil
 }
 
-// holdLayers makes the paused Bench rec's layers a gc root (bench-ID) until it is removed: its
-// runner, whose temporary roots hold them while it runs, may end while it is paused (a restart),
-// and its resume needs them (gc would make it rebuild them, or fail offline).
+// holdLayers makes the paused Bench rec's layers a gc root (bench-ID) until it is removed: once its
+// runner, whose temporary roots hold them while it runs, has ended while it is paused (a cold pause,
+// a restart), its resume needs them (gc would make it rebuild them, or fail offline). A runner that
+// ends while its Bench is paused adds it (bench.Run); a supervisor killed before it could is made
+// good at the next start (SweepTaskState).
 func holdLayers(st *store.Store, rec *bench.Record) error {
 	if len(rec.Layers) == 0 {
 		return nil
@@ -718,6 +717,10 @@ func (s *Service) SweepTaskState(now time.Time) (int, error) {
 				continue
 			}
 			n++
+		} else if r.Paused != nil && !r.Running {
+			if err := holdLayers(st, r); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if !s.haveUppers(st) {

@@ -194,7 +194,7 @@ func TestPausedOutlivesItsSupervisor(t *testing.T) {
 	who := &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}
 	b := &branching{t: t, s: first, who: who}
 	created := b.do("bench.create", &app.BenchCreateRequest{Workshop: "bb", Name: "sleeper"}).(*app.BenchCreateResult)
-	b.sh("sleeper", "echo kept > /root/file; (while :; do echo . >> /root/ticks; usleep 20000; done) >/dev/null 2>&1 &")
+	b.sh("sleeper", "echo kept > /root/file; : > /root/ticks; (while :; do echo . >> /root/ticks; usleep 20000; done) >/dev/null 2>&1 &")
 	rec, err := bench.FindIn(filepath.Join(first.Root, "benches"), "sleeper")
 	if err != nil {
 		t.Fatal(err)
@@ -203,6 +203,10 @@ func TestPausedOutlivesItsSupervisor(t *testing.T) {
 
 	// The supervisor stops: its Benches' context ends and it waits for them.
 	stopFirst()
+	// Its runner gone, its layers are a gc root of their own.
+	if _, err := os.Stat(filepath.Join(first.Root, "roots", bench.RootName(created.ID))); err != nil {
+		t.Errorf("the paused Bench's layers have no gc root after its runner ended: %v", err)
+	}
 	if err := upper.Unmount(first.Root); err != nil {
 		t.Fatal(err)
 	}

@@ -467,6 +467,11 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			return nil
 		}); err == nil && cur.Paused != nil {
 			keep = true
+			// Its layers, which this runner's temporary roots held, are a root of their own while
+			// it stays paused (RootName; removed with it).
+			if len(layers) > 0 {
+				_ = s.AddRoot(context.Background(), RootName(id), layers[len(layers)-1])
+			}
 		}
 	}
 	if keep && rec.Keep {
