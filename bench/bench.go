@@ -294,7 +294,8 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		if _, err := os.Lstat(opts.Disk.Dir(u)); errors.Is(err, os.ErrNotExist) {
 			if opts.Resume {
 				// Never an empty one in its place: what it had is gone (a crash in a reset).
-				return 0, fmt.Errorf("bench %s: its upper %s is gone: it stays paused (`shed bench reset` gives it an empty one, `shed bench rm` removes it)", name, opts.Disk.Dir(u))
+				return 0, hint.Wrap(fmt.Errorf("bench %s: its upper %s is gone: it stays paused", name, opts.Disk.Dir(u)),
+					"`shed bench reset "+name+"` gives it an empty one, `shed bench rm "+name+"` removes it")
 			}
 			if err := opts.Disk.Create(u); err != nil {
 				return 0, err
