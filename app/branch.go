@@ -253,7 +253,8 @@ func (s *Service) setOnTimeout(st *store.Store, rec *bench.Record, v string) err
 // relaunchOptions launch the paused Bench rec again over its upper, as it was launched.
 func relaunchOptions(rec *bench.Record) bench.Options {
 	rules, _ := bench.NetworkRules(rec.NetAllow, rec.NetDeny) // its own, checked when they were set
-	return bench.Options{ID: rec.ID, Resume: true, Owner: rec.Owner, Net: rec.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: rec.Limits, OnTimeout: rec.OnTimeout}
+	return bench.Options{ID: rec.ID, Resume: true, Owner: rec.Owner, Net: rec.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: rec.Limits, OnTimeout: rec.OnTimeout,
+		Workshop: rec.Workshop}
 }
 
 // realizeCopy realizes a Bench's own copy of its recipe (bench.RecipeOf, or a snapshot's), which
@@ -305,7 +306,7 @@ func (s *Service) fromSnapshot(ctx context.Context, c *Call, idOrName string, op
 		w.st.Close()
 		return nil, err
 	}
-	opts.From = "snapshot:" + snap.ID
+	opts.From, opts.Workshop = "snapshot:"+snap.ID, snap.Workshop
 	return w, nil
 }
 

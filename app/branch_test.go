@@ -147,6 +147,12 @@ func TestSnapshotForkReset(t *testing.T) {
 		}
 		b.sh(c.Bench, "echo "+strconv.Itoa(i)+" > /root/state")
 	}
+	// Children and a snapshot's Bench name their parent's Workshop, not the recipe copy they run from.
+	for _, r := range b.do("bench.ls", &app.BenchListRequest{}).(*app.BenchListResult).Benches {
+		if strings.HasPrefix(r.Workshop, filepath.Join(b.s.Root, "benches")) || strings.HasPrefix(r.Workshop, filepath.Join(b.s.Root, "snapshots")) {
+			t.Errorf("bench %s names its Workshop %s, a copy in the store", r.Name, r.Workshop)
+		}
+	}
 	for i, c := range fork.Children {
 		if out := b.sh(c.Bench, "cat /root/state"); out != strconv.Itoa(i)+"\n" {
 			t.Errorf("child %d diverged to %q", i, out)

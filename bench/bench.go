@@ -95,6 +95,9 @@ type Options struct {
 	// OnTimeout is what the end of its lifetime does, kept in its record for a launch again
 	// ("pause" or "kill"; the caller keeps the lifetime).
 	OnTimeout string
+	// Workshop, if set, is the Workshop its record names: a Bench launched from a copy of a recipe (a
+	// fork's child, a snapshot's Bench, a relaunch) names the one the copy is of, not the copy.
+	Workshop string
 }
 
 // ProposeSocket is where a Bench's agent finds the propose endpoint (HTTP over a unix socket):
@@ -242,7 +245,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		os.RemoveAll(dir)
 	}()
 
-	rec := &Record{ID: id, Name: name, Owner: opts.Owner, Workshop: r.File, Layers: layers, Argv: opts.Argv, Net: opts.Net, Keep: opts.Keep, Started: time.Now().UTC()}
+	rec := &Record{ID: id, Name: name, Owner: opts.Owner, Workshop: cmp.Or(opts.Workshop, r.File), Layers: layers, Argv: opts.Argv, Net: opts.Net, Keep: opts.Keep, Started: time.Now().UTC()}
 	if prev != nil {
 		rec.Owner, rec.From = prev.Owner, prev.From
 	} else {
