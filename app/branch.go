@@ -370,22 +370,11 @@ func (s *Service) BenchFork(ctx context.Context, c *Call, req *BenchForkRequest)
 	if s.Detached == nil {
 		return nil, usage("start the supervisor (`shed daemon`) and call it", "bench.fork needs the supervisor: the children outlive the command that asked")
 	}
-	st, err := s.openStore()
+	st, parent, fs, err := s.branchable(c, req.Bench)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	parent, err := ownBench(c, st, req.Bench)
-	if err != nil {
-		return nil, err
-	}
-	if !parent.Running && parent.Paused == nil {
-		return nil, fail(CodeNotFound, fmt.Errorf("%w: bench %s is not running", bench.ErrNoBench, parent.Name), "`shed bench ls` lists your Benches")
-	}
-	fs, err := s.uppers(st)
-	if err != nil {
-		return nil, err
-	}
 	// One realize of the parent's recipe serves every child: the store it holds stays open until the
 	// last child ends.
 	w, err := s.realizeCopy(ctx, c, bench.RecipeOf(st, parent), parent.Layers)
@@ -432,6 +421,28 @@ func (s *Service) BenchFork(ctx context.Context, c *Call, req *BenchForkRequest)
 	}
 	wg.Wait()
 	return res, nil
+}
+
+// branchable opens the store and the caller's Bench nameOrID, running or paused, to branch it (a
+// fork, a snapshot), and the uppers' filesystem; the caller closes the store.
+func (s *Service) branchable(c *Call, nameOrID string) (*store.Store, *bench.Record, *upper.FS, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rec, err := ownBench(c, st, nameOrID)
+	if err == nil && !rec.Running && rec.Paused == nil {
+		err = fail(CodeNotFound, fmt.Errorf("%w: bench %s is not running", bench.ErrNoBench, rec.Name), "`shed bench ls` lists your Benches")
+	}
+	var fs *upper.FS
+	if err == nil {
+		fs, err = s.uppers(st)
+	}
+	if err != nil {
+		st.Close()
+		return nil, nil, nil, err
+	}
+	return st, rec, fs, nil
 }
 
 // sharedStore is a store handle several launches share: closed by the last.
@@ -573,22 +584,11 @@ func snapshotInfo(snap *bench.Snapshot) SnapshotInfo {
 // takes), as a snapshot the caller can start Benches from (bench.create with snapshot) or reset
 // Benches to. The Bench goes on. Its grants' files are not in it: they are the host's.
 func (s *Service) SnapshotCreate(ctx context.Context, c *Call, req *SnapshotCreateRequest) (*SnapshotInfo, error) {
-	st, err := s.openStore()
+	st, rec, fs, err := s.branchable(c, req.Bench)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	rec, err := ownBench(c, st, req.Bench)
-	if err != nil {
-		return nil, err
-	}
-	if !rec.Running && rec.Paused == nil {
-		return nil, fail(CodeNotFound, fmt.Errorf("%w: bench %s is not running", bench.ErrNoBench, rec.Name), "`shed bench ls` lists your Benches")
-	}
-	fs, err := s.uppers(st)
-	if err != nil {
-		return nil, err
-	}
 	snap, err := bench.TakeSnapshot(st, fs, rec, req.Name, c.Caller.User, s.taskTTL())
 	if err != nil {
 		return nil, err
