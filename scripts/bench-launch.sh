@@ -32,7 +32,16 @@ seed=$(echo "$layers" | sed -n 1p); top=$(echo "$layers" | sed -n 2p)
 floor_src=../shared/bench/floor.c
 [ -f "$floor_src" ] || floor_src=sandbox/testdata/floor.c
 gcc -O2 -o "$work/floor" "$floor_src"
-mkdir -p "$work/floorwd"
+# The isolation floor (../shared/bench/floor-userns.c, flags uisf): the bare floor plus what a Bench's
+# isolation costs the kernel (user namespace, idmapped lowers and upper, seccomp, pivot_root, devpts, keyring),
+# its idmap namespace kept in an nsfs bind as a slot keeps one. The figures are ratios to it; the bare floor is
+# the second reference.
+iso_src=../shared/bench/floor-userns.c
+[ -f "$iso_src" ] || iso_src=sandbox/testdata/floor-userns.c
+gcc -O2 -o "$work/floor-userns" "$iso_src"
+mkdir -p "$work/floorwd" "$work/isowd"
+export FLOOR_USERNS="$work/userns-keep"
+mountpoint -q "$FLOOR_USERNS" 2>/dev/null || "$work/floor-userns" --keep "$FLOOR_USERNS"
 if ! podman image exists shed-launch-seed; then
 	tar -C "$seed" -c . | podman import - shed-launch-seed:latest >/dev/null
 fi
@@ -47,9 +56,10 @@ echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 direct=(SHED_SOCKET=none "$shed" bench run --offline -f "$work/w/workshop.toml" -- /bin/true)
 viad=(SHED_SOCKET="$sock" "$shed" bench run --offline -f "$work/w/workshop.toml" -- /bin/true)
 floor=("$work/floor" "$work/floorwd" "$top:$seed" /bin/true)
+iso=("$work/floor-userns" uisf "$work/isowd" "$top:$seed" /bin/true)
 bwrap=("$(command -v bwrap)" --ro-bind "$seed" / --proc /proc --dev /dev --tmpfs /tmp --unshare-all --die-with-parent /bin/true)
 json=$(python3 -c 'import json, sys; a = sys.argv[1:]; i = [k for k, x in enumerate(a) if x == "|"]
-print(json.dumps({"commands": {"shed": a[:i[0]], "shed-daemon": a[i[0]+1:i[1]], "floor": a[i[1]+1:i[2]], "bwrap": a[i[2]+1:i[3]]},
-	"daemon": {"shed-daemon": int(a[i[3]+1])}, "floor": "floor"}))' "${direct[@]}" "|" "${viad[@]}" "|" "${floor[@]}" "|" "${bwrap[@]}" "|" "$daemon")
+print(json.dumps({"commands": {"shed": a[:i[0]], "shed-daemon": a[i[0]+1:i[1]], "iso-floor": a[i[1]+1:i[2]], "floor": a[i[2]+1:i[3]], "bwrap": a[i[3]+1:i[4]]},
+	"daemon": {"shed-daemon": int(a[i[4]+1])}, "floor": "iso-floor", "bare": "floor"}))' "${direct[@]}" "|" "${viad[@]}" "|" "${iso[@]}" "|" "${floor[@]}" "|" "${bwrap[@]}" "|" "$daemon")
 python3 scripts/launch-bench.py "${ROUNDS:-3}" "${LAUNCHES:-60}" "$json"
 hyperfine -N --warmup 2 --runs 15 "podman run --rm --network=none $pflags shed-launch-seed /bin/true" 2>&1 | grep -E 'Benchmark|Time'

@@ -7,7 +7,10 @@ process and every descendant it waited for: shed, its init, the command). A laun
 also costs the supervisor's CPU: the supervisor's pid is given, and its CPU over the round (its children, the
 warm pool's inits, included once reaped) is added, divided by the launches.
 
-Usage: launch-bench.py ROUNDS N JSON  (JSON: {"commands": {name: argv}, "daemon": {name: pid}, "floor": name})
+The ratios are to "floor" (the isolation floor, ../shared/bench/floor-userns.c uisf), and to "bare" (the bare
+floor, floor.c) as a second reference when it is given.
+
+Usage: launch-bench.py ROUNDS N JSON  (JSON: {"commands": {name: argv}, "daemon": {name: pid}, "floor": name, "bare": name})
 """
 import json
 import os
@@ -81,7 +84,7 @@ def spread(xs, fmt):
 
 def main():
     rounds, n, conf = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
-    cmds, daemons, floor = conf["commands"], conf.get("daemon", {}), conf["floor"]
+    cmds, daemons, floor, bare = conf["commands"], conf.get("daemon", {}), conf["floor"], conf.get("bare")
     names = list(cmds)
     for name in names:  # warm caches, the pool, the page cache
         for _ in range(5):
@@ -97,11 +100,13 @@ def main():
     ms = lambda x: f"{x * 1000:.2f} ms"
     ratio = lambda x: f"{x:.2f}x"
     print(f"one launch at a time: {rounds} rounds of {n} launches each, interleaved; median of the rounds' medians (range)")
-    print(f"  {'command':<10} {'wall':<26} {'/ floor':<20} {'CPU per launch':<26} {'/ floor':<20}")
+    print(f"  {'command':<11} {'wall':<26} {'/ ' + floor:<20} {'/ ' + (bare or '-'):<20} {'CPU per launch':<26} {'/ ' + floor:<20}")
     for name in names:
         wr = [wall[name][i] / wall[floor][i] for i in range(rounds)]
+        br = [wall[name][i] / wall[bare][i] for i in range(rounds)] if bare else None
         cr = [cpu[name][i] / cpu[floor][i] for i in range(rounds)]
-        print(f"  {name:<10} {spread(wall[name], ms):<26} {spread(wr, ratio):<20} {spread(cpu[name], ms):<26} {spread(cr, ratio):<20}")
+        print(f"  {name:<11} {spread(wall[name], ms):<26} {spread(wr, ratio):<20} {spread(br, ratio) if br else '-':<20} "
+              f"{spread(cpu[name], ms):<26} {spread(cr, ratio):<20}")
     for workers in (8, 32):
         each = max(2, 128 // workers)
         tput = {k: [] for k in names}
@@ -112,10 +117,10 @@ def main():
                 t, c = concurrent(cmds[name], workers, each, daemons.get(name))
                 tput[name].append(t)
                 ccpu[name].append(c)
-        print(f"{workers} concurrent launches, {each} each, {rounds} rounds: launches per second (range), and of the floor's")
+        print(f"{workers} concurrent launches, {each} each, {rounds} rounds: launches per second (range), and of {floor}'s")
         for name in names:
             tr = [tput[name][i] / tput[floor][i] for i in range(rounds)]
-            print(f"  {name:<10} {spread(tput[name], lambda x: f'{x:.0f}/s'):<26} {spread(tr, ratio):<20} CPU {spread(ccpu[name], ms)}")
+            print(f"  {name:<11} {spread(tput[name], lambda x: f'{x:.0f}/s'):<26} {spread(tr, ratio):<20} CPU {spread(ccpu[name], ms)}")
 
 
 if __name__ == "__main__":
