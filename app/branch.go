@@ -561,6 +561,9 @@ func replaceUpper(fs *upper.FS, id, from string) error {
 type SnapshotCreateRequest struct {
 	Bench string `json:"bench"`          // by name or id: running or paused
 	Name  string `json:"name,omitempty"` // the caller's name for it (the newest snapshot of a name has it)
+
+	// hold is the caller's snapshot the policy reserved for this request (ReserveSnapshot).
+	hold *SnapshotHold
 }
 
 // SnapshotInfo is a snapshot as listed.
@@ -589,7 +592,10 @@ func (s *Service) SnapshotCreate(ctx context.Context, c *Call, req *SnapshotCrea
 		return nil, err
 	}
 	defer st.Close()
-	snap, err := bench.TakeSnapshot(st, fs, rec, req.Name, c.Caller.User, s.taskTTL())
+	defer req.hold.release()
+	id := bench.NewSnapshotID()
+	req.hold.bound(id)
+	snap, err := bench.TakeSnapshot(st, fs, rec, id, req.Name, c.Caller.User, s.taskTTL())
 	if err != nil {
 		return nil, err
 	}
@@ -751,23 +757,6 @@ func (s *Service) SweepTaskState(now time.Time) (int, error) {
 }
 
 func (s *Service) haveUppers(st *store.Store) bool { return bench.HaveUppers(st) }
-
-// SnapshotCount is how many snapshots owner has (the policy's --user-snapshots).
-func (s *Service) SnapshotCount(owner string) (int, error) {
-	st, err := s.openStore()
-	if err != nil {
-		return 0, err
-	}
-	defer st.Close()
-	all, err := bench.Snapshots(st)
-	n := 0
-	for _, snap := range all {
-		if snap.Owner == owner {
-			n++
-		}
-	}
-	return n, err
-}
 
 // StartTaskSweep removes expired task state now and every minute until ctx ends (the supervisor's).
 func (s *Service) StartTaskSweep(ctx context.Context) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -399,4 +400,51 @@ func TestUserDisk(t *testing.T) {
 	// Freed space is the user's again.
 	b.sh(name, "rm /root/big")
 	b.do("snapshot.create", &app.SnapshotCreateRequest{Bench: name, Name: "after"})
+}
+
+// TestUserSnapshotsAtOnce asks for many snapshots at once with room for three: three are taken, the
+// rest refused by the bound (counted and held at once, not counted and let go), and a removed one
+// makes room again.
+func TestUserSnapshotsAtOnce(t *testing.T) {
+	s := benchService(t)
+	s.UserSnapshots = 3
+	b := &branching{t: t, s: s, who: &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}}
+	name := b.create(&app.BenchCreateRequest{Workshop: "bb", Name: "snappy"})
+	const asked = 12
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		taken   []string
+		refused int
+	)
+	for range asked {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.Do(context.Background(), b.who, "snapshot.create", &app.SnapshotCreateRequest{Bench: name})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				taken = append(taken, res.(*app.SnapshotInfo).ID)
+			case app.Classify(err).Code == app.CodeDenied && strings.Contains(app.Classify(err).Hint, "--user-snapshots"):
+				refused++
+			default:
+				t.Errorf("snapshot.create: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(taken) != 3 || refused != asked-3 {
+		t.Fatalf("%d snapshots asked at once with room for 3: %d taken, %d refused", asked, len(taken), refused)
+	}
+	ls := b.do("snapshot.ls", &app.SnapshotListRequest{}).(*app.SnapshotListResult)
+	if len(ls.Snapshots) != 3 {
+		t.Fatalf("snapshot ls after: %+v", ls.Snapshots)
+	}
+	if _, err := s.Do(context.Background(), b.who, "snapshot.create", &app.SnapshotCreateRequest{Bench: name}); err == nil {
+		t.Fatal("a fourth snapshot: taken")
+	}
+	b.do("snapshot.rm", &app.SnapshotRemoveRequest{Snapshot: taken[0]})
+	b.do("snapshot.create", &app.SnapshotCreateRequest{Bench: name, Name: "again"})
 }

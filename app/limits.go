@@ -43,10 +43,11 @@ type Slot struct {
 	id    string // its Bench's, once reserved (under s.slots.mu)
 }
 
-// slots are the launches that hold a slot, by owner.
+// slots are the launches that hold a slot, and the snapshots being taken, by owner.
 type slots struct {
-	mu   sync.Mutex
-	held map[string]map[*Slot]bool
+	mu    sync.Mutex
+	held  map[string]map[*Slot]bool
+	snaps map[string]map[*SnapshotHold]bool
 }
 
 // bound tells the slot its Bench's id: from now its record, once written, is this slot's Bench.
@@ -150,3 +151,80 @@ func (s *Service) reserve(owner string, n int, keep bool, lim BenchLimits) ([]*S
 
 // heldSlot is the slot the policy reserved for req, if any: the operation binds and releases it.
 func heldSlot(req Launch) *Slot { return *req.slotOf() }
+
+// A user's snapshots (the supervisor's --user-snapshots) are reserved the same way: the policy counts
+// the snapshots the owner has and those being taken, and holds one, under one lock, until its record
+// exists or the taking failed; 20 snapshots asked at once with room for one make one.
+
+// SnapshotHold is one snapshot.create's hold on one of its owner's snapshots.
+type SnapshotHold struct {
+	s     *Service
+	owner string
+	id    string // its snapshot's, once chosen (under s.slots.mu)
+}
+
+// bound tells the hold its snapshot's id: from now that snapshot's record, once written, is this hold's.
+func (h *SnapshotHold) bound(id string) {
+	if h == nil {
+		return
+	}
+	h.s.slots.mu.Lock()
+	defer h.s.slots.mu.Unlock()
+	h.id = id
+}
+
+// release gives the hold back (again: nothing; nil holds nothing).
+func (h *SnapshotHold) release() {
+	if h == nil {
+		return
+	}
+	t := &h.s.slots
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.snaps[h.owner], h)
+	if len(t.snaps[h.owner]) == 0 {
+		delete(t.snaps, h.owner)
+	}
+}
+
+// ReserveSnapshot holds, for req of owner, one of at most limit snapshots owner may have, or says
+// that owner has them all (ok false, with how many; nothing is held then). SnapshotCreate gives the
+// hold back when its snapshot's record exists or it failed.
+func (s *Service) ReserveSnapshot(req *SnapshotCreateRequest, owner string, limit int) (have int, ok bool, err error) {
+	st, err := s.openStore()
+	if err != nil {
+		return 0, false, err
+	}
+	defer st.Close()
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	all, err := bench.Snapshots(st)
+	if err != nil {
+		return 0, false, err
+	}
+	counted := map[string]bool{}
+	for _, snap := range all {
+		if snap.Owner == owner {
+			counted[snap.ID] = true
+			have++
+		}
+	}
+	for h := range s.slots.snaps[owner] {
+		if h.id == "" || !counted[h.id] {
+			have++
+		}
+	}
+	if have >= limit {
+		return have, false, nil
+	}
+	req.hold.release() // a request checked again gives back what its first check held
+	if s.slots.snaps == nil {
+		s.slots.snaps = map[string]map[*SnapshotHold]bool{}
+	}
+	if s.slots.snaps[owner] == nil {
+		s.slots.snaps[owner] = map[*SnapshotHold]bool{}
+	}
+	req.hold = &SnapshotHold{s: s, owner: owner}
+	s.slots.snaps[owner][req.hold] = true
+	return have, true, nil
+}

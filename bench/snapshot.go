@@ -64,16 +64,19 @@ func CheckSnapshotName(name string) error {
 	return nil
 }
 
+// NewSnapshotID is a fresh snapshot id, for TakeSnapshot: made first, so that whoever counts a user's
+// snapshots (the supervisor's --user-snapshots) can tell this one's record once it is written.
+func NewSnapshotID() string { return randomID() }
+
 // TakeSnapshot seals the files of the Bench rec as they are now (its processes frozen for the
-// moment it takes) as a snapshot named name (may be "") of owner's, which expires after ttl. The
-// recipe the Bench was launched from is copied beside it, with its lock.
-func TakeSnapshot(s *store.Store, f *upper.FS, rec *Record, name, owner string, ttl time.Duration) (*Snapshot, error) {
+// moment it takes) as the snapshot id (NewSnapshotID's) named name (may be "") of owner's, which
+// expires after ttl. The recipe the Bench was launched from is copied beside it, with its lock.
+func TakeSnapshot(s *store.Store, f *upper.FS, rec *Record, id, name, owner string, ttl time.Duration) (*Snapshot, error) {
 	if name != "" {
 		if err := CheckSnapshotName(name); err != nil {
 			return nil, err
 		}
 	}
-	id := randomID()
 	dir := filepath.Join(SnapshotsDir(s), id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err

@@ -189,7 +189,7 @@ func fields(s *app.Service, caller *app.Caller, req any) error {
 		if err := disk(s, caller, "take a snapshot", true); err != nil {
 			return err
 		}
-		return snapshots(s, caller)
+		return snapshots(s, caller, r)
 	case *app.BenchForkRequest:
 		if err := ownBench(s, caller, r.Bench); err != nil {
 			return err
@@ -358,16 +358,18 @@ func size(n int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
-// snapshots refuses a user's snapshot past the supervisor's --user-snapshots.
-func snapshots(s *app.Service, caller *app.Caller) error {
+// snapshots refuses a user's snapshot past the supervisor's --user-snapshots, and holds one for req
+// otherwise (app.ReserveSnapshot: counted and held at once, so snapshots asked together cannot pass
+// the bound); last of req's checks, so that nothing refuses it after.
+func snapshots(s *app.Service, caller *app.Caller, req *app.SnapshotCreateRequest) error {
 	if caller.Role == app.Operator || s.UserSnapshots <= 0 {
 		return nil
 	}
-	n, err := s.SnapshotCount(caller.User)
+	n, ok, err := s.ReserveSnapshot(req, caller.User, s.UserSnapshots)
 	if err != nil {
 		return err
 	}
-	if n >= s.UserSnapshots {
+	if !ok {
 		return denied("remove one (`shed snapshot rm ID`; `shed snapshot ls` lists them), or an operator raises the supervisor's --user-snapshots",
 			"you have %d snapshots, the most a user may", n)
 	}
