@@ -354,6 +354,17 @@ func TestUserDisk(t *testing.T) {
 	b := &branching{t: t, s: s, who: &app.Call{Caller: &app.Caller{UID: 1001, User: "nobody", Role: app.User, Dir: "/"}}}
 	parent := b.create(&app.BenchCreateRequest{Workshop: "bb", Name: "parent"})
 	b.sh(parent, "dd if=/dev/urandom of=/root/some bs=1M count=16 2>/dev/null")
+	// Its metrics are its own upper's, within its owner's bound, not the whole uppers filesystem's.
+	if _, _, err := s.DiskUsage(1001, true); err != nil { // a commit: quota figures are as of the last one
+		t.Fatal(err)
+	}
+	m := b.do("bench.metrics", &app.BenchMetricsRequest{Benches: []string{parent}, Latest: true}).(*app.BenchMetricsResult)
+	if len(m.Benches) != 1 || len(m.Benches[0].Samples) != 1 {
+		t.Fatalf("metrics: %+v", m)
+	}
+	if x := m.Benches[0].Samples[0]; x.DiskTotal != bound || x.DiskUsed < 16<<20 || x.DiskUsed > 20<<20 {
+		t.Fatalf("metrics of a Bench that wrote 16 MiB, its owner bound to %d: disk used %d of %d", bound, x.DiskUsed, x.DiskTotal)
+	}
 	// A fork's child counts with its parent: the bound is the user's, not each upper's.
 	fork := b.do("bench.fork", &app.BenchForkRequest{Bench: parent}).(*app.BenchForkResult)
 	if len(fork.Children) != 1 || fork.Children[0].Error != "" {

@@ -7,9 +7,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/metrics"
 	"toolshed.dev/shed/sandbox"
+	"toolshed.dev/shed/upper"
 )
 
 func init() {
@@ -68,10 +71,11 @@ func (s *Service) observe(now time.Time) {
 		s.log().Warn("metrics: list Benches", "err", err)
 		return
 	}
+	fs, _ := upper.OpenMounted(s.Root)
 	running := map[string]metrics.Running{}
 	for _, r := range recs {
 		if r.Running && r.Pid > 0 {
-			running[r.ID] = metrics.Running{Pid: r.Pid, Started: r.Started}
+			running[r.ID] = metrics.Running{Pid: r.Pid, Started: r.Started, Disk: s.benchDisk(fs, r)}
 		}
 	}
 	s.Metrics.Observe(now, running)
@@ -147,7 +151,8 @@ func (s *Service) latestSample(now time.Time, rec *bench.Record) (metrics.Sample
 	if rec.Pid <= 0 {
 		return metrics.Sample{}, false
 	}
-	x, err := metrics.Now(now, metrics.Running{Pid: rec.Pid, Started: rec.Started})
+	fs, _ := upper.OpenMounted(s.Root)
+	x, err := metrics.Now(now, metrics.Running{Pid: rec.Pid, Started: rec.Started, Disk: s.benchDisk(fs, rec)})
 	if err != nil {
 		if !errors.Is(err, sandbox.ErrNoUsage) {
 			s.log().Debug("metrics: read a Bench", "bench", rec.Name, "err", err)
@@ -172,3 +177,31 @@ func (s *Service) withMetrics(recs []*bench.Record) {
 
 // benchesDir is bench.Dir of the store at root, without opening it (as FindBench).
 func benchesDir(root string) string { return filepath.Join(root, "benches") }
+
+// benchDisk is how a created Bench's own disk figures are read (nil for another): its upper's usage
+// on the uppers filesystem they all share (whose own figures are everyone's), within the smaller of
+// that filesystem's size and its owner's bound (--user-disk, as the kernel holds it). Without quotas
+// on the uppers, the filesystem's figures stand.
+func (s *Service) benchDisk(fs *upper.FS, rec *bench.Record) func() (int64, int64, bool) {
+	if fs == nil || !rec.Disk {
+		return nil
+	}
+	return func() (int64, int64, bool) {
+		name := bench.UpperName(rec.ID)
+		used, ok, err := fs.UpperUsage(name)
+		if err != nil || !ok {
+			return 0, 0, false
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(fs.Dir(name), &st); err != nil {
+			return 0, 0, false
+		}
+		total := int64(st.Blocks) * st.Bsize
+		if rec.DiskGroup != nil {
+			if limit, err := fs.GroupLimit(*rec.DiskGroup); err == nil && limit > 0 && limit < total {
+				total = limit
+			}
+		}
+		return used, total, true
+	}
+}

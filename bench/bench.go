@@ -142,6 +142,9 @@ type Record struct {
 	// "fork:BENCH-ID"; "" for an empty one).
 	Disk bool   `json:"disk,omitempty"`
 	From string `json:"from,omitempty"`
+	// DiskGroup is the quota group its upper is charged to (Options.DiskGroup; nil: none), whose
+	// bound is its owner's.
+	DiskGroup *uint32 `json:"disk_group,omitempty"`
 	// Paused is when the Bench was paused (nil: it is not). While its runner lives its processes are
 	// frozen in memory; if the runner ends meanwhile they are gone, and its record and upper stay
 	// until it is resumed (launched again over the upper), removed, or expires.
@@ -310,6 +313,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			if err := opts.Disk.Charge(u, *opts.DiskGroup); err != nil {
 				return 0, err
 			}
+			rec.DiskGroup = opts.DiskGroup
 		}
 		spec.Root.Upper, spec.Root.Work = filepath.Join(opts.Disk.Dir(u), "upper"), filepath.Join(opts.Disk.Dir(u), "work")
 		rec.Disk = true

@@ -141,6 +141,20 @@ func (h *History) Latest() (Sample, bool) {
 type Running struct {
 	Pid     int
 	Started time.Time
+	// Disk, if set, is the Bench's own disk use and bound, in place of its root filesystem's (whose
+	// figures are those of every Bench on it when uppers share one: a created Bench's); ok false
+	// keeps the filesystem's.
+	Disk func() (used, total int64, ok bool)
+}
+
+// disk puts r's own disk figures, if it has them, in u.
+func (r Running) disk(u *sandbox.Usage) {
+	if r.Disk == nil {
+		return
+	}
+	if used, total, ok := r.Disk(); ok {
+		u.DiskUsed, u.DiskTotal = used, total
+	}
 }
 
 // Sampler keeps the histories of the running Benches, by id.
@@ -197,6 +211,7 @@ func (s *Sampler) Observe(now time.Time, running map[string]Running) {
 			}
 		}
 		if err == nil {
+			r.disk(&u)
 			got[id] = u
 		}
 	}
@@ -240,6 +255,7 @@ func Now(now time.Time, r Running) (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
+	r.disk(&u)
 	h := NewHistory(2, Interval)
 	h.Add(now, r.Started, u)
 	x, _ := h.Latest()

@@ -190,6 +190,50 @@ func (f *FS) SetGroupLimit(group uint32, bytes int64) error {
 	return nil
 }
 
+// UpperUsage is the bytes upper name's own writes hold (its subvolume's quota group: a branch's
+// extents shared with its source are the source's), as of the filesystem's last commit; ok false
+// without quotas (Usage walks the files instead).
+func (f *FS) UpperUsage(name string) (n int64, ok bool, err error) {
+	if !f.Quotas() {
+		return 0, false, nil
+	}
+	dir, err := f.path(name)
+	if err != nil {
+		return 0, false, err
+	}
+	id, err := subvolID(dir)
+	if err != nil {
+		return 0, false, fmt.Errorf("usage of upper %s: %w", name, err)
+	}
+	b, err := os.ReadFile(filepath.Join(f.qgroups, fmt.Sprintf("0_%d", id), "referenced"))
+	if err != nil {
+		return 0, false, fmt.Errorf("usage of upper %s: %w", name, err)
+	}
+	n, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("usage of upper %s: %w", name, err)
+	}
+	return n, true, nil
+}
+
+// GroupLimit is the bound SetGroupLimit put on group's bytes: 0 for none (or no such group).
+func (f *FS) GroupLimit(group uint32) (int64, error) {
+	if !f.Quotas() {
+		return 0, ErrNoQuotas
+	}
+	b, err := os.ReadFile(filepath.Join(f.qgroups, fmt.Sprintf("%d_%d", groupLevel, group), "max_referenced"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("bound of the uppers' quota group %d: %w", group, err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bound of the uppers' quota group %d: %w", group, err)
+	}
+	return n, nil
+}
+
 // GroupUsage is the bytes group's uppers hold, as of the filesystem's last commit (30 s at most
 // behind; Flush commits): 0 for a group never charged.
 func (f *FS) GroupUsage(group uint32) (int64, error) {
