@@ -316,6 +316,14 @@ func (s *Service) ownSnapshot(c *Call, st *store.Store, idOrName string) (*bench
 	if c.Caller.Role == Operator {
 		owner = ""
 	}
+	// OWNER/NAME (as E2B lists them) is that owner's NAME only: never another user's of the same
+	// name, and for a user only their own.
+	if o, name, ok := strings.Cut(idOrName, "/"); ok {
+		if owner != "" && o != owner {
+			return nil, &Error{Code: CodeNotFound, Err: fmt.Errorf("%w: %.80q", bench.ErrNoSnapshot, idOrName)}
+		}
+		owner, idOrName = o, name
+	}
 	snap, err := bench.FindSnapshot(st, owner, idOrName)
 	if errors.Is(err, bench.ErrNoSnapshot) {
 		return nil, &Error{Code: CodeNotFound, Err: err}

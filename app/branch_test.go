@@ -459,3 +459,22 @@ func TestUserSnapshotsAtOnce(t *testing.T) {
 	b.do("snapshot.rm", &app.SnapshotRemoveRequest{Snapshot: taken[0]})
 	b.do("snapshot.create", &app.SnapshotCreateRequest{Bench: name, Name: "again"})
 }
+
+// TestSnapshotOwnerName: OWNER/NAME names that owner's snapshot only, whoever else has the name.
+func TestSnapshotOwnerName(t *testing.T) {
+	s := benchService(t)
+	user := &branching{t: t, s: s, who: &app.Call{Caller: &app.Caller{UID: 65534, User: "nobody", Role: app.User, Dir: "/"}}}
+	op := &branching{t: t, s: s, who: &app.Call{Caller: &app.Caller{User: "root", Role: app.Operator, Dir: "/"}}}
+	mine := user.do("snapshot.create", &app.SnapshotCreateRequest{Bench: user.create(&app.BenchCreateRequest{Workshop: "bb", Name: "u"}), Name: "base"}).(*app.SnapshotInfo)
+	roots := op.do("snapshot.create", &app.SnapshotCreateRequest{Bench: op.create(&app.BenchCreateRequest{Workshop: "bb", Name: "o"}), Name: "base"}).(*app.SnapshotInfo)
+	if rm := user.do("snapshot.rm", &app.SnapshotRemoveRequest{Snapshot: "root/base"}).(*app.SnapshotRemoveResult); rm.Removed {
+		t.Fatal("a user removed root/base")
+	}
+	if rm := op.do("snapshot.rm", &app.SnapshotRemoveRequest{Snapshot: "nobody/base"}).(*app.SnapshotRemoveResult); !rm.Removed {
+		t.Fatal("an operator's rm of nobody/base removed nothing")
+	}
+	ls := op.do("snapshot.ls", &app.SnapshotListRequest{}).(*app.SnapshotListResult)
+	if len(ls.Snapshots) != 1 || ls.Snapshots[0].ID != roots.ID {
+		t.Fatalf("after removing nobody/base (%s): %+v, want only root's %s", mine.ID, ls.Snapshots, roots.ID)
+	}
+}

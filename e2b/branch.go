@@ -276,15 +276,12 @@ func snapshotOf(info *app.SnapshotInfo) snapshotJSON {
 	return out
 }
 
-// snapshotRef is shed's id or name for what E2B names a snapshot by: NAME, OWNER/NAME, either
-// with ":default" (the only tag a shed snapshot has), or an id. Another tag is kept whole, and so
-// names nothing.
+// snapshotRef is shed's reference for what E2B names a snapshot by: NAME, OWNER/NAME (shed's too),
+// either with ":default" (the only tag a shed snapshot has), or an id. Another tag is kept whole, and
+// so names nothing.
 func snapshotRef(s string) string {
 	if base, tag, ok := strings.Cut(s, ":"); ok && tag == snapshotTag {
 		s = base
-	}
-	if _, name, ok := strings.Cut(s, "/"); ok {
-		s = name
 	}
 	return s
 }
