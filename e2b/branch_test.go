@@ -6,14 +6,15 @@ import (
 )
 
 // TestSnapshotRef: E2B's ways of naming a snapshot (NAME, OWNER/NAME, with the default tag) are
-// shed's name; another tag names nothing (kept whole, it matches no snapshot's name).
+// shed's references (OWNER/NAME kept: that owner's NAME only, app's ownSnapshot); another tag names
+// nothing (kept whole, it matches no snapshot's name).
 func TestSnapshotRef(t *testing.T) {
 	for in, want := range map[string]string{
 		"abc123":              "abc123",
 		"snap":                "snap",
 		"snap:default":        "snap",
-		"nobody/snap":         "snap",
-		"nobody/snap:default": "snap",
+		"nobody/snap":         "nobody/snap",
+		"nobody/snap:default": "nobody/snap",
 		"snap:v1":             "snap:v1",
 		"":                    "",
 	} {
