@@ -56,11 +56,12 @@ test-daemon: ## run the end-to-end tests (tests/) through the supervisor, as a l
 	@# pass would repeat the first.
 	SHED_TEST_VIA=daemon $(GO) test -count=1 -parallel 4 -timeout 40m -skip '^(TestMCP|TestE2B.*|TestBranchCLI|TestAgentFacesOneName|TestReadmeBlocks|TestRootless|TestRootlessNoSubIDs|TestRootlessBesideDaemon)$$' ./tests
 
-bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, substitute vs build, verify vs b3sum, the E2B SDK in ComputeSDK's modes (docs/benchmarks.md)
+bench: build ## run the benchmarks: Go benchmarks, realize vs podman build, Bench launch vs floor/bwrap/podman, bench exec vs nsenter, substitute vs build, verify vs b3sum, the E2B SDK in ComputeSDK's modes (docs/benchmarks.md)
 	@# -timeout: ./tests builds a seed, then BenchmarkAgentCreate and BenchmarkE2B (a burst of 100 sandboxes) run.
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 40m ./...
 	scripts/bench-realize.sh
 	scripts/bench-launch.sh
+	scripts/bench-exec.sh
 	scripts/bench-cache.sh
 	scripts/bench-closure.sh
 	scripts/bench-rootless.sh

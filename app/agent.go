@@ -559,7 +559,7 @@ const MaxOutput = 1 << 20
 // execIn runs argv in a running Bench with stdin from in, and returns its exit code and output.
 func (s *Service) execIn(ctx context.Context, st *store.Store, rec *bench.Record, er sandbox.ExecRequest, in io.Reader, maxOut int) (int, *capture, *capture, error) {
 	out, errb := &capture{max: maxOut}, &capture{max: MaxOutput}
-	code, err := bench.Exec(ctx, st, rec.ID, er, sandbox.Stdio{Stdin: in, Stdout: out, Stderr: errb})
+	code, err := bench.ExecRecord(ctx, st, rec, er, sandbox.Stdio{Stdin: in, Stdout: out, Stderr: errb})
 	return code, out, errb, err
 }
 

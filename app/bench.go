@@ -448,7 +448,7 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 	res := &ExecResult{}
 	// The Bench's memory cgroup's OOM kills, before and after: an exec'd command killed at the limit
 	// is named as that, not a bare 137.
-	memcg := sandbox.MemoryCgroup(rec.Pid)
+	memcg := memoryCgroup(rec)
 	kills, _ := sandbox.OOMKills(memcg)
 	defer func() {
 		if after, limit := sandbox.OOMKills(memcg); memcg != "" && after > kills && res.Exit != 0 {
@@ -466,7 +466,7 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 	} else {
 		res.Exit, err = s.withStdio(runCtx, c, req.TTY, req.Term, sandbox.Winsize{Rows: req.Rows, Cols: req.Cols}, func(stdio sandbox.Stdio, env []string) (int, error) {
 			er.Env = append(env, req.Env...)
-			return bench.Exec(runCtx, st, rec.ID, er, stdio)
+			return bench.ExecRecord(runCtx, st, rec, er, stdio)
 		})
 	}
 	if err != nil && req.TimeoutS > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
@@ -477,6 +477,48 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 		return nil, err
 	}
 	return res, nil
+}
+
+// memcgs are the memory cgroups of the Benches commands were run in, by Bench and init pid: finding
+// one reads the children of each of the init's threads and their /proc cgroup files, per command
+// otherwise. An entry whose directory is gone (its Bench ended) is looked up again.
+var memcgs struct {
+	sync.Mutex
+	m map[memcgKey]string
+}
+
+type memcgKey struct {
+	id  string
+	pid int
+}
+
+// maxMemcgs bounds memcgs: past it, it starts again empty.
+const maxMemcgs = 1024
+
+func memoryCgroup(rec *bench.Record) string {
+	k := memcgKey{rec.ID, rec.Pid}
+	memcgs.Lock()
+	dir, ok := memcgs.m[k]
+	memcgs.Unlock()
+	if ok {
+		if _, err := os.Stat(dir); err == nil {
+			return dir
+		}
+	}
+	dir = sandbox.MemoryCgroup(rec.Pid)
+	if dir != "" {
+		keepMemcg(k, dir)
+	}
+	return dir
+}
+
+func keepMemcg(k memcgKey, dir string) {
+	memcgs.Lock()
+	defer memcgs.Unlock()
+	if memcgs.m == nil || len(memcgs.m) >= maxMemcgs {
+		memcgs.m = make(map[memcgKey]string)
+	}
+	memcgs.m[k] = dir
 }
 
 // InHome makes a path of a Bench absolute as envd does for a user: "" is home, a relative path and

@@ -767,6 +767,11 @@ func Exec(ctx context.Context, s *store.Store, nameOrID string, req sandbox.Exec
 	if err != nil {
 		return 0, err
 	}
+	return ExecRecord(ctx, s, rec, req, stdio)
+}
+
+// ExecRecord is Exec in the Bench of rec, a record the caller has just read (Find): not read again.
+func ExecRecord(ctx context.Context, s *store.Store, rec *Record, req sandbox.ExecRequest, stdio sandbox.Stdio) (int, error) {
 	if rec.Paused != nil {
 		return 0, paused(rec)
 	}

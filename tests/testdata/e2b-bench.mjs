@@ -6,6 +6,7 @@
 //   staggered   N sandboxes, the create of each started 200 ms after the one before
 //   burst       N sandboxes, every create started at once
 //   actions     one sandbox, N commands.run("true") one after another (after 5 not counted)
+//   create      N sandboxes one after another, the time of Sandbox.create alone (after 2 not counted)
 //
 // A sandbox's time is from the create call to the output of its first command (ComputeSDK's "time to
 // interactive"); a kill is not counted. It prints one JSON object: {"mode", "ms": [...], "errors": [...]}.
@@ -70,7 +71,21 @@ switch (mode) {
     }
     break;
   }
+  case "create":
+    for (let i = 0; i < 2 + n; i++) {
+      const start = performance.now();
+      let sandbox;
+      try {
+        sandbox = await Sandbox.create(template, { timeoutMs: 300_000 });
+        if (i >= 2) ms.push(performance.now() - start);
+      } catch (e) {
+        errors.push(`${e.name}: ${e.message}`);
+      } finally {
+        if (sandbox) await sandbox.kill().catch((e) => errors.push(`kill: ${e.message}`));
+      }
+    }
+    break;
   default:
-    throw new Error(`mode ${mode}: sequential, staggered, burst or actions`);
+    throw new Error(`mode ${mode}: sequential, staggered, burst, actions or create`);
 }
 console.log(JSON.stringify({ mode, ms, errors }));
