@@ -27,7 +27,7 @@ type memoPlan struct {
 
 // maxMemo bounds each map: a supervisor serves a few Workshops, and a recipe edited for hours adds an
 // entry per version; past the bound the memo starts again.
-const maxMemo = 256
+const maxMemo = 64
 
 // memoKey hashes parts, each length-prefixed so that no two lists of parts share a key.
 func memoKey(parts ...[]byte) store.Hash {

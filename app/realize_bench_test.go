@@ -14,31 +14,30 @@ import (
 	"toolshed.dev/shed/store"
 )
 
-// BenchmarkRealizeCacheHit is a cache-hit realize of a Workshop of a seed and an apt layer of 3
-// .debs (what `shed realize` and every launch start with), by one long-lived Service as the
-// supervisor's: its paths are made with stand-in contents, so no network or build is needed.
-func BenchmarkRealizeCacheHit(b *testing.B) {
+// realizedWorkshop makes a store and a Workshop realized in it, of a seed and an apt layer of 3 .debs,
+// its paths made with stand-in contents (no network, no build); it returns the Service and the recipe.
+func realizedWorkshop(tb testing.TB) (*Service, string) {
 	if os.Geteuid() != 0 {
-		b.Skip("needs root: store paths keep owners")
+		tb.Skip("needs root: store paths keep owners")
 	}
 	ctx := context.Background()
-	root := b.TempDir()
+	root := tb.TempDir()
 	st, err := store.Init(filepath.Join(root, "store"))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer st.Close()
 	file := filepath.Join(root, "workshop.toml")
 	if err := os.WriteFile(file, []byte("name = \"hit\"\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"jq\"]\n"), 0o600); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	r, err := recipe.Load(file, recipe.Options{})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	fp, err := recipe.Fingerprint(r)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	lock := &recipe.Lock{Version: recipe.LockVersion, Inputs: fp, Accounts: recipe.LockAccounts(r),
 		Seed: recipe.LockedSeed{Spec: "debian/bookworm", Mirror: recipe.DefaultMirror, Epoch: 1700000000}}
@@ -47,15 +46,15 @@ func BenchmarkRealizeCacheHit(b *testing.B) {
 			SHA256: strings.Repeat(string(rune('a'+i)), 64), Size: 1000, Declared: n == "jq"})
 	}
 	if err := recipe.WriteLock(recipe.LockFile(file), lock); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	plan, err := recipe.Compile(r, lock, st.StoreDir())
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, d := range plan.Derivations {
 		if _, err := derivation.Write(ctx, st, d); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		_, _, err := st.Realize(ctx, d.Output, store.AddOptions{}, func(ctx context.Context, out string) error {
 			if err := os.MkdirAll(out, 0o755); err != nil {
@@ -64,10 +63,39 @@ func BenchmarkRealizeCacheHit(b *testing.B) {
 			return os.WriteFile(filepath.Join(out, "data"), []byte(d.Name), 0o644)
 		})
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	s := &Service{Root: st.Root()}
+	return &Service{Root: st.Root()}, file
+}
+
+// TestRealizeCacheHitOneOpen: a realize of a Workshop in the store (its root too) opens the
+// database once, from its recipe to its root.
+func TestRealizeCacheHitOneOpen(t *testing.T) {
+	s, file := realizedWorkshop(t)
+	c := &Call{Caller: &Caller{Role: Operator}}
+	for i := range 2 { // the first roots the Workshop: a write
+		w, err := s.realize(t.Context(), c, file, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := w.st.DBOpens()
+		w.st.Close()
+		if len(w.res.Built)+len(w.res.Fetched) != 0 {
+			t.Fatalf("built %v, fetched %v: not a cache hit", w.res.Built, w.res.Fetched)
+		}
+		if i == 1 && n != 1 {
+			t.Errorf("a cache-hit realize opened the database %d times, want 1", n)
+		}
+	}
+}
+
+// BenchmarkRealizeCacheHit is a cache-hit realize of a Workshop of a seed and an apt layer of 3
+// .debs (what `shed realize` and every launch start with), by one long-lived Service as the
+// supervisor's.
+func BenchmarkRealizeCacheHit(b *testing.B) {
+	s, file := realizedWorkshop(b)
+	ctx := context.Background()
 	c := &Call{Caller: &Caller{Role: Operator}}
 	var before, after syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
