@@ -157,6 +157,7 @@ func (b *Builder) log() *slog.Logger {
 
 // Realize makes every output of plan valid: it writes the .drv files, holds
 // temporary roots on every output (so a concurrent gc removes none of them),
+// checks them all in one read of the database (a cache hit ends there),
 // fetches the missing .debs in parallel, then builds the missing seed and
 // layers in order. Each path is built at most once however many processes
 // realize it at the same time (the store's per-path lock).
