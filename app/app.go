@@ -182,6 +182,7 @@ type Service struct {
 
 	sweepMu sync.Mutex
 	swept   time.Time
+	plans   planMemo // recipes and plans by the bytes they come from (plans.go)
 	// Detached, set by the supervisor, runs the Benches that outlive their request (bench.create).
 	Detached *Detached
 	// Pool, if set, has inits ready for bench.create.

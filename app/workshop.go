@@ -66,11 +66,13 @@ func (s *Service) loadRecipe(c *Call, workshop string) (*recipe.Recipe, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{s.Root}})
+	data, err := recipe.Read(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fail(CodeNotFound, err, "name a recipe file (default ./workshop.toml), or a Workshop record (`shed workshop ls`)")
+	} else if err != nil {
+		return nil, err
 	}
-	return r, err
+	return s.plans.recipe(file, data, recipe.Options{ForbiddenPaths: []string{s.Root}})
 }
 
 func (s *Service) newBuilder(c *Call, st *store.Store, offline bool) *builder.Builder {
@@ -151,7 +153,19 @@ func (s *Service) lockedPlan(ctx context.Context, c *Call, st *store.Store, r *r
 func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store, r *recipe.Recipe, offline bool) (*recipe.Plan, *recipe.Lock, *builder.Builder, error) {
 	var lb *builder.Builder
 	lockFile := recipe.LockFile(r.File)
-	lock, err := recipe.LoadLock(lockFile)
+	data, err := recipe.ReadLock(lockFile)
+	var lock *recipe.Lock
+	key, memo := s.plans.planKey(r, data, st.StoreDir())
+	if err == nil {
+		if m, ok := s.plans.plan(key); memo && ok {
+			// Compared again: the fingerprint reads the apt sources' keys, which are files of their own.
+			if inputs, accounts, err := m.lock.Compare(r); err == nil && inputs && accounts {
+				return m.plan, m.lock, nil, nil
+			}
+		}
+		lock, err = recipe.ParseLock(lockFile, data)
+	}
+	memo = memo && err == nil // a lock rewritten or resolved below is other bytes than data
 	reason := ""
 	switch {
 	case errors.Is(err, recipe.ErrNoLock):
@@ -159,16 +173,14 @@ func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store,
 	case err != nil:
 		return nil, nil, nil, err
 	default:
-		ok, err := lock.Matches(r)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		accounts, err := lock.AccountsDiffer(r)
+		inputs, sameAccounts, err := lock.Compare(r)
+		ok, accounts := inputs && sameAccounts, inputs && !sameAccounts
 		switch {
 		case err != nil:
 			return nil, nil, nil, err
 		case accounts && !s.isRecordFile(r.File):
 			// Only the accounts changed: nothing to resolve, the lock records them again.
+			memo = false
 			lock.Accounts = recipe.LockAccounts(r)
 			if err := recipe.WriteLock(lockFile, lock); err != nil {
 				return nil, nil, nil, err
@@ -179,6 +191,7 @@ func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store,
 		}
 	}
 	if reason != "" {
+		memo = false
 		if offline {
 			return nil, nil, nil, fail(CodeFailed, fmt.Errorf("cannot lock offline: %s", reason),
 				"run `shed lock` once with network, and commit the lock beside the recipe")
@@ -204,6 +217,9 @@ func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store,
 	plan, err := recipe.Compile(r, lock, st.StoreDir())
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if memo {
+		s.plans.putPlan(key, memoPlan{lock, plan})
 	}
 	return plan, lock, lb, nil
 }
@@ -266,14 +282,9 @@ func (s *Service) cacheName(c *Call, name string) string {
 // ensureRoot points the root name at top, writing only on change: a cache-hit realize should not
 // pay for an fsync.
 func ensureRoot(ctx context.Context, st *store.Store, name string, top store.Path) error {
-	roots, err := st.Roots()
-	if err != nil {
-		return err
-	}
-	for _, r := range roots {
-		if r.Name == name && r.Path == top {
-			return nil
-		}
+	// Only this root's file is read: a store keeps a root per record version and per paused Bench.
+	if p, err := st.RootPath(name); err == nil && p == top {
+		return nil
 	}
 	return st.AddRoot(ctx, name, top)
 }

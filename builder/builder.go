@@ -157,6 +157,7 @@ func (b *Builder) log() *slog.Logger {
 
 // Realize makes every output of plan valid: it writes the .drv files, holds
 // temporary roots on every output (so a concurrent gc removes none of them),
+// checks them all in one read of the database (a cache hit ends there),
 // fetches the missing .debs in parallel, then builds the missing seed and
 // layers in order. Each path is built at most once however many processes
 // realize it at the same time (the store's per-path lock).
@@ -170,9 +171,12 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 	// Workshop against gc (a root per path would take the gc lock each time).
 	var roots []store.Path
 	for _, d := range plan.Derivations {
-		p, err := d.DrvPath(s.StoreDir())
-		if err != nil {
-			return nil, err
+		p, ok := plan.Drvs[d.Output]
+		if !ok {
+			var err error
+			if p, err = d.DrvPath(s.StoreDir()); err != nil {
+				return nil, err
+			}
 		}
 		drvs[d.Output], byOut[d.Output] = p, d
 		roots = append(roots, p, d.Output)
@@ -180,8 +184,24 @@ func (b *Builder) Realize(ctx context.Context, plan *recipe.Plan) (*Result, erro
 	if err := s.AddTempRoots(ctx, roots); err != nil {
 		return nil, err
 	}
-	for _, d := range plan.Derivations {
-		if s.IsValid(drvs[d.Output]) {
+	// Which of them are valid, in one read of the database: rooted now, they stay so. A cache hit
+	// (every .drv, seed and layer there; the fetches are needed only to build) ends here.
+	valid, err := s.ValidPaths(ctx, roots)
+	if err != nil {
+		return nil, err
+	}
+	hit := true
+	for i, d := range plan.Derivations {
+		if !valid[2*i] || (d.Kind != derivation.KindFetch && !valid[2*i+1]) {
+			hit = false
+			break
+		}
+	}
+	if hit {
+		return res, nil
+	}
+	for i, d := range plan.Derivations {
+		if valid[2*i] {
 			continue
 		}
 		if _, err := derivation.Write(ctx, s, d); err != nil {

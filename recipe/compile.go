@@ -19,6 +19,9 @@ type Plan struct {
 	Layers []store.Path
 	// Fetches says which locked file each fetch output holds.
 	Fetches map[store.Path]FetchInfo
+	// Drvs are the .drv paths of the derivations, by output: computed once, here, where the
+	// derivations that use them need them too.
+	Drvs map[store.Path]store.Path
 	// Locked says whether the plan was compiled from a lock (exact versions
 	// and hashes) or from the names as written.
 	Locked bool
@@ -56,7 +59,7 @@ const (
 // and every build gets SOURCE_DATE_EPOCH from the lock. Without one, versions
 // are compiled as written (`shed instantiate` of an unlocked recipe).
 func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
-	plan := &Plan{Fetches: map[store.Path]FetchInfo{}, Locked: lock != nil}
+	plan := &Plan{Fetches: map[store.Path]FetchInfo{}, Drvs: map[store.Path]store.Path{}, Locked: lock != nil}
 	add := func(d *derivation.Derivation, layer bool) (derivation.Input, error) {
 		d.SortInputs()
 		if err := d.Finish(storeDir); err != nil {
@@ -67,6 +70,7 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 			return derivation.Input{}, err
 		}
 		plan.Derivations = append(plan.Derivations, d)
+		plan.Drvs[d.Output] = drv
 		if layer {
 			plan.Layers = append(plan.Layers, d.Output)
 		}

@@ -140,12 +140,26 @@ var ErrNoLock = errors.New("no lock file")
 
 // LoadLock reads a lock file strictly.
 func LoadLock(file string) (*Lock, error) {
+	data, err := ReadLock(file)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLock(file, data)
+}
+
+// ReadLock reads a lock file's bytes for ParseLock; ErrNoLock if there is none.
+func ReadLock(file string) ([]byte, error) {
 	data, err := os.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrNoLock, file)
 	} else if err != nil {
 		return nil, fmt.Errorf("read lock: %w", err)
 	}
+	return data, nil
+}
+
+// ParseLock parses a lock file's bytes strictly; file names it in errors.
+func ParseLock(file string, data []byte) (*Lock, error) {
 	var l Lock
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
@@ -276,21 +290,25 @@ func WriteLock(file string, l *Lock) error {
 
 // Matches reports whether l was resolved from what r declares now.
 func (l *Lock) Matches(r *Recipe) (bool, error) {
-	fp, err := Fingerprint(r)
-	if err != nil {
-		return false, err
-	}
-	return l.Inputs == fp && slices.Equal(l.Accounts, LockAccounts(r)), nil
+	inputs, accounts, err := l.Compare(r)
+	return inputs && accounts, err
 }
 
 // AccountsDiffer reports whether l was resolved from what r declares but for its accounts: the lock
 // then needs its accounts written again, and nothing resolved again.
 func (l *Lock) AccountsDiffer(r *Recipe) (bool, error) {
+	inputs, accounts, err := l.Compare(r)
+	return inputs && !accounts, err
+}
+
+// Compare is Matches and AccountsDiffer at once, for one Fingerprint: whether l was resolved from
+// what r declares (inputs), and whether it records r's accounts.
+func (l *Lock) Compare(r *Recipe) (inputs, accounts bool, err error) {
 	fp, err := Fingerprint(r)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
-	return l.Inputs == fp && !slices.Equal(l.Accounts, LockAccounts(r)), nil
+	return l.Inputs == fp, slices.Equal(l.Accounts, LockAccounts(r)), nil
 }
 
 // DiffLocks describes how two locks differ at the level of packages, one line

@@ -217,15 +217,24 @@ func Parse(file string, data []byte, opts Options) (*Recipe, error) {
 
 // Load reads and parses file.
 func Load(file string, opts Options) (*Recipe, error) {
+	data, err := Read(file)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(file, data, opts)
+}
+
+// Read reads a recipe file's bytes for Parse, up to one byte past the limit (so that Parse sees,
+// and reports, a file that is too large).
+func Read(file string) ([]byte, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("read recipe: %w", err)
 	}
 	defer f.Close()
-	// Read one byte past the limit so that Parse sees, and reports, a file that is too large.
 	data, err := io.ReadAll(io.LimitReader(f, maxSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read recipe: %w", err)
 	}
-	return Parse(file, data, opts)
+	return data, nil
 }

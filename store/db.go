@@ -51,6 +51,7 @@ func (s *Store) dbFile() string { return filepath.Join(s.root, dirDB, fileDB) }
 // withDB runs fn on the open database, read-only unless write. A write commits
 // (fsyncs) when fn returns nil and rolls back otherwise.
 func (s *Store) withDB(ctx context.Context, write bool, fn func(paths *bolt.Bucket) error) error {
+	s.dbOpens.Add(1)
 	how := unix.LOCK_SH
 	if write {
 		how = unix.LOCK_EX

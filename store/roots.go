@@ -261,3 +261,22 @@ func (s *Store) Roots() ([]Root, error) {
 	}
 	return roots, nil
 }
+
+// RootPath returns the path the named root holds, or ErrRootNotExist: a realize reads its
+// Workshop's root only, not every root's file.
+func (s *Store) RootPath(name string) (Path, error) {
+	if err := CheckRootName(name); err != nil {
+		return Path{}, err
+	}
+	b, err := os.ReadFile(filepath.Join(s.root, dirRoots, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Path{}, fmt.Errorf("root %s: %w", name, ErrRootNotExist)
+	} else if err != nil {
+		return Path{}, fmt.Errorf("read root %s: %w", name, err)
+	}
+	p, err := ParsePath(strings.TrimSpace(string(b)))
+	if err != nil {
+		return Path{}, fmt.Errorf("root %s: %w", name, err)
+	}
+	return p, nil
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pelletier/go-toml/v2"
 	"golang.org/x/sys/unix"
@@ -116,7 +117,8 @@ type Store struct {
 	tempMu    sync.Mutex
 	tempRoots *os.File // this process's temproots file, created on first use
 
-	dbMu sync.RWMutex // this process's side of db/lock: goroutines queue here, not in flock's backoff
+	dbMu    sync.RWMutex // this process's side of db/lock: goroutines queue here, not in flock's backoff
+	dbOpens atomic.Int64 // how many times this Store opened the database (DBOpens)
 
 	attestor func(info *PathInfo, facts any) ([]byte, error)
 }

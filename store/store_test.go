@@ -695,3 +695,45 @@ func TestGCFreesBuildInputsUnlessKept(t *testing.T) {
 		})
 	}
 }
+
+// TestValidPaths: ValidPaths answers as IsValid for each path (a record and its bytes), in one
+// opening of the database.
+func TestValidPaths(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	var ps []store.Path
+	for _, c := range []string{"1", "2"} {
+		src := t.TempDir()
+		writeTree(t, src, map[string]string{"a": c})
+		info, err := s.AddDir(ctx, src, "src", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, info.Path)
+	}
+	never, err := store.MakePath("source", strings.Repeat("0", 64), s.StoreDir(), "never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps = append(ps, never)
+	// The second's bytes gone, its record kept.
+	if err := os.RemoveAll(s.Location(ps[1])); err != nil {
+		t.Fatal(err)
+	}
+	before := s.DBOpens()
+	valid, err := s.ValidPaths(ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.DBOpens() - before; n != 1 {
+		t.Errorf("ValidPaths opened the database %d times, want 1", n)
+	}
+	for i, p := range ps {
+		if valid[i] != s.IsValid(p) {
+			t.Errorf("%s: ValidPaths says %v, IsValid %v", p, valid[i], s.IsValid(p))
+		}
+	}
+	if !valid[0] || valid[1] || valid[2] {
+		t.Errorf("valid %v, want [true false false]", valid)
+	}
+}
