@@ -489,15 +489,24 @@ func (s *Service) writeDropped(d *drops) error {
 	return err
 }
 
-// FlushAudit writes now the counts of refusals dropped that their timers would write soon: for a
-// supervisor that stops.
+// StartAuditFlusher has the audit log's noted entries synced within audit.FlushDelay of each: for the
+// supervisor, which lives on (FlushAudit at its stop syncs the rest). A command on the store leaves
+// them to the next durable entry.
+func (s *Service) StartAuditFlusher() {
+	if s.Audit != nil {
+		s.Audit.FlushWithin(audit.FlushDelay)
+	}
+}
+
+// FlushAudit writes now the counts of refusals dropped that their timers would write soon, and syncs
+// the noted entries: for a supervisor that stops.
 func (s *Service) FlushAudit() {
 	if s.Audit == nil {
 		return
 	}
 	// Then the entries noted and not yet synced (a clean stop loses none of them).
 	defer func() {
-		if err := s.Audit.Flush(); err != nil {
+		if err := s.Audit.Close(); err != nil {
 			s.log().Error("audit log: sync at stop", "err", err)
 		}
 	}()

@@ -54,8 +54,7 @@ func TestGroupCommit(t *testing.T) {
 // supervisor) makes them all durable with one, and moves the head to the last; a second Flush has
 // nothing to do. Without Flush, the flusher does it while the process runs.
 func TestFlush(t *testing.T) {
-	l := Open(t.TempDir())
-	l.delay = 0 // no flusher: Flush alone
+	l := Open(t.TempDir()) // no flusher: Flush alone
 	var last Entry
 	for i := range 10 {
 		w, err := l.append(Entry{Event: "bench.exec", Detail: fmt.Sprint(i)}, false)
@@ -82,6 +81,8 @@ func TestFlush(t *testing.T) {
 
 	// The flusher: a Note is followed by a commit that names it, with no Append or Flush.
 	f := Open(t.TempDir())
+	f.FlushWithin(FlushDelay)
+	defer f.Close() // before the directory goes
 	for i := range 10 {
 		if err := f.Note(Entry{Event: "bench.exec", Detail: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
@@ -113,6 +114,7 @@ func BenchmarkLaunchEntries(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			l := Open(b.TempDir())
+			l.FlushWithin(FlushDelay) // as the supervisor's
 			for b.Loop() {
 				l.Note(Entry{Event: "bench.start", Bench: "b"})
 				l.Note(Entry{Event: "bench.end", Bench: "b", Detail: "exit 0"})
@@ -123,9 +125,40 @@ func BenchmarkLaunchEntries(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			if err := l.Flush(); err != nil {
+			if err := l.Close(); err != nil {
 				b.Fatal(err)
 			}
 		})
 	}
+}
+
+// BenchmarkNoteWhileCommitting: a note (a launch's, a command's) while another goroutine's durable
+// appends commit one after another, as the flusher and other operations do: what a commit's fsyncs
+// cost the writers that do not wait for them.
+func BenchmarkNoteWhileCommitting(b *testing.B) {
+	l := Open(b.TempDir())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := l.Append(Entry{Event: "bench.create"}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	}()
+	for b.Loop() {
+		if err := l.Note(Entry{Event: "bench.exec", Bench: "b"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
 }

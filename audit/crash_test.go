@@ -3,6 +3,7 @@ package audit
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -26,10 +27,11 @@ func TestMain(m *testing.M) {
 }
 
 // writeUntilKilled appends from 4 goroutines, a third durably (Append) and the rest noted (Note, as
-// a launch's and a command's entries are), and reports each entry once its call returned: "D DETAIL
-// SEQ" for an Append, "N DETAIL" for a Note.
+// a launch's and a command's entries are, synced by the flusher as the supervisor's are), and reports
+// each entry once its call returned: "D DETAIL SEQ" for an Append, "N DETAIL" for a Note.
 func writeUntilKilled(root string) {
 	l := Open(root)
+	l.FlushWithin(FlushDelay) // as the supervisor's
 	var out sync.Mutex
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -70,13 +72,20 @@ func writeUntilKilled(root string) {
 // wrote), and the head names at least every entry an Append returned (never one the log lacks:
 // Verify finds a head ahead of the log). The next round's appends chain on from what is left.
 func TestCrash(t *testing.T) {
+	const rounds = 16
 	root := t.TempDir()
 	l := Open(root)
 	acked := map[string]bool{}
 	var maxDurable int64
-	for round := range 8 {
+	for round := range rounds {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
+		var cmds []*exec.Cmd
+		// Both writers are killed at once, at a random point of the load (after that many reports):
+		// what one leaves is not repaired by the other's appends before the check.
+		killAt, n := 1+rand.IntN(400), 0
+		var kill sync.Once
+		var outs []io.Reader
 		for range 2 {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), crashWriter+"="+root)
@@ -88,12 +97,14 @@ func TestCrash(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			killAt := 1 + rand.IntN(300) // reports read before the kill: a random point of the load
+			cmds, outs = append(cmds, cmd), append(outs, stdout)
+		}
+		for i, cmd := range cmds {
+			stdout := outs[i]
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				sc := bufio.NewScanner(stdout)
-				n := 0
 				for sc.Scan() {
 					f := strings.Fields(sc.Text())
 					mu.Lock()
@@ -102,9 +113,15 @@ func TestCrash(t *testing.T) {
 						seq, _ := strconv.ParseInt(f[2], 10, 64)
 						maxDurable = max(maxDurable, seq)
 					}
+					n++
+					now := n == killAt
 					mu.Unlock()
-					if n++; n == killAt {
-						cmd.Process.Signal(syscall.SIGKILL)
+					if now {
+						kill.Do(func() {
+							for _, c := range cmds {
+								c.Process.Signal(syscall.SIGKILL)
+							}
+						})
 					}
 				}
 				cmd.Wait()
@@ -129,7 +146,7 @@ func TestCrash(t *testing.T) {
 			t.Errorf("round %d: head %+v %v after the recovery's append, want %d", round, h, err, w.Seq)
 		}
 	}
-	t.Logf("%d entries acknowledged over 8 rounds of 2 writers killed", len(acked))
+	t.Logf("%d entries acknowledged over %d rounds of 2 writers killed", len(acked), rounds)
 }
 
 func checkAfterCrash(t *testing.T, l *Log, round int, acked map[string]bool, maxDurable int64, lagOK bool) {
