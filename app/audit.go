@@ -121,8 +121,34 @@ func (s *Service) record(c *Call, op string, req, res any, err error, intent int
 			return nil
 		}
 	}
-	_, aerr = s.Audit.Append(e)
+	if err == nil && noted(op, req, res) {
+		aerr = s.Audit.Note(e)
+	} else {
+		_, aerr = s.Audit.Append(e)
+	}
 	return nospace.Check(s.Root, aerr)
+}
+
+// noted says whether op's entry, when it succeeded, is written without waiting for its fsync (noted,
+// as a running Bench's events are: synced by the next durable entry, or within audit.FlushDelay while
+// the process runs): the operations whose own effects no fsync keeps either, so that an OS crash
+// which could lose their entry could lose what they did too. A command or a file operation in a
+// Bench (its upper is not synced), a launch whose Bench is not kept (its record is not synced and its
+// upper goes), and a realize that found everything in the store (it changed nothing). The rest wait:
+// an operation that changes authority (its intent too), a refusal or a failure, a kept Bench's
+// launch, a Bench's creation, removal, network or lifetime, a realize that added to the store.
+func noted(op string, req, res any) bool {
+	switch op {
+	case "bench.exec", "bench.write_file", "bench.write_files", "bench.make_dir", "bench.remove_file", "bench.move_file":
+		return true
+	case "bench.run":
+		r, ok := req.(*BenchRunRequest)
+		return ok && !r.Keep
+	case "realize":
+		r, ok := res.(*RealizeResult)
+		return ok && r != nil && len(r.Built)+len(r.Fetched)+len(r.Substituted)+len(r.Check) == 0
+	}
+	return false
 }
 
 // benchNamed is the Bench a request names (by name or id, as its caller chose), or "".
@@ -463,12 +489,27 @@ func (s *Service) writeDropped(d *drops) error {
 	return err
 }
 
-// FlushAudit writes now the counts of refusals dropped that their timers would write soon: for a
-// supervisor that stops.
+// StartAuditFlusher has the audit log's noted entries synced within audit.FlushDelay of each: for the
+// supervisor, which lives on (FlushAudit at its stop syncs the rest). A command on the store leaves
+// them to the next durable entry.
+func (s *Service) StartAuditFlusher() {
+	if s.Audit != nil {
+		s.Audit.FlushWithin(audit.FlushDelay)
+	}
+}
+
+// FlushAudit writes now the counts of refusals dropped that their timers would write soon, and syncs
+// the noted entries: for a supervisor that stops.
 func (s *Service) FlushAudit() {
 	if s.Audit == nil {
 		return
 	}
+	// Then the entries noted and not yet synced (a clean stop loses none of them).
+	defer func() {
+		if err := s.Audit.Close(); err != nil {
+			s.log().Error("audit log: sync at stop", "err", err)
+		}
+	}()
 	s.refusals.mu.Lock()
 	var all []*drops
 	for ck := range s.refusals.dropped {

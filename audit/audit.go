@@ -6,9 +6,10 @@
 //	                         encoding/json writes Entry) and a newline: {"seq":N,...,"prev":HASH,"hash":HASH}
 //	<root>/audit/head        "SEQ HASH END": the seq and hash of the last entry made durable and the
 //	                         byte offset where its line ends, replaced atomically. Entries cut from
-//	                         the end show against it. Entries noted after it (a running Bench's
-//	                         events, written without an fsync, marked "noted") are covered by the
-//	                         next Append; a durable entry after it means the head lags.
+//	                         the end show against it. Entries noted after it (written without
+//	                         waiting for an fsync, marked "noted") are covered by the next Append,
+//	                         or the flusher's commit within FlushDelay; a durable entry after it
+//	                         means the head lags (or an Append was killed before its head).
 //
 // An entry's hash is BLAKE3 of the previous entry's hash and the entry's canonical JSON without its
 // hash. The log is a record of what happened, not a defence against root: whoever can write the store
@@ -173,7 +174,17 @@ type Log struct {
 	syncMu  sync.Mutex
 	durable *tail
 	commits int // fsyncs made (for tests)
+
+	// The flusher (FlushWithin): a noted entry is made durable within delay of its write (by this
+	// timer, unless an Append comes first), so that noting many costs one fsync per batch.
+	flushMu  sync.Mutex
+	flushing *time.Timer
+	delay    time.Duration
 }
+
+// FlushDelay bounds how long the supervisor's noted entries wait for their fsync: what an OS crash
+// or power loss can lose of the entries of a running supervisor.
+const FlushDelay = 100 * time.Millisecond
 
 // tail is where a log ends: its last entry, and whether a torn line follows it.
 type tail struct {
@@ -188,6 +199,28 @@ type tail struct {
 
 // Open returns the audit log of the store at root.
 func Open(root string) *Log { return &Log{dir: filepath.Join(root, "audit")} }
+
+// FlushWithin starts the flusher: each noted entry is then synced at most d after it was written
+// (0: by the next Append or Flush only, as in a process that ends soon). For a long-lived process,
+// which calls Close when it stops.
+func (l *Log) FlushWithin(d time.Duration) {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	l.delay = d
+}
+
+// Close stops the flusher and syncs what it would have: for a process that stops. The log can still
+// be appended to (its noted entries wait for the next Append or Flush).
+func (l *Log) Close() error {
+	l.flushMu.Lock()
+	l.delay = 0
+	if l.flushing != nil {
+		l.flushing.Stop()
+		l.flushing = nil
+	}
+	l.flushMu.Unlock()
+	return l.Flush()
+}
 
 func (l *Log) file() string { return filepath.Join(l.dir, "log.jsonl") }
 func (l *Log) head() string { return filepath.Join(l.dir, "head") }
@@ -207,12 +240,61 @@ func hashOf(e Entry) string {
 // its entry was written.
 func (l *Log) Append(e Entry) (Entry, error) { return l.append(e, true) }
 
-// Note adds e without waiting for the disk, marked noted: for the events of a running Bench (its start
-// and end, each network destination), which must not slow it down. The next Append makes them
-// durable with its own (one fsync covers the file), and moves the head past them.
+// Note adds e without waiting for the disk, marked noted: for what must not wait for an fsync (a
+// running Bench's events, an operation whose own effects are not durable either). It is written
+// before Note returns, so the process's crash loses nothing; the OS's crash can lose it until it is
+// synced: by the next Append (one fsync covers the file) or Flush, or by the flusher (FlushWithin),
+// whichever is first. Each moves the head past it.
 func (l *Log) Note(e Entry) error {
 	_, err := l.append(e, false)
+	if err == nil {
+		l.armFlush()
+	}
 	return err
+}
+
+// armFlush starts the flusher, unless it is waiting already (its flush covers this entry too).
+func (l *Log) armFlush() {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	if l.flushing == nil && l.delay > 0 {
+		l.flushing = time.AfterFunc(l.delay, func() {
+			l.flushMu.Lock()
+			l.flushing = nil
+			l.flushMu.Unlock()
+			_ = l.Flush() // its error is the next Append's or Flush's, which sync again
+		})
+	}
+}
+
+// Flush makes durable every entry this process wrote (noted ones), and moves the head past them: for
+// the flusher, and Close. Without such entries it costs nothing.
+func (l *Log) Flush() error {
+	l.mu.Lock()
+	w := l.last
+	l.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	l.syncMu.Lock()
+	d := l.durable
+	l.syncMu.Unlock()
+	if d != nil && d.dev == w.dev && d.ino == w.ino && d.size >= w.size {
+		return nil
+	}
+	f, err := os.OpenFile(l.file(), os.O_RDWR|os.O_APPEND|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if st.Dev != w.dev || st.Ino != w.ino {
+		return nil // the file this process wrote is no longer the log
+	}
+	return l.commit(f, *w)
 }
 
 func (l *Log) append(e Entry, durable bool) (Entry, error) {
@@ -286,23 +368,18 @@ func (l *Log) writeLocked(f *os.File, e Entry, durable bool) (Entry, error) {
 }
 
 // commit returns once the log is fsynced past w (an entry this process wrote to f) and the head
-// names w or an entry after it. Of the appends waiting at once, one syncs for all: it takes both
-// locks, finds where the log ends now (entries other appends, of this process or another, wrote
-// since), fsyncs, and writes the head for that end, unless the head names it or a later one already
-// (another process's commit): a head never goes back.
+// names w or an entry after it. Of the appends waiting at once, one syncs for all: it finds, under
+// both locks, where the log ends now (entries other appends, of this process or another, wrote
+// since), fsyncs without them (writers go on meanwhile: what they add is not named), and writes the
+// head for that end under the file's lock, unless the head names it or a later one already (another
+// process's commit): a head never goes back.
 func (l *Log) commit(f *os.File, w tail) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	if d := l.durable; d != nil && d.dev == w.dev && d.ino == w.ino && d.size >= w.size {
 		return nil // an fsync that began after w was written covered it
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	t, err := l.tail(f)
+	t, err := l.end(f)
 	if err != nil {
 		return err
 	}
@@ -316,16 +393,40 @@ func (l *Log) commit(f *os.File, w tail) error {
 	if t.open || t.dev != w.dev || t.ino != w.ino {
 		named = w
 	}
-	if h, err := l.readHead(); err != nil || h.seq < named.seq {
-		line := fmt.Sprintf("%d %s %d\n", named.seq, named.hash, named.size)
-		if err := atomicfile.WriteFile(l.head(), []byte(line), 0o600); err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
+	if err := l.forward(f, named); err != nil {
+		return err
 	}
 	if !t.open {
 		l.durable = &tail{dev: t.dev, ino: t.ino, size: t.size}
 	} else {
 		l.durable = &tail{dev: w.dev, ino: w.ino, size: w.size}
+	}
+	return nil
+}
+
+// end is where the log in f ends now, found under both locks.
+func (l *Log) end(f *os.File) (tail, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return tail{}, fmt.Errorf("audit: %w", err)
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return l.tail(f)
+}
+
+// forward writes the head for named (synced), unless it names named or a later entry already: under
+// the file's lock, which every head's writer holds.
+func (l *Log) forward(f *os.File, named tail) error {
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	if h, err := l.readHead(); err != nil || h.seq < named.seq {
+		line := fmt.Sprintf("%d %s %d\n", named.seq, named.hash, named.size)
+		if err := atomicfile.WriteFile(l.head(), []byte(line), 0o600); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
 	}
 	return nil
 }

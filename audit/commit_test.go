@@ -1,8 +1,10 @@
 package audit
 
 import (
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestGroupCommit: appends waiting at once share their fsyncs (each supervisor request wrote its
@@ -46,4 +48,117 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("%d appends at once made %d fsyncs: none was shared", n+1, got)
 	}
 	t.Logf("%d appends, %d fsyncs", n+1, l.commits+other.commits)
+}
+
+// TestFlush: noted entries (a launch's, a command's) cost no fsync when written; Flush (a stopping
+// supervisor) makes them all durable with one, and moves the head to the last; a second Flush has
+// nothing to do. Without Flush, the flusher does it while the process runs.
+func TestFlush(t *testing.T) {
+	l := Open(t.TempDir()) // no flusher: Flush alone
+	var last Entry
+	for i := range 10 {
+		w, err := l.append(Entry{Event: "bench.exec", Detail: fmt.Sprint(i)}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = w
+	}
+	if l.commits != 0 {
+		t.Fatalf("%d fsyncs for noted entries", l.commits)
+	}
+	for range 2 {
+		if err := l.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.commits != 1 {
+		t.Errorf("two flushes of 10 noted entries made %d fsyncs, want 1", l.commits)
+	}
+	if h, err := l.readHead(); err != nil || h.seq != last.Seq || h.hash != last.Hash {
+		t.Errorf("head %+v %v after Flush, want the last noted entry %d", h, err, last.Seq)
+	}
+	verifyClean(t, l, 10)
+
+	// The flusher: a Note is followed by a commit that names it, with no Append or Flush.
+	f := Open(t.TempDir())
+	f.FlushWithin(FlushDelay)
+	defer f.Close() // before the directory goes
+	for i := range 10 {
+		if err := f.Note(Entry{Event: "bench.exec", Detail: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		if h, err := f.readHead(); err == nil && h.seq == 10 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.syncMu.Lock()
+	commits := f.commits
+	f.syncMu.Unlock()
+	if commits >= 10 {
+		t.Errorf("10 notes at once made %d fsyncs: the flusher shared none", commits)
+	}
+	verifyClean(t, f, 10)
+}
+
+// BenchmarkLaunchEntries: a launch's entries (the Bench's start and end, the launch's outcome), one
+// launch after another, with the outcome appended durably (as before issue 27) and noted (as now:
+// the flusher syncs within FlushDelay). Compare the two in one run: a ratio, not a figure.
+func BenchmarkLaunchEntries(b *testing.B) {
+	for _, durable := range []bool{true, false} {
+		name := "noted"
+		if durable {
+			name = "durable"
+		}
+		b.Run(name, func(b *testing.B) {
+			l := Open(b.TempDir())
+			l.FlushWithin(FlushDelay) // as the supervisor's
+			for b.Loop() {
+				l.Note(Entry{Event: "bench.start", Bench: "b"})
+				l.Note(Entry{Event: "bench.end", Bench: "b", Detail: "exit 0"})
+				if durable {
+					l.Append(Entry{Event: "bench.run", Workshop: "w"})
+				} else {
+					l.Note(Entry{Event: "bench.run", Workshop: "w"})
+				}
+			}
+			b.StopTimer()
+			if err := l.Close(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkNoteWhileCommitting: a note (a launch's, a command's) while another goroutine's durable
+// appends commit one after another, as the flusher and other operations do: what a commit's fsyncs
+// cost the writers that do not wait for them.
+func BenchmarkNoteWhileCommitting(b *testing.B) {
+	l := Open(b.TempDir())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := l.Append(Entry{Event: "bench.create"}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	}()
+	for b.Loop() {
+		if err := l.Note(Entry{Event: "bench.exec", Bench: "b"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
 }

@@ -105,7 +105,8 @@ func cmdDaemon() *cli.Command {
 				return err
 			}
 			svc := service(c)
-			defer svc.FlushAudit() // the counts of refusals dropped, which timers would write soon
+			svc.StartAuditFlusher() // noted entries (launches, commands) synced within 100 ms
+			defer svc.FlushAudit()  // the counts of refusals dropped, which timers would write soon; noted entries
 			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: pids}
 			svc.UserKept, svc.UserBenches, svc.UserSnapshots = int(kept), int(benches), int(snapshots)
 			svc.TaskStateTTL, svc.UserDisk = c.Duration("task-state-ttl"), userDisk
