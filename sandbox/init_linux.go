@@ -35,22 +35,25 @@ const (
 	fdSync = 4 // socket to the parent: descriptors and config in; the listeners, then "started" or a SetupError, out
 )
 
-// initProto is the version of what shed and its init say on the sync socket (message, initConfig):
-// shed-init is a binary of its own, so one from another build can meet this one. Bump it on any
-// change of those types; init refuses a version or a field it does not know.
-const initProto = 3
+// initProto is the version of what shed and its init say on the sync socket (the config frame,
+// message): shed-init is a binary of its own, so one from another build can meet this one. Bump it
+// on any change of initConfig or message; init refuses a version it does not know.
+const initProto = 4
 
-// message is one JSON value on the sync socket, in either direction.
+// message is one JSON value from init on the sync socket (the config goes the other way as a frame
+// of its own, encodeConfig).
 type message struct {
-	Proto   int         `json:",omitempty"` // initProto, with the config
-	Config  *initConfig `json:",omitempty"`
-	Started bool        `json:",omitempty"`
-	Error   *wireError  `json:",omitempty"`
+	Started bool       `json:",omitempty"`
+	Error   *wireError `json:",omitempty"`
 }
 
-// initConfig is the spec plus what the parent prepared for it. Descriptors are sent as indices among
-// those that came with the config (-1: none); init replaces them by its own numbers (resolve), after
-// which 0 means none.
+// startedMsg is message{Started: true} as the encoder writes it: encoding it would first build an
+// encoder for message by reflection, a cost every init would pay afresh.
+var startedMsg = []byte("{\"Started\":true}\n")
+
+// initConfig is the spec plus what the parent prepared for it, sent as encodeConfig writes it.
+// Descriptors are sent as indices among those that came with the config (-1: none); init replaces
+// them by its own numbers (resolve), after which 0 means none.
 type initConfig struct {
 	Spec  Spec
 	Binds []initBind // in mount order: parents before children
@@ -158,17 +161,27 @@ func runInit() int {
 		return initFatal("read descriptors: %v", rerr)
 	}
 	conn := os.NewFile(fdSync, "sandbox-sync")
-	dec, enc := json.NewDecoder(io.MultiReader(bytes.NewReader([]byte{first}), conn)), json.NewEncoder(conn)
+	enc := json.NewEncoder(conn)
 	fail := func(e *SetupError) int {
 		if err := enc.Encode(message{Error: toWire(e)}); err != nil {
 			return initFatal("%v (and report it: %v)", e, err)
 		}
 		return 255
 	}
-	dec.DisallowUnknownFields()
-	var m message
-	if err := dec.Decode(&m); err != nil || m.Config == nil || m.Proto != initProto {
-		why := fmt.Sprintf("version %d", m.Proto)
+	var cfg *initConfig
+	var proto int
+	var err error
+	if first == configByte {
+		cfg, proto, err = readConfig(byteReader{conn}, conn)
+	} else {
+		// A shed of another build, which sent its config as JSON (version 3 and before): its
+		// version, for the error.
+		var old struct{ Proto int }
+		err = json.NewDecoder(io.MultiReader(bytes.NewReader([]byte{first}), conn)).Decode(&old)
+		proto = old.Proto
+	}
+	if err != nil || cfg == nil {
+		why := fmt.Sprintf("version %d", proto)
 		if err != nil {
 			why = err.Error()
 		}
@@ -176,7 +189,6 @@ func runInit() int {
 			"this init speaks version %d of the sandbox protocol and shed does not (%s): install shed and %s from one build (make install)",
 			initProto, why, InitName)})
 	}
-	cfg := m.Config
 	if err := cfg.resolve(files); err != nil {
 		return initFatal("read config: %v", err)
 	}
@@ -238,11 +250,10 @@ func runInit() int {
 			_ = unix.Kill(pid, s.(syscall.Signal))
 		}
 	}()
-	if err := enc.Encode(message{Started: true}); err != nil {
+	if _, err := conn.Write(startedMsg); err != nil {
 		return initFatal("report start: %v", err)
 	}
 	var code int
-	var err error
 	if cfg.Control > 0 {
 		code, err = serveControl(cfg, pid)
 	} else {

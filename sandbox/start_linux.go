@@ -444,7 +444,7 @@ func sendFDs(sock int, fds []int) error {
 // before that, init sends the Listen sockets it made.
 func (p *Process) handshake(ctx context.Context, cfg *initConfig) error {
 	// A failed write means init is gone: the read below tells how it ended.
-	_ = json.NewEncoder(p.sync).Encode(message{Proto: initProto, Config: cfg})
+	_, _ = p.sync.Write(encodeConfig(cfg))
 	fds, first, err := recvFiles(int(p.sync.Fd()))
 	for i, fd := range fds {
 		f := os.NewFile(uintptr(fd), "listener")
