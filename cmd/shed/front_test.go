@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeSupervisor listens on a socket, takes each request frame (closing the descriptors that come
+// with it), passes it on requests and answers with reply's lines.
+type fakeSupervisor struct {
+	sock     string
+	requests chan []byte
+	mu       sync.Mutex
+	reply    []string
+}
+
+func startFakeSupervisor(t *testing.T) *fakeSupervisor {
+	t.Helper()
+	f := &fakeSupervisor{sock: filepath.Join(t.TempDir(), "shed.sock"), requests: make(chan []byte, 16)}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: f.sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.AcceptUnix()
+			if err != nil {
+				return
+			}
+			f.serve(c)
+		}
+	}()
+	return f
+}
+
+func (f *fakeSupervisor) serve(c *net.UnixConn) {
+	defer c.Close()
+	var hdr [4]byte
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(hdr[:], oob)
+	if err != nil || n != 4 {
+		return
+	}
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			fds, _ := unix.ParseUnixRights(&m)
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+		}
+	}
+	body := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(c, body); err != nil {
+		return
+	}
+	f.requests <- body
+	f.mu.Lock()
+	reply := f.reply
+	f.mu.Unlock()
+	for _, line := range reply {
+		if _, err := c.Write([]byte(line + "\n")); err != nil {
+			return
+		}
+	}
+}
+
+func (f *fakeSupervisor) answer(lines ...string) {
+	f.mu.Lock()
+	f.reply = lines
+	f.mu.Unlock()
+}
+
+// request is the frame a run sent, or nil for none.
+func (f *fakeSupervisor) request() []byte {
+	select {
+	case b := <-f.requests:
+		return b
+	default:
+		return nil
+	}
+}
+
+// buildFront builds cmd/shed-front as DIR/shed, with a stand-in for the whole CLI beside it that
+// prints its argv, so that a test sees what the front hands over.
+func buildFront(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "shed"), "../shed-front")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build shed-front: %v\n%s", err, out)
+	}
+	stub := "#!/bin/sh\nprintf shed-cli; for a in \"$@\"; do printf ' [%s]' \"$a\"; done; echo\nexit 99\n"
+	if err := os.WriteFile(filepath.Join(dir, "shed-cli"), []byte(stub), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "shed")
+}
+
+// outcome is what a run printed and its exit code, and the request frame it sent.
+type outcome struct {
+	stdout, stderr string
+	exit           int
+	request        string
+}
+
+// TestFront runs the small shed (cmd/shed-front) and the whole CLI on the same command lines against
+// the same fake supervisor: where the front takes a command line, its request frame, output and exit
+// code must be the whole CLI's; every other command line it must hand to the whole CLI unchanged.
+func TestFront(t *testing.T) {
+	front := buildFront(t)
+	sup := startFakeSupervisor(t)
+	t.Setenv("SHED_SOCKET", sup.sock)
+	t.Setenv("TERM", "xterm-test")
+
+	whole := func(args []string) outcome {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"shed"}, args...), &stdout, &stderr)
+		return outcome{stdout.String(), stderr.String(), code, string(sup.request())}
+	}
+	small := func(args []string) (outcome, bool) {
+		cmd := exec.Command(front, args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		o := outcome{stdout.String(), stderr.String(), code, string(sup.request())}
+		if code == 99 && strings.HasPrefix(o.stdout, "shed-cli") {
+			// Handed over: with its argv unchanged.
+			want := "shed-cli"
+			for _, a := range args {
+				want += " [" + a + "]"
+			}
+			if o.stdout != want+"\n" || o.request != "" {
+				t.Errorf("%q: handed over as %q (request %q), want %q", args, o.stdout, o.request, want)
+			}
+			return o, false
+		}
+		return o, true
+	}
+
+	ok := `{"result":{"exit":0}}`
+	replies := map[string][]string{
+		"ok":       {`{"notice":{"kind":"info","message":"realizing"}}`, `{"notice":{"kind":"warning","message":"a warning"}}`, ok},
+		"exit":     {`{"result":{"exit":3}}`},
+		"oom":      {`{"result":{"exit":137,"oom_killed":true,"memory_bytes":536870912,"no_space":"/home: no space"}}`},
+		"oom-host": {`{"result":{"exit":137,"oom_killed":true}}`},
+		"timeout":  {`{"result":{"exit":124,"timed_out":true}}`},
+		"error":    {`{"notice":{"kind":"info","message":"x"}}`, `{"error":{"code":"not_found","message":"no Bench \"b\"","hint":"shed bench ls lists them"}}`},
+		"usage":    {`{"error":{"code":"usage","message":"bad <grant> & more"}}`},
+		"nocmd":    {`{"error":{"code":"no_command","message":"exec nope","hint":"add it"}}`},
+		"eof":      {`{"notice":{"kind":"info","message":"x"}}`},
+		"empty":    {`{}`},
+		"badres":   {`{"result":"no"}`},
+		"badexit":  {`{"result":{"exit":"0"}}`},
+	}
+	// Every error code, for its exit code (and one the CLI does not know).
+	for _, code := range []string{"failed", "usage", "invalid", "problems", "denied", "not_found", "conflict", "bad_request",
+		"unknown_operation", "busy", "no_command", "internal", "new_code"} {
+		replies["code-"+code] = []string{`{"error":{"code":"` + code + `","message":"m"}}`}
+	}
+	every := slices.Sorted(func(yield func(string) bool) {
+		for k := range replies {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+
+	for _, tc := range []struct {
+		args    []string
+		handled bool // the front takes it
+		replies []string
+	}{
+		{[]string{"bench", "run", "--offline", "-f", "w.toml", "--", "/bin/true"}, true, every},
+		{[]string{"bench", "exec", "b", "--", "true"}, true, every},
+		{[]string{"bench", "exec", "--timeout", "30s", "b", "--", "sleep", "60"}, true, []string{"timeout", "ok"}},
+		{[]string{"--json", "bench", "run", "--", "true"}, true, every},
+		{[]string{"bench", "run", "--json", "-f", "w.toml", "--verbose", "--", "true", "--json"}, true, []string{"ok", "error"}},
+		{[]string{"-verbose", "bench", "run", "true", "-x", "--json"}, true, []string{"ok"}},
+		{[]string{"bench", "run", "-f=w.toml", "--net=none", "--keep", "--name", "n1", "-u", "dev", "-t", "--metrics", "--verify", "--grant", "/a:/b:ro", "--grant=/c", "--substituter", "oci-layout:/x", "--", "sh", "-c", "x"}, true, []string{"ok"}},
+		{[]string{"bench", "run", "--file", "", "--", "true"}, true, []string{"ok"}},
+		{[]string{"bench", "run", "--", "--", "true"}, true, []string{"ok"}},
+		{[]string{"bench", "run", "-", "true"}, true, []string{"ok"}},
+		{[]string{"bench", "exec", "-t", "-w", "/tmp", "-u", "root", "--env", "A=1", "--env=B=2", "b", "true", "--", "x"}, true, []string{"ok"}},
+		{[]string{"bench", "exec", "--", "b", "true"}, true, []string{"ok"}},
+		{[]string{"bench", "exec", "--timeout", " 2m ", "b", "--", "true"}, true, []string{"timeout"}},
+		// The whole CLI's: errors of its parser, flags the front does not know, other commands.
+		{[]string{"bench", "run"}, false, nil},
+		{[]string{"bench", "run", "-f", "w.toml", "--"}, false, nil},
+		{[]string{"bench", "run", "-f"}, false, nil},
+		{[]string{"bench", "run", "--bogus", "--", "true"}, false, nil},
+		{[]string{"bench", "run", "--help"}, false, nil},
+		{[]string{"bench", "run", "-h", "--", "true"}, false, nil},
+		{[]string{"bench", "run", "--memory", "1G", "--", "true"}, false, []string{"ok"}},
+		{[]string{"bench", "run", "--pids", "10", "--", "true"}, false, []string{"ok"}},
+		{[]string{"bench", "run", "--offline=true", "--", "true"}, false, []string{"ok"}},
+		{[]string{"bench", "run", "-f", "a", "-f", "b", "--", "true"}, false, []string{"ok"}},
+		{[]string{"bench", "run", "--grant", "/a,/b", "--", "true"}, false, []string{"ok"}},
+		{[]string{"bench", "run", "--grant", " /a", "--", "true"}, false, []string{"ok"}},
+		{[]string{"bench", "run", "---f", "w", "--", "true"}, false, nil},
+		{[]string{"bench", "run", "-tk", "--", "true"}, false, nil},
+		{[]string{"bench", "run", "-t", "--tty", "--", "true"}, false, nil},
+		{[]string{"bench", "run", "-t", "-t", "--", "true"}, true, []string{"ok"}},
+		{[]string{"bench", "exec", "-e", "A=1", "--env", "B=2", "b", "true"}, false, nil},
+		{[]string{"bench", "exec", "-e", "A=1", "-e", "B=2", "b", "true"}, true, []string{"ok"}},
+		{[]string{"bench", "run", "--", "true", "--generate-bash-completion"}, false, nil},
+		{[]string{"--root", "/nonexistent", "bench", "run", "--", "true"}, false, nil},
+		{[]string{"bench", "run", "--root=/nonexistent", "--", "true"}, false, nil},
+		{[]string{"bench", "exec", "b"}, false, nil},
+		{[]string{"bench", "exec", "b", "--"}, false, nil},
+		{[]string{"bench", "exec", "--timeout", "30", "b", "--", "true"}, false, nil},
+		{[]string{"bench", "exec", "--timeout", "1500ms", "b", "--", "true"}, false, nil},
+		{[]string{"bench", "exec", "--timeout", "", "b", "--", "true"}, true, []string{"ok"}},
+		{[]string{"bench", "shell"}, false, []string{"ok"}},
+		{[]string{"bench", "ls"}, false, []string{`{"result":{"benches":[]}}`}},
+		{[]string{"bench", "help", "run"}, false, nil},
+		{[]string{"help", "bench", "run"}, false, nil},
+		{[]string{"--version"}, false, nil},
+		{[]string{}, false, nil},
+		{[]string{"__complete", "bench", "run", ""}, false, nil},
+		{[]string{"bench"}, false, nil},
+	} {
+		rs := tc.replies
+		if len(rs) == 0 {
+			rs = []string{"ok"}
+		}
+		for _, r := range rs {
+			sup.answer(replies[r]...)
+			if replies[r] == nil {
+				sup.answer(r)
+			}
+			w := whole(tc.args)
+			f, handled := small(tc.args)
+			if handled != tc.handled {
+				t.Errorf("%q: the front took it: %v, want %v (%+v)", tc.args, handled, tc.handled, f)
+				continue
+			}
+			if !handled {
+				continue
+			}
+			if w.request == "" {
+				t.Errorf("%q: the whole CLI sent no request, the front did: %s", tc.args, f.request)
+			}
+			if f != w {
+				t.Errorf("%q, reply %s:\n front %+v\n whole %+v", tc.args, r, f, w)
+			}
+		}
+	}
+
+	// Without a supervisor, everything is the whole CLI's.
+	for _, sock := range []string{"none", filepath.Join(t.TempDir(), "absent.sock")} {
+		t.Setenv("SHED_SOCKET", sock)
+		if _, handled := small([]string{"bench", "run", "--", "true"}); handled {
+			t.Errorf("SHED_SOCKET=%s: the front took bench run", sock)
+		}
+	}
+}
