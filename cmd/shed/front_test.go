@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -21,13 +22,14 @@ import (
 type fakeSupervisor struct {
 	sock     string
 	requests chan []byte
+	closed   chan struct{} // a held request's connection closed by its client
 	mu       sync.Mutex
 	reply    []string
 }
 
 func startFakeSupervisor(t *testing.T) *fakeSupervisor {
 	t.Helper()
-	f := &fakeSupervisor{sock: filepath.Join(t.TempDir(), "shed.sock"), requests: make(chan []byte, 16)}
+	f := &fakeSupervisor{sock: filepath.Join(t.TempDir(), "shed.sock"), requests: make(chan []byte, 16), closed: make(chan struct{}, 16)}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: f.sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +71,11 @@ func (f *fakeSupervisor) serve(c *net.UnixConn) {
 	f.mu.Lock()
 	reply := f.reply
 	f.mu.Unlock()
+	if reply == nil { // hold it: answer nothing until the client closes the connection
+		_, _ = io.Copy(io.Discard, c)
+		f.closed <- struct{}{}
+		return
+	}
 	for _, line := range reply {
 		if _, err := c.Write([]byte(line + "\n")); err != nil {
 			return
@@ -271,5 +278,47 @@ func TestFront(t *testing.T) {
 		if _, handled := small([]string{"bench", "run", "--", "true"}); handled {
 			t.Errorf("SHED_SOCKET=%s: the front took bench run", sock)
 		}
+	}
+}
+
+// TestFrontInterrupted: a signal while the supervisor works cancels the request (the connection
+// closes) and both programs say so alike, exit 128+N.
+func TestFrontInterrupted(t *testing.T) {
+	front := buildFront(t)
+	sup := startFakeSupervisor(t)
+	t.Setenv("SHED_SOCKET", sup.sock)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup.answer() // hold
+	var got []string
+	for _, path := range []string{self, front} { // the test binary is the whole CLI as "shed" (TestMain)
+		for _, args := range [][]string{{"bench", "run", "--", "true"}, {"--json", "bench", "exec", "b", "--", "true"}} {
+			cmd := exec.Command(path, args...)
+			cmd.Args[0] = "shed"
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			<-sup.requests
+			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			<-sup.closed
+			err := cmd.Wait()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 130 {
+				t.Errorf("%s %q: %v, want exit 130; stderr %s", path, args, err, stderr.String())
+			}
+			got = append(got, stdout.String()+stderr.String())
+		}
+	}
+	if len(got) == 4 && (got[0] != got[2] || got[1] != got[3]) {
+		t.Errorf("interrupted: the whole CLI says\n%s%s the front\n%s%s", got[0], got[1], got[2], got[3])
+	}
+	if len(got) == 4 && !strings.Contains(got[0], "interrupted (SIGINT)") {
+		t.Errorf("interrupted: %q", got[0])
 	}
 }
