@@ -325,16 +325,16 @@ func hoistGlobalFlags(args []string) []string {
 	return append(append([]string{args[0]}, global...), rest...)
 }
 
-// socketPath is the supervisor's socket when the whole CLI would use it (cmd/shed's socketPath), with
-// no --root (parse refuses it): SHED_SOCKET, else the default one for root of the host. Anyone else
-// with SHED_SOCKET unset may have a store of their own, which the whole CLI decides on.
+// socketPath is the supervisor's socket when the whole CLI would use it (cmd/shed's socketPath, with
+// no --root: parse refuses it): SHED_SOCKET, else the default one, unless a user other than root has
+// a store of their own, which the whole CLI then works on.
 func socketPath() string {
 	sock := os.Getenv(wire.SocketEnv)
 	switch {
 	case sock == "none":
 		return ""
 	case sock == "":
-		if os.Geteuid() != 0 || inUserNamespace() {
+		if notRoot() && ownStore() {
 			return ""
 		}
 		sock = wire.DefaultSocket
@@ -343,6 +343,26 @@ func socketPath() string {
 		return ""
 	}
 	return sock
+}
+
+// notRoot: this process is not root of the host (cmd/shed's notRoot).
+func notRoot() bool { return os.Geteuid() != 0 || inUserNamespace() }
+
+// ownStore says whether the store a user other than root works on directly is there (cmd/shed's
+// envRoot and defaultRoot, store.Initialized): $SHED_ROOT, else the user's (store.UserRoot), else
+// root's.
+func ownStore() bool {
+	root := os.Getenv("SHED_ROOT")
+	if root == "" {
+		root = "/var/lib/toolshed" // store.DefaultRoot
+		if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+			root = filepath.Join(d, "toolshed")
+		} else if home, err := os.UserHomeDir(); err == nil && filepath.IsAbs(home) {
+			root = filepath.Join(home, ".local", "share", "toolshed")
+		}
+	}
+	fi, err := os.Lstat(filepath.Join(root, "config.toml"))
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // inUserNamespace: this process is not in the initial user namespace (internal/userns's Active),
@@ -448,7 +468,7 @@ func call(cmd *command, sock string) (e *cliError) {
 			return &cliError{msg: ctx.Err().Error(), code: "failed", exit: exitFailure}
 		}
 		direct := "set SHED_SOCKET=none to work on the store directly as root"
-		if os.Geteuid() != 0 || inUserNamespace() {
+		if notRoot() {
 			direct = "set SHED_SOCKET=none to work on a store of your own (`shed init` makes it, docs/rootless.md)"
 		}
 		return &cliError{msg: fmt.Sprintf("supervisor at %s: %v", sock, err), code: "failed", exit: exitFailure,

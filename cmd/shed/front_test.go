@@ -322,3 +322,104 @@ func TestFrontInterrupted(t *testing.T) {
 		t.Errorf("interrupted: %q", got[0])
 	}
 }
+
+// TestFrontNotRoot: for a user other than root with SHED_SOCKET unset, the front takes a command to
+// the default socket where the whole CLI does, when the user has no store of their own ($SHED_ROOT,
+// $XDG_DATA_HOME/toolshed, ~/.local/share/toolshed), and hands it over where the user has one. Both run
+// as nobody in a mount namespace whose /run/toolshed is the fake supervisor's.
+func TestFrontNotRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs shed as nobody beside a supervisor at the default socket, in a mount namespace")
+	}
+	for _, tool := range []string{"unshare", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+	}
+	open := func(p string) { // nobody reaches p
+		t.Helper()
+		for d := p; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	front := buildFront(t)
+	open(filepath.Dir(front))
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := filepath.Join(t.TempDir(), "shed") // the test binary is the whole CLI as "shed" (TestMain)
+	if out, err := exec.Command("install", "-m", "0755", self, whole).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	open(filepath.Dir(whole))
+	sup := startFakeSupervisor(t)
+	open(filepath.Dir(sup.sock))
+	if err := os.Chmod(sup.sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	sup.answer(`{"result":{"exit":0}}`)
+	base := t.TempDir()
+	open(base)
+	store := func(dir string) string { // an initialized store's marker (store.Initialized)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.toml"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	bare, owner := filepath.Join(base, "bare"), filepath.Join(base, "owner")
+	store(filepath.Join(owner, ".local", "share", "toolshed"))
+	xdg := filepath.Join(base, "xdg")
+	store(filepath.Join(xdg, "toolshed"))
+	own := store(filepath.Join(base, "own"))
+	asNobody := func(bin string, env []string) (outcome, bool) {
+		t.Helper()
+		cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+			`mount -t tmpfs tmpfs /run && mkdir /run/toolshed && mount --bind "$1" /run/toolshed && shift && exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"`,
+			"sh", filepath.Dir(sup.sock), bin, "bench", "run", "--", "true")
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin", "TERM=xterm-test"}, env...)
+		cmd.Dir = base
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		o := outcome{stdout.String(), stderr.String(), code, string(sup.request())}
+		return o, !(code == 99 && strings.HasPrefix(o.stdout, "shed-cli"))
+	}
+	for _, tc := range []struct {
+		env     []string
+		handled bool
+	}{
+		{[]string{"HOME=" + bare}, true},
+		{[]string{"HOME=" + bare, "XDG_DATA_HOME=relative"}, true},
+		{[]string{"HOME=" + owner}, false},
+		{[]string{"HOME=" + bare, "XDG_DATA_HOME=" + xdg}, false},
+		{[]string{"HOME=" + owner, "XDG_DATA_HOME=" + filepath.Join(base, "none")}, true},
+		{[]string{"HOME=" + bare, "SHED_ROOT=" + own}, false},
+		{[]string{"HOME=" + owner, "SHED_ROOT=" + filepath.Join(base, "none")}, true},
+		{[]string{"HOME=" + owner, "SHED_SOCKET=/run/toolshed/shed.sock"}, true},
+	} {
+		w, _ := asNobody(whole, tc.env)
+		f, handled := asNobody(front, tc.env)
+		if handled != tc.handled {
+			t.Errorf("%q: the front took it: %v, want %v\n front %+v\n whole %+v", tc.env, handled, tc.handled, f, w)
+			continue
+		}
+		if handled && (w.request == "" || f != w) {
+			t.Errorf("%q:\n front %+v\n whole %+v", tc.env, f, w)
+		}
+		if !handled && w.request != "" {
+			t.Errorf("%q: the whole CLI sent %s, the front handed the command over", tc.env, w.request)
+		}
+	}
+}
