@@ -22,8 +22,12 @@ help: ## show this help
 deps: ## install (as root, with apt-get) the Debian packages that example and test use and that are missing: scripts/deps.sh, as CI does
 	scripts/deps.sh
 
-build: ## build bin/shed and bin/shed-init (the Bench's init, a small program of its own)
-	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/ ./cmd/shed ./cmd/shed-init
+# bin/shed is the small front (cmd/shed-front): it sends `bench run` and `bench exec` to a supervisor itself
+# and hands every other command to the whole CLI beside it, bin/shed-cli (cmd/shed; docs/architecture.md).
+build: ## build bin/shed (a small front), bin/shed-cli (the whole CLI, which it runs for most commands) and bin/shed-init (the Bench's init)
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/shed-cli ./cmd/shed
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/ ./cmd/shed-init
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/shed ./cmd/shed-front
 
 example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and realize examples/jq from Debian's mirror
 	@command -v mmdebstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap; }
@@ -98,13 +102,14 @@ docs: build ## regenerate docs/cli.md and the man page from the CLI definition, 
 # uninstall removes those, when empty, and never one that was there before (PREFIX/bin itself...).
 INSTALL_DIRS = bin libexec/shed share/man/man1 share/bash-completion/completions share/zsh/site-functions share/fish/vendor_completions.d
 
-install: build ## install shed, its init (libexec/shed/shed-init), its man page and shell completions under DESTDIR/PREFIX (default /usr/local)
+install: build ## install shed, the whole CLI it runs (libexec/shed/shed-cli), its init (libexec/shed/shed-init), its man page and shell completions under DESTDIR/PREFIX (default /usr/local)
 	@new=; for d in $(INSTALL_DIRS); do d='$(PREFIX)'/$$d; \
 		while [ -n "$$d" ] && [ "$$d" != / ] && [ "$$d" != . ] && [ ! -d '$(DESTDIR)'"$$d" ]; do new="$$new$$d\n"; d=$$(dirname "$$d"); done; \
 	done; mkdir -p $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALL_DIRS)); \
 	{ cat '$(DESTDIR)$(PREFIX)/libexec/shed/dirs' 2>/dev/null; printf %b "$$new"; } | LC_ALL=C sort -u > '$(DESTDIR)$(PREFIX)/libexec/shed/dirs.new' && \
 	mv '$(DESTDIR)$(PREFIX)/libexec/shed/dirs.new' '$(DESTDIR)$(PREFIX)/libexec/shed/dirs'
 	install -m 0755 bin/shed $(DESTDIR)$(PREFIX)/bin/shed
+	install -m 0755 bin/shed-cli $(DESTDIR)$(PREFIX)/libexec/shed/shed-cli
 	install -m 0755 bin/shed-init $(DESTDIR)$(PREFIX)/libexec/shed/shed-init
 	install -m 0644 docs/man/shed.1 $(DESTDIR)$(PREFIX)/share/man/man1/shed.1
 	bin/shed completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/shed
@@ -112,7 +117,7 @@ install: build ## install shed, its init (libexec/shed/shed-init), its man page 
 	bin/shed completion fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
 
 uninstall: ## remove what install installed, and the directories it made, when empty
-	rm -f $(DESTDIR)$(PREFIX)/bin/shed $(DESTDIR)$(PREFIX)/libexec/shed/shed-init $(DESTDIR)$(PREFIX)/share/man/man1/shed.1 \
+	rm -f $(DESTDIR)$(PREFIX)/bin/shed $(DESTDIR)$(PREFIX)/libexec/shed/shed-cli $(DESTDIR)$(PREFIX)/libexec/shed/shed-init $(DESTDIR)$(PREFIX)/share/man/man1/shed.1 \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/shed $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_shed \
 		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
 	@# Deepest first: a directory sorts after its parent. libexec/shed is shed's own, recorded or not.

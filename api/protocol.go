@@ -23,32 +23,18 @@ import (
 	"fmt"
 	"io"
 
+	"toolshed.dev/shed/api/wire"
 	"toolshed.dev/shed/app"
 )
 
 // Protocol is this protocol's version. A request of another version is refused.
-const Protocol = 1
+const Protocol = wire.Protocol
 
 // MaxRequest bounds a request's size.
-const MaxRequest = 1 << 20
+const MaxRequest = wire.MaxRequest
 
-// Request is what a client asks.
-type Request struct {
-	Protocol int    `json:"protocol"`
-	Op       string `json:"op"`
-	// Request is the operation's request (see docs/api.md); absent means all fields zero.
-	Request json.RawMessage `json:"request,omitempty"`
-	// Dir is the client's working directory: relative paths in an operator's request are relative to
-	// it. It is the client's claim, so it resolves paths only for callers who may name any path.
-	Dir string `json:"dir,omitempty"`
-	// Progress asks for build progress on the client's stderr; Verbose for the builds' own output.
-	Progress bool `json:"progress,omitempty"`
-	Verbose  bool `json:"verbose,omitempty"`
-	// Via is the agent's face the client serves, "mcp" (`shed mcp`), or "": the client's word, about
-	// its own requests only. It marks their audit entries, and their errors leave out the host's
-	// paths (the store's, the socket's), which an agent would pass on to a model.
-	Via string `json:"via,omitempty"`
-}
+// Request is what a client asks (package wire has it, for clients that do not link app).
+type Request = wire.Request
 
 // Message is one line the daemon sends: exactly one field is set.
 type Message struct {

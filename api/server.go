@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"toolshed.dev/shed/api/wire"
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/internal/fdbudget"
@@ -30,12 +31,12 @@ import (
 // The supervisor's socket. Its directory is root's (0755) and the socket is open to every local user
 // (0666): who may do what is decided per request from the peer's kernel credentials.
 const (
-	DefaultSocket = "/run/toolshed/shed.sock"
-	SocketEnv     = "SHED_SOCKET"
+	DefaultSocket = wire.DefaultSocket
+	SocketEnv     = wire.SocketEnv
 )
 
 // msgWinch is the client's "my terminal was resized".
-const msgWinch = 'W'
+const msgWinch = wire.MsgWinch
 
 // Server answers requests on the supervisor's socket.
 type Server struct {

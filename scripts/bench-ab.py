@@ -6,9 +6,10 @@ Usage: scripts/bench-ab.py OLD NEW RECIPE [PAIRS]
 Runs `BIN bench run --offline -f RECIPE -- /bin/true` with OLD and NEW alternately (the order swapped
 every pair, so drift hits both alike), PAIRS times (default 300), and prints the medians, the tenth and
 ninetieth percentiles, the CPU time (user + system) of each, and the median of the pairwise differences.
-The store is SHED_ROOT's; realize RECIPE first. Both binaries are copied afresh into one temporary
-directory first: the same binary under two names differed by 0.9-1.6 ms here when one was the linker's
-output and the other a copy (how the page cache holds a file changes what its start costs).
+The store is SHED_ROOT's; realize RECIPE first. Both binaries are copied afresh into a temporary
+directory each first, with the shed-cli beside a small shed (cmd/shed-front): the same binary under
+two names differed by 0.9-1.6 ms here when one was the linker's output and the other a copy (how the
+page cache holds a file changes what its start costs).
 """
 import os
 import resource
@@ -27,8 +28,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="bench-ab-")
     bins = {}
     for k, src in (("old", sys.argv[1]), ("new", sys.argv[2])):
-        bins[k] = os.path.join(tmp, k)
+        # Each in a directory of its own, with the whole CLI that a small shed (cmd/shed-front) runs
+        # for what it does not send to a supervisor itself, when there is one beside it.
+        os.mkdir(os.path.join(tmp, k))
+        bins[k] = os.path.join(tmp, k, "shed")
         shutil.copy2(src, bins[k])
+        cli = os.path.join(os.path.dirname(src), "shed-cli")
+        if os.path.exists(cli):
+            shutil.copy2(cli, os.path.join(tmp, k, "shed-cli"))
     args = ["bench", "run", "--offline", "-f", sys.argv[3], "--", "/bin/true"]
     pairs = int(sys.argv[4]) if len(sys.argv) > 4 else 300
     wall = {k: [] for k in bins}

@@ -105,7 +105,7 @@ if [ $# -ge 1 ] && [ "$1" != -- ]; then bin=$1; shift; fi
 VITEST_ARGS=("$@")
 [ -t 1 ] || export NO_COLOR=1 # a log without vitest's colours
 SHED=$(cd "$bin" && pwd)/shed
-[ -x "$SHED" ] && [ -x "$bin/shed-init" ] || die "no shed and shed-init in $bin: make build, or name the directory"
+[ -x "$SHED" ] && [ -x "$bin/shed-cli" ] && [ -x "$bin/shed-init" ] || die "no shed, shed-cli and shed-init in $bin: make build, or name the directory"
 for c in node npm unshare ip openssl; do command -v $c >/dev/null || die "$c is missing"; done
 MYHOSTNAME=$(ldconfig -p | grep -o '/.*libnss_myhostname\.so\.2' | head -1 || true)
 [ -n "$MYHOSTNAME" ] || echo "e2b-sdk-tests: no libnss-myhostname: the tests of sandboxes' ports will fail (apt-get install libnss-myhostname)" >&2

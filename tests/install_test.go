@@ -23,7 +23,7 @@ func TestMakeInstall(t *testing.T) {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
 	for _, f := range []string{
-		"usr/bin/shed", "usr/share/man/man1/shed.1", "usr/share/bash-completion/completions/shed",
+		"usr/bin/shed", "usr/libexec/shed/shed-cli", "usr/share/man/man1/shed.1", "usr/share/bash-completion/completions/shed",
 		"usr/share/zsh/site-functions/_shed", "usr/share/fish/vendor_completions.d/shed.fish",
 	} {
 		fi, err := os.Stat(filepath.Join(dest, f))

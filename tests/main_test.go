@@ -26,11 +26,19 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shedBin = filepath.Join(dir, "shed")
-	// As `make build` builds it (see BUILDFLAGS there), with the Bench's init beside it.
-	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", dir+"/", "../cmd/shed", "../cmd/shed-init")
+	// As `make build` builds it (see BUILDFLAGS there): shed is the small front (cmd/shed-front), with
+	// the whole CLI (shed-cli) and the Bench's init beside it.
+	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", dir+"/", "../cmd/shed", "../cmd/shed-init", "../cmd/shed-front")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	err = build.Run()
+	if err == nil {
+		err = os.Rename(shedBin, filepath.Join(dir, "shed-cli"))
+	}
+	if err == nil {
+		err = os.Rename(filepath.Join(dir, "shed-front"), shedBin)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "build shed:", err)
 		os.Exit(1)
 	}
