@@ -73,9 +73,19 @@ func (s *Service) observe(now time.Time) {
 	}
 	fs, _ := upper.OpenMounted(s.Root)
 	running := map[string]metrics.Running{}
+	disk := false
 	for _, r := range recs {
 		if r.Running && r.Pid > 0 {
 			running[r.ID] = metrics.Running{Pid: r.Pid, Started: r.Started, Disk: s.benchDisk(fs, r)}
+			disk = disk || running[r.ID].Disk != nil
+		}
+	}
+	// A created Bench's disk figure is its upper's quota group, which moves when what it wrote is
+	// on disk and committed (every 30 s by itself): once a reading, so that it is at most this
+	// reading's interval behind.
+	if disk {
+		if err := fs.Flush(); err != nil {
+			s.log().Warn("metrics: flush the uppers", "err", err)
 		}
 	}
 	s.Metrics.Observe(now, running)
