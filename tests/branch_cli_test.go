@@ -21,7 +21,7 @@ func TestBranchCLI(t *testing.T) {
 	parallel(t)
 	requireRoot(t)
 	root := sharedRoot(t)
-	sock := daemon(t, root)
+	sock, _ := daemonWith(t, root, "--user-benches", "64") // the shared store holds other tests' Benches of nobody's (the E2B tests' daemons allow as many)
 	uid := nobodyUID(t)
 	name := "branch-" + strconv.Itoa(os.Getpid())
 	addAgentRecord(t, sock, name)

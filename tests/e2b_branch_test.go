@@ -31,8 +31,7 @@ func TestE2BBranch(t *testing.T) {
 	client := filepath.Join(dir, "e2b-branch.mjs")
 	writeFile(t, client, string(must(os.ReadFile("testdata/e2b-branch.mjs"))))
 	uid := nobodyUID(t)
-	name := "e2b-branch-" + strconv.Itoa(os.Getpid())
-	addAgentRecord(t, sock, name)
+	name := e2bRecord(t, sock) // the shared jq record (e2bShared)
 	made := via(t, sock, 0, "", "--json", "agent", "key", "create", "nobody")
 	var key struct{ Key string }
 	if err := json.Unmarshal([]byte(made.stdout), &key); err != nil {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,8 +25,7 @@ func TestE2BEnvd(t *testing.T) {
 	client := filepath.Join(dir, "e2b-envd.mjs")
 	writeFile(t, client, string(must(os.ReadFile("testdata/e2b-envd.mjs"))))
 	uid := nobodyUID(t)
-	name := "e2b-envd-" + strconv.Itoa(os.Getpid())
-	addAgentRecord(t, sock, name)
+	name := e2bRecord(t, sock) // the shared jq record (e2bShared)
 	made := via(t, sock, 0, "", "--json", "agent", "key", "create", "nobody")
 	var key struct{ Key string }
 	if err := json.Unmarshal([]byte(made.stdout), &key); err != nil {

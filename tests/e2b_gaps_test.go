@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,8 +29,7 @@ func TestE2BGaps(t *testing.T) {
 	client := filepath.Join(dir, "e2b-gaps.mjs")
 	writeFile(t, client, string(must(os.ReadFile("testdata/e2b-gaps.mjs"))))
 	uid := nobodyUID(t)
-	name := "e2b-gaps-" + strconv.Itoa(os.Getpid())
-	addAgentRecord(t, sock, name)
+	name := e2bRecord(t, sock) // the shared jq record (e2bShared)
 	made := via(t, sock, 0, "", "--json", "agent", "key", "create", "nobody")
 	var key struct{ Key string }
 	if err := json.Unmarshal([]byte(made.stdout), &key); err != nil || key.Key == "" {

@@ -34,8 +34,7 @@ func TestE2BMetrics(t *testing.T) {
 	mcpClient := filepath.Join(mcpDir, "mcp-calls-metrics.mjs")
 	writeFile(t, mcpClient, string(must(os.ReadFile("testdata/mcp-calls.mjs"))))
 	uid := nobodyUID(t)
-	name := "e2b-metrics-" + strconv.Itoa(os.Getpid())
-	addAgentRecord(t, sock, name)
+	name := e2bRecord(t, sock) // the shared jq record (e2bShared)
 	made := via(t, sock, 0, "", "--json", "agent", "key", "create", "nobody")
 	var key struct{ Key string }
 	if err := json.Unmarshal([]byte(made.stdout), &key); err != nil {

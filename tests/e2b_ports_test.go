@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,8 +39,7 @@ func TestE2BPorts(t *testing.T) {
 		t.Fatalf("build the port server: %v\n%s", err, out)
 	}
 	uid := nobodyUID(t)
-	name := "e2b-ports-" + strconv.Itoa(os.Getpid())
-	addAgentRecord(t, sock, name)
+	name := e2bRecord(t, sock) // the shared jq record (e2bShared)
 	made := via(t, sock, 0, "", "--json", "agent", "key", "create", "nobody")
 	var key struct{ Key string }
 	if err := json.Unmarshal([]byte(made.stdout), &key); err != nil {

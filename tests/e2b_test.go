@@ -37,8 +37,7 @@ func TestE2B(t *testing.T) {
 	writeFile(t, client, string(must(os.ReadFile("testdata/e2b-client.mjs"))))
 	uid := nobodyUID(t)
 
-	name := "e2b-" + strconv.Itoa(os.Getpid())
-	addAgentRecord(t, sock, name)
+	name := e2bRecord(t, sock) // the shared jq record (e2bShared)
 	made := via(t, sock, 0, "", "--json", "agent", "key", "create", "nobody")
 	var key struct{ Key, ID, User string }
 	if err := json.Unmarshal([]byte(made.stdout), &key); err != nil || !strings.HasPrefix(key.Key, "e2b_") || key.User != "nobody" {

@@ -92,8 +92,7 @@ func TestE2BUnderAttack(t *testing.T) {
 	addr := freeLoopback(t)
 	sock, _ := daemonWith(t, root, "--e2b", addr)
 	uid := nobodyUID(t)
-	name := "attacked-" + strconv.Itoa(os.Getpid())
-	addAgentRecord(t, sock, name)
+	name := e2bRecord(t, sock) // the shared jq record (e2bShared)
 	if r := via(t, sock, 0, "", "realize", name); r.code != 0 {
 		t.Fatalf("realize: %s", r.stderr)
 	}
@@ -202,12 +201,11 @@ func TestProposeUnderAttack(t *testing.T) {
 	addr := freeLoopback(t)
 	sock, _ := daemonWith(t, root, "--e2b", addr)
 	uid := nobodyUID(t)
-	name := "flooded-" + strconv.Itoa(os.Getpid())
-	addAgentRecord(t, sock, name)
+	name := e2bRecord(t, sock) // the shared jq record (e2bShared)
 	if r := via(t, sock, 0, "", "realize", name); r.code != 0 {
 		t.Fatalf("realize: %s", r.stderr)
 	}
-	bench := name + "-agent"
+	bench := "flooded-" + strconv.Itoa(os.Getpid())
 	startVia(t, sock, uid, "bench", "run", "-f", name, "--name", bench, "--", "sleep", "1000")
 	waitBench(t, root, bench)
 	pid, _ := daemonPids.Load(sock)

@@ -19,25 +19,23 @@ import (
 // reruns are quick; a fresh machine installs them (the npm registry is reachable).
 const npmCache = "/var/cache/toolshed-ci/npm"
 
-// npmPackage installs pkg at version (once) in the project dir npmCache/name and returns the
-// directory, readable by everyone (the clients run as an unprivileged user).
+// npmPackage installs pkg at version (once per run: npmInstall) in the project dir npmCache/name and
+// returns the directory, readable by everyone (the clients run as an unprivileged user).
 func npmPackage(t testing.TB, name, pkg, version string) string {
 	t.Helper()
-	dir := filepath.Join(npmCache, name)
-	b, _ := os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(pkg), "package.json"))
-	var meta struct{ Version string }
-	if json.Unmarshal(b, &meta); meta.Version != version {
-		os.MkdirAll(dir, 0o755)
-		cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--loglevel=error", pkg+"@"+version)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm install %s@%s: %v\n%s", pkg, version, err, out)
-		}
-	}
-	if out, err := exec.Command("chmod", "-R", "a+rX", npmCache).CombinedOutput(); err != nil {
-		t.Fatalf("chmod: %v %s", err, out)
+	dir, err := npmInstall(name, pkg, version)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dir
+}
+
+// npmInstalled says whether dir's node_modules holds pkg at version.
+func npmInstalled(dir, pkg, version string) bool {
+	b, _ := os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(pkg), "package.json"))
+	var meta struct{ Version string }
+	json.Unmarshal(b, &meta)
+	return meta.Version == version
 }
 
 // TestMCP: the official MCP TypeScript SDK's client drives `shed mcp` through a real supervisor, as an
@@ -292,16 +290,21 @@ type mcpResult struct {
 // Benches), that nobody (the agent clients' user) may launch.
 func addAgentRecord(t *testing.T, sock, name string, more ...string) {
 	t.Helper()
-	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf(`name = %q
+	f := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), agentRecipe(name)+strings.Join(more, ""))
+	if r := via(t, sock, 0, "", "workshop", "add", "--allow", "nobody", f); r.code != 0 {
+		t.Fatalf("workshop add: %s", r.stderr)
+	}
+}
+
+// agentRecipe is addAgentRecord's recipe.
+func agentRecipe(name string) string {
+	return fmt.Sprintf(`name = %q
 seed = "debian/bookworm"
 [apt]
 packages = ["jq"]
 [network]
 profile = "debian"
-`, name)+strings.Join(more, ""))
-	if r := via(t, sock, 0, "", "workshop", "add", "--allow", "nobody", f); r.code != 0 {
-		t.Fatalf("workshop add: %s", r.stderr)
-	}
+`, name)
 }
 
 // nobodyUID is the uid the agent clients run as: nobody, a user with no rights on the store, who can
