@@ -337,6 +337,7 @@ func (s *Service) do(ctx context.Context, c *Call, op string, req any) (res any,
 		return nil, err
 	}
 	if c.Caller.Role != Operator && FailsClosed(op, req) && !s.authority.take(c.Caller, op) {
+		releaseHeld(req)
 		err := &Error{Code: CodeBusy, Err: fmt.Errorf("%s: more than %d a second (bursts of %d): not done", op, authorityRate, authorityBurst), Hint: "try again in a second"}
 		if aerr := s.record(c, op, req, nil, err, 0, bench); aerr != nil {
 			return nil, auditFailed(op, err, aerr)
@@ -346,6 +347,7 @@ func (s *Service) do(ctx context.Context, c *Call, op string, req any) (res any,
 	// An operation that changes authority acts only once the log holds that it is about to.
 	intent, err := s.recordIntent(c, op, req, bench)
 	if err != nil {
+		releaseHeld(req)
 		return nil, err
 	}
 	defer func() {

@@ -595,12 +595,12 @@ func snapshotInfo(snap *bench.Snapshot) SnapshotInfo {
 // takes), as a snapshot the caller can start Benches from (bench.create with snapshot) or reset
 // Benches to. The Bench goes on. Its grants' files are not in it: they are the host's.
 func (s *Service) SnapshotCreate(ctx context.Context, c *Call, req *SnapshotCreateRequest) (*SnapshotInfo, error) {
+	defer req.hold.release() // whatever happens: its record exists by then, or there is none
 	st, rec, fs, err := s.branchable(c, req.Bench)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	defer req.hold.release()
 	id := bench.NewSnapshotID()
 	req.hold.bound(id)
 	snap, err := bench.TakeSnapshot(st, fs, rec, id, req.Name, c.Caller.User, s.taskTTL())

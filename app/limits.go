@@ -152,6 +152,21 @@ func (s *Service) reserve(owner string, n int, keep bool, lim BenchLimits) ([]*S
 // heldSlot is the slot the policy reserved for req, if any: the operation binds and releases it.
 func heldSlot(req Launch) *Slot { return *req.slotOf() }
 
+// releaseHeld gives back what the policy reserved for req (Bench slots, a snapshot's hold) when its
+// operation is not run after all; one that runs gives them back itself.
+func releaseHeld(req any) {
+	switch r := req.(type) {
+	case Launch:
+		heldSlot(r).release()
+	case *BenchForkRequest:
+		for _, sl := range r.slots {
+			sl.release()
+		}
+	case *SnapshotCreateRequest:
+		r.hold.release()
+	}
+}
+
 // A user's snapshots (the supervisor's --user-snapshots) are reserved the same way: the policy counts
 // the snapshots the owner has and those being taken, and holds one, under one lock, until its record
 // exists or the taking failed; 20 snapshots asked at once with room for one make one.
