@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -105,6 +106,10 @@ type Notice struct {
 type Call struct {
 	Caller *Caller
 	IO     *IO
+
+	// wrote says that the operation wrote what outlasts it beyond a Bench (a lock, store paths):
+	// its audit entry then waits for its fsync (noted).
+	wrote atomic.Bool
 }
 
 func (c *Call) notice(kind, format string, args ...any) {

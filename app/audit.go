@@ -121,7 +121,7 @@ func (s *Service) record(c *Call, op string, req, res any, err error, intent int
 			return nil
 		}
 	}
-	if err == nil && noted(op, req, res) {
+	if err == nil && !c.wrote.Load() && noted(op, req, res) {
 		aerr = s.Audit.Note(e)
 	} else {
 		_, aerr = s.Audit.Append(e)
@@ -134,9 +134,10 @@ func (s *Service) record(c *Call, op string, req, res any, err error, intent int
 // the process runs): the operations whose own effects no fsync keeps either, so that an OS crash
 // which could lose their entry could lose what they did too. A command or a file operation in a
 // Bench (its upper is not synced), a launch whose Bench is not kept (its record is not synced and its
-// upper goes), and a realize that found everything in the store (it changed nothing). The rest wait:
-// an operation that changes authority (its intent too), a refusal or a failure, a kept Bench's
-// launch, a Bench's creation, removal, network or lifetime, a realize that added to the store.
+// upper goes), and a realize that found everything in the store (it changed nothing); neither when it
+// wrote a lock or added to the store on the way (Call.wrote). The rest wait: an operation that
+// changes authority (its intent too), a refusal or a failure, a kept Bench's launch, a Bench's
+// creation, removal, network or lifetime, a realize that added to the store or wrote a lock.
 func noted(op string, req, res any) bool {
 	switch op {
 	case "bench.exec", "bench.write_file", "bench.write_files", "bench.make_dir", "bench.remove_file", "bench.move_file":

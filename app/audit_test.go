@@ -324,6 +324,28 @@ func TestAuditNoted(t *testing.T) {
 			t.Errorf("%s %+v (error %v): entry %s noted %v, want noted %v", c.op, c.req, c.err, e.Event, e.Noted, c.noted)
 		}
 	}
+	// An operation that wrote a lock or added store paths on the way (a launch that locked first, a
+	// realize whose lock only gained the recipe's accounts) waits for its fsync whatever its op.
+	for _, c := range []struct {
+		op       string
+		req, res any
+	}{
+		{"bench.run", &BenchRunRequest{Workshop: "w"}, &ExitResult{}},
+		{"realize", &RealizeRequest{Workshop: "w"}, &RealizeResult{Workshop: "w", Layers: []string{"/l"}}},
+	} {
+		call := &Call{Caller: root.Caller}
+		call.wrote.Store(true)
+		if err := s.record(call, c.op, c.req, c.res, nil, 0, ""); err != nil {
+			t.Fatal(err)
+		}
+		es, err := s.Audit.Entries(audit.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := es[len(es)-1]; e.Event != c.op || e.Noted {
+			t.Errorf("%s that wrote a lock: entry %s noted %v, want it durable", c.op, e.Event, e.Noted)
+		}
+	}
 	if n, problems, err := s.Audit.Verify(); err != nil || len(problems) != 0 {
 		t.Errorf("verify: %d entries, %v, %v", n, problems, err)
 	}

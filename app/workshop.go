@@ -127,7 +127,11 @@ func (s *Service) realizeIn(ctx context.Context, c *Call, w *realized, offline b
 	if w.b.Substituter, err = s.substituter(c, w.st, substituters); err != nil {
 		return err
 	}
-	if w.res, err = w.b.Realize(ctx, plan); err != nil {
+	w.res, err = w.b.Realize(ctx, plan)
+	if w.res != nil && len(w.res.Built)+len(w.res.Fetched)+len(w.res.Substituted) > 0 {
+		c.wrote.Store(true)
+	}
+	if err != nil {
 		return err
 	}
 	top := plan.Layers[len(plan.Layers)-1]
@@ -182,6 +186,7 @@ func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store,
 			// Only the accounts changed: nothing to resolve, the lock records them again.
 			memo = false
 			lock.Accounts = recipe.LockAccounts(r)
+			c.wrote.Store(true)
 			if err := recipe.WriteLock(lockFile, lock); err != nil {
 				return nil, nil, nil, err
 			}
@@ -209,6 +214,7 @@ func (s *Service) lockedPlanBuilt(ctx context.Context, c *Call, st *store.Store,
 			return nil, nil, nil, err
 		}
 		c.notice("info", "resolved %s in %.1f s", r.File, time.Since(t0).Seconds())
+		c.wrote.Store(true)
 		if err := recipe.WriteLock(lockFile, lock); err != nil {
 			return nil, nil, nil, err
 		}
@@ -448,6 +454,7 @@ func (s *Service) Lock(ctx context.Context, c *Call, req *LockRequest) (*LockRes
 	if err != nil {
 		return nil, err
 	}
+	c.wrote.Store(true)
 	if err := recipe.WriteLock(lockFile, lock); err != nil {
 		return nil, err
 	}
