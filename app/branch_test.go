@@ -371,6 +371,14 @@ func TestUserDisk(t *testing.T) {
 		t.Fatalf("fork: %+v", fork)
 	}
 	name := fork.Children[0].Bench
+	// The child's figure is what it wrote itself: nothing yet, the 16 MiB it shares are its parent's.
+	if _, _, err := s.DiskUsage(1001, true); err != nil {
+		t.Fatal(err)
+	}
+	m = b.do("bench.metrics", &app.BenchMetricsRequest{Benches: []string{name}, Latest: true}).(*app.BenchMetricsResult)
+	if x := m.Benches[0].Samples; len(x) != 1 || x[0].DiskUsed > 4<<20 {
+		t.Fatalf("metrics of a fork's child that wrote nothing, of a parent that wrote 16 MiB: %+v", x)
+	}
 	// Writes without end (dd until the disk refuses): random bytes, so nothing is a hole.
 	res := b.do("bench.exec", &app.BenchExecRequest{Bench: name, Shell: "dd if=/dev/urandom of=/root/big bs=1M count=1024 conv=fsync", Capture: true}).(*app.ExecResult)
 	if res.Exit == 0 || !strings.Contains(res.Stderr, "quota") {
