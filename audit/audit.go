@@ -174,6 +174,10 @@ type Log struct {
 	syncMu  sync.Mutex
 	durable *tail
 	commits int // fsyncs made (for tests)
+	// failed is the first fsync of the log that failed: after it, what the kernel held unwritten may
+	// be gone while later fsyncs succeed (the pages marked clean), so nothing is said durable again
+	// by this process: every commit returns it (a supervisor restarted over the log goes on).
+	failed error
 
 	// The flusher (FlushWithin): a noted entry is made durable within delay of its write (by this
 	// timer, unless an Append comes first), so that noting many costs one fsync per batch.
@@ -181,6 +185,9 @@ type Log struct {
 	flushing *time.Timer
 	delay    time.Duration
 }
+
+// syncFile is f.Sync (a test makes it fail).
+var syncFile = (*os.File).Sync
 
 // FlushDelay bounds how long the supervisor's noted entries wait for their fsync: what an OS crash
 // or power loss can lose of the entries of a running supervisor.
@@ -262,7 +269,7 @@ func (l *Log) armFlush() {
 			l.flushMu.Lock()
 			l.flushing = nil
 			l.flushMu.Unlock()
-			_ = l.Flush() // its error is the next Append's or Flush's, which sync again
+			_ = l.Flush() // a failed fsync is every later commit's error (failed), Append's and Flush's
 		})
 	}
 }
@@ -379,11 +386,15 @@ func (l *Log) commit(f *os.File, w tail) error {
 	if d := l.durable; d != nil && d.dev == w.dev && d.ino == w.ino && d.size >= w.size {
 		return nil // an fsync that began after w was written covered it
 	}
+	if l.failed != nil {
+		return l.failed
+	}
 	t, err := l.end(f)
 	if err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f); err != nil {
+		l.failed = fmt.Errorf("audit: fsync: %w (an earlier fsync of the log failed: what it held may not be on disk)", err)
 		return fmt.Errorf("audit: fsync: %w", err)
 	}
 	l.commits++

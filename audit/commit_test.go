@@ -2,7 +2,10 @@ package audit
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -161,4 +164,37 @@ func BenchmarkNoteWhileCommitting(b *testing.B) {
 	b.StopTimer()
 	close(stop)
 	<-done
+}
+
+// TestFsyncFailureSticks: once an fsync of the log failed, no later commit says an entry is durable,
+// even when fsyncs succeed again (the kernel may have dropped what the failed one held), and the head
+// stays where the last good fsync left it.
+func TestFsyncFailureSticks(t *testing.T) {
+	l := Open(t.TempDir())
+	good, err := l.Append(Entry{Event: "workshop.add"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncFile = func(*os.File) error { return syscall.EIO }
+	_, err = l.Append(Entry{Event: "workshop.add"})
+	syncFile = (*os.File).Sync
+	if err == nil {
+		t.Fatal("an append whose fsync failed: no error")
+	}
+	for _, op := range []func() error{
+		func() error { _, err := l.Append(Entry{Event: "promote"}); return err },
+		func() error {
+			if err := l.Note(Entry{Event: "bench.exec"}); err != nil {
+				return err
+			}
+			return l.Flush()
+		},
+	} {
+		if err := op(); err == nil || !strings.Contains(err.Error(), "earlier fsync") {
+			t.Fatalf("after a failed fsync, with fsyncs working again: %v, want the earlier failure", err)
+		}
+	}
+	if h, err := l.readHead(); err != nil || h.seq != good.Seq {
+		t.Errorf("head %+v %v, want it at the last entry synced, %d", h, err, good.Seq)
+	}
 }
