@@ -300,7 +300,13 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request body: %v", err)
 		return
 	}
-	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "snapshot.create", &app.SnapshotCreateRequest{Bench: sb.bench, Name: snapshotRef(body.Name)})
+	// The name as E2B lists it again, OWNER/NAME, is the caller's NAME (another owner's is no name the
+	// caller can give, and stays as it is to be refused).
+	name := snapshotRef(body.Name)
+	if owner, n, ok := strings.Cut(name, "/"); ok && owner == c.User {
+		name = n
+	}
+	res, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "snapshot.create", &app.SnapshotCreateRequest{Bench: sb.bench, Name: name})
 	if err != nil {
 		writeAppError(w, err)
 		return

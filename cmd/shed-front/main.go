@@ -479,9 +479,7 @@ func call(cmd *command, sock string) (e *cliError) {
 	}
 	if res.OOMKilled {
 		at := "the host's memory: the Bench had no limit of its own"
-		if res.MemoryBytes < 0 {
-			at = fmt.Sprintf("%d B", res.MemoryBytes)
-		} else if res.MemoryBytes > 0 {
+		if res.MemoryBytes > 0 {
 			at = nospace.FormatBytes(uint64(res.MemoryBytes))
 		}
 		fmt.Fprintf(os.Stderr, "shed: warning: out of memory: the kernel killed a process of the command at the Bench's memory limit (%s); exit %d\n"+
