@@ -36,7 +36,7 @@ example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and real
 	bin/shed realize examples/jq/workshop.toml
 	bin/shed why examples/jq/workshop.toml /usr/bin/jq
 
-# The e2e package (tests/) takes about 12 minutes here (702 s in CI): its heavy tests run in parallel, four at a time,
+# The e2e package (tests/) takes about 12 minutes here (700-770 s in CI): its heavy tests run in parallel, four at a time,
 # longest first (-parallel 4: they mostly wait on dpkg, the mirror and their sandboxes, so four keep two cores
 # busy; see parallelTests in tests/main_test.go and parallel in tests/parallel_test.go). go test's default
 # limit of 10 minutes per package is there to catch hangs, so it is set well above that.

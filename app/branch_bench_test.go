@@ -127,7 +127,7 @@ func BenchmarkBranching(b *testing.B) {
 		if os.Getenv("SHED_BENCH_SCALE") == "" {
 			b.Skip("make bench-scale runs it (SHED_BENCH_SCALE=1): a million files take minutes to make")
 		}
-		many := do("bench.create", &app.BenchCreateRequest{Workshop: "bb", Name: "many", LifetimeS: 3600}).(*app.BenchCreateResult).Bench
+		many := do("bench.create", &app.BenchCreateRequest{Workshop: "bb", LifetimeS: 3600}).(*app.BenchCreateResult).Bench
 		sh(many, "mkdir /root/m && cd /root/m && seq 1 1000000 | xargs touch && ls | wc -l")
 		for b.Loop() {
 			snap := do("snapshot.create", &app.SnapshotCreateRequest{Bench: many}).(*app.SnapshotInfo)
@@ -139,7 +139,7 @@ func BenchmarkBranching(b *testing.B) {
 		report(b, "snapshot-1M")
 	})
 	b.Run("reset", func(b *testing.B) {
-		small := do("bench.create", &app.BenchCreateRequest{Workshop: "bb", Name: "resetting", LifetimeS: 3600}).(*app.BenchCreateResult).Bench
+		small := do("bench.create", &app.BenchCreateRequest{Workshop: "bb", LifetimeS: 3600}).(*app.BenchCreateResult).Bench
 		for b.Loop() {
 			b.StopTimer()
 			sh(small, "echo x > /root/debris")
