@@ -2,19 +2,13 @@ package api
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/signal"
 	"runtime"
-	"syscall"
 
-	"golang.org/x/sys/unix"
-	"golang.org/x/term"
-
+	"toolshed.dev/shed/api/wire"
 	"toolshed.dev/shed/app"
 )
 
@@ -48,47 +42,17 @@ func (cl *Client) Call(ctx context.Context, op string, req, resp any) error {
 	if err != nil {
 		return err
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", cl.Socket)
-	if err != nil {
-		return err
-	}
-	c := nc.(*net.UnixConn)
-	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(frame)))
 	stdio := [3]*os.File{os.Stdin, os.Stdout, os.Stderr}
 	if cl.Stdio != nil {
 		stdio = *cl.Stdio
 	}
-	rights := unix.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
-	if _, _, err := c.WriteMsgUnix(hdr[:], rights, nil); err != nil {
-		return err
-	}
+	c, done, err := wire.Open(ctx, cl.Socket, frame, [3]int{int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd())})
 	runtime.KeepAlive(stdio)
-	if _, err := c.Write(frame); err != nil {
+	if err != nil {
 		return err
 	}
-	// The kernel sends SIGWINCH to the terminal's foreground process, this one: pass it on.
-	if term.IsTerminal(int(stdio[0].Fd())) {
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			for {
-				select {
-				case <-winch:
-					_, _ = c.Write([]byte{msgWinch})
-				case <-done:
-					return
-				}
-			}
-		}()
-	}
+	defer done()
+	defer wire.RelayResizes(c, int(stdio[0].Fd()))()
 	dec := json.NewDecoder(c)
 	for {
 		var m Message

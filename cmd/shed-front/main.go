@@ -13,11 +13,9 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -508,41 +506,12 @@ func send(cmd *command, sock string, res any) error {
 	if err != nil {
 		return err
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", sock)
+	c, done, err := wire.Open(ctx, sock, frame, [3]int{0, 1, 2})
 	if err != nil {
 		return err
 	}
-	c := nc.(*net.UnixConn)
-	defer c.Close()
-	stopClose := context.AfterFunc(ctx, func() { c.Close() })
-	defer stopClose()
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(frame)))
-	if _, _, err := c.WriteMsgUnix(hdr[:], unix.UnixRights(0, 1, 2), nil); err != nil {
-		return err
-	}
-	if _, err := c.Write(frame); err != nil {
-		return err
-	}
-	// The kernel sends SIGWINCH to the terminal's foreground process, this one: pass it on.
-	if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err == nil {
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			for {
-				select {
-				case <-winch:
-					_, _ = c.Write([]byte{wire.MsgWinch})
-				case <-done:
-					return
-				}
-			}
-		}()
-	}
+	defer done()
+	defer wire.RelayResizes(c, 0)()
 	dec := json.NewDecoder(c)
 	for {
 		var m wire.Message
