@@ -66,6 +66,16 @@ func TestConfined(t *testing.T) {
 		// This kernel has no x32 ABI: the host gets ENOSYS too, so only the sandbox's answer is checked.
 		{"the x32 ABI", `/run/probe syscall x32 | grep -qv 'function not implemented'`, "-"},
 	}
+	// A kernel without the i386 ABI (ia32_emulation off) faults on int $0x80 before any filter is
+	// asked, on the host as in a sandbox: there is nothing to refuse, and the check cannot tell.
+	if out, _ := exec.Command(probeBind(t).Source, "syscall", "i386").Output(); strings.Contains(string(out), "no i386 ABI") {
+		t.Logf("this kernel has no i386 ABI: the check of it cannot fail here (%s)", strings.TrimSpace(string(out)))
+		for i := range checks {
+			if checks[i].name == "the i386 ABI" {
+				checks[i].host = "-"
+			}
+		}
+	}
 	var script strings.Builder
 	for _, c := range checks {
 		fmt.Fprintf(&script, "if ( %s ) >/dev/null 2>&1; then echo '%s: allowed'; else echo '%s: refused'; fi\n", c.script, c.name, c.name)

@@ -127,7 +127,8 @@ func main() {
 			// getpid through the x32 ABI's number.
 			_, _, e = unix.Syscall(unix.SYS_GETPID|0x40000000, 0, 0, 0)
 		case "i386":
-			e = int80Getpid()
+			report(name, int80Getpid())
+			return
 		default:
 			fmt.Fprintln(os.Stderr, "unknown syscall", name)
 			os.Exit(2)
