@@ -463,6 +463,18 @@ func (l *Log) tail(f *os.File) (tail, error) {
 	if h, err := l.readHead(); err == nil && h.end > 0 && h.end <= t.size && entryEndsAt(f, h) {
 		start, t.seq, t.hash = h.end, h.seq, h.hash
 	}
+	// Noted entries move no head, so a process that did not write the last entry reads from the end
+	// first: the last line that is an entry is the tail, as the forward read would find it, without
+	// reading every entry noted since the last fsync (a supervisor notes one per Bench event).
+	if found, err := lastEntry(f, start, &t); err != nil || found {
+		return t, err
+	}
+	return scanTail(f, start, t)
+}
+
+// scanTail reads forward from start (the end of a known entry, or 0) to t.size: the last line that
+// is an entry is the tail.
+func scanTail(f *os.File, start int64, t tail) (tail, error) {
 	err := lines(io.NewSectionReader(f, start, t.size-start), start, func(_ int, _ int64, line []byte, _ int64, ended bool) {
 		if e, err := parse(line); err == nil {
 			t.seq, t.hash = e.Seq, e.Hash
@@ -473,6 +485,43 @@ func (l *Log) tail(f *os.File) (tail, error) {
 		return tail{}, fmt.Errorf("audit: read the log: %w", err)
 	}
 	return t, nil
+}
+
+// tailWindow is how much of the log's end lastEntry reads: many entries (a line is at most MaxLine).
+const tailWindow = 16 * MaxLine
+
+// lastEntry finds the tail in the last tailWindow bytes after start: the last line there that is an
+// entry, or the torn line after it if that one is. It says whether it found one; if not (no line
+// there is an entry, or the window holds no whole line), only scanTail can say.
+func lastEntry(f *os.File, start int64, t *tail) (bool, error) {
+	if t.size <= start {
+		return false, nil
+	}
+	lo := max(start, t.size-tailWindow)
+	buf := make([]byte, t.size-lo)
+	if _, err := f.ReadAt(buf, lo); err != nil {
+		return false, fmt.Errorf("audit: read the log: %w", err)
+	}
+	open := buf[len(buf)-1] != '\n'
+	if !open {
+		buf = buf[:len(buf)-1]
+	}
+	for {
+		i := bytes.LastIndexByte(buf, '\n')
+		if i < 0 && lo > start {
+			return false, nil // the window's first line may begin before it
+		}
+		// The torn line, if any, comes first; after it, whole lines. Either kind, if it is an
+		// entry, is the tail (as in scanTail, where the last line that parses wins).
+		if e, err := parse(buf[i+1:]); err == nil {
+			t.seq, t.hash, t.open = e.Seq, e.Hash, open
+			return true, nil
+		}
+		if i < 0 {
+			return false, nil
+		}
+		buf = buf[:i]
+	}
 }
 
 // entryEndsAt says whether h's entry is the line that ends at h.end.

@@ -528,3 +528,66 @@ func FuzzBound(f *testing.F) {
 		}
 	})
 }
+
+// TestTailFromTheEnd: the tail found from the log's end is the one the forward read from the head
+// finds, whatever the end holds: entries noted after the head, a torn line (whole entry or not),
+// garbage lines, a line longer than the window, or nothing but garbage after the head.
+func TestTailFromTheEnd(t *testing.T) {
+	entry := func(l *Log) string {
+		b, _ := os.ReadFile(l.file())
+		ls := strings.SplitAfter(string(b), "\n")
+		return ls[len(ls)-2]
+	}
+	for _, c := range []struct {
+		name string
+		end  func(l *Log) string // what to add at the log's end, after its entries
+	}{
+		{"noted", func(*Log) string { return "" }},
+		{"torn", func(l *Log) string { return entry(l)[:50] }},
+		{"torn whole", func(l *Log) string { return strings.TrimSuffix(entry(l), "\n") }},
+		{"garbage", func(*Log) string { return "garbage\n{}\n" }},
+		{"garbage torn", func(*Log) string { return "garbage\n{\"seq\":" }},
+		{"long line", func(*Log) string { return strings.Repeat("x", 3*tailWindow) + "\n" }},
+		{"long torn", func(*Log) string { return strings.Repeat("x", 3*tailWindow) }},
+		{"garbage lines", func(*Log) string { return strings.Repeat("garbage\n", tailWindow/4) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := Open(t.TempDir())
+			add(t, l, Entry{User: "root", Event: "gc"}) // the head's entry
+			for i := range 200 {
+				if err := l.Note(Entry{User: "alice", Event: "bench.exec", Bench: fmt.Sprint("b", i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f, err := os.OpenFile(l.file(), os.O_RDWR|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString(c.end(l)); err != nil {
+				t.Fatal(err)
+			}
+			fresh := Open(filepath.Dir(l.dir)) // another process: no tail in memory
+			got, err := fresh.tail(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, _ := fresh.readHead()
+			want, err := scanTail(f, h.end, tail{dev: got.dev, ino: got.ino, size: got.size, seq: h.seq, hash: h.hash})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("the tail from the end is %+v, the forward read's %+v", got, want)
+			}
+			if want.seq < 2 {
+				t.Errorf("the tail is entry %d: the noted entries were not read", want.seq)
+			}
+			add(t, fresh, Entry{User: "root", Event: "gc"})
+			es, _ := fresh.Entries(Filter{})
+			if n := len(es); es[n-1].Prev != es[n-2].Hash || es[n-1].Seq != es[n-2].Seq+1 {
+				t.Errorf("the append after it does not chain: %+v then %+v", es[n-2], es[n-1])
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package audit
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -197,4 +198,39 @@ func TestFsyncFailureSticks(t *testing.T) {
 	if h, err := l.readHead(); err != nil || h.seq != good.Seq {
 		t.Errorf("head %+v %v, want it at the last entry synced, %d", h, err, good.Seq)
 	}
+}
+
+// BenchmarkFirstNote: a process's first entry (a CLI launch's) over a log whose head is 10,000 noted
+// entries behind its end (a supervisor's Benches note theirs without moving it): the tail read from
+// the end, against the forward read from the head that it replaced, in one run.
+func BenchmarkFirstNote(b *testing.B) {
+	l := Open(b.TempDir())
+	if _, err := l.Append(Entry{Event: "gc"}); err != nil {
+		b.Fatal(err)
+	}
+	for range 10_000 {
+		l.Note(Entry{Event: "bench.exec", Bench: "b", User: "alice"})
+	}
+	f, err := os.Open(l.file())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	b.Run("from-the-end", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Open(filepath.Dir(l.dir)).tail(f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("forward", func(b *testing.B) {
+		fresh := Open(filepath.Dir(l.dir))
+		h, _ := fresh.readHead()
+		st, _ := f.Stat()
+		for b.Loop() {
+			if _, err := scanTail(f, h.end, tail{size: st.Size(), seq: h.seq, hash: h.hash}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
