@@ -24,10 +24,12 @@ import (
 func TestRealizeOnTerminal(t *testing.T) {
 	requireRoot(t)
 	root := sharedRoot(t)
-	// A package no other test installs (a layer another test built would be a cache hit), and no
-	// lock yet: the realize resolves, then builds.
+	// Packages no other test installs together (a layer another test built would be a cache hit), and
+	// no lock yet: the realize resolves, then builds. A step's line shows after a second
+	// (builder.statusDelay): perl alone built in 995 ms on a fast machine, so python3 is there too,
+	// whose postinst byte-compiles its standard library for seconds.
 	name := fmt.Sprintf("tty-%d", os.Getpid())
-	file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf("name = %q\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"perl\"]\n", name))
+	file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf("name = %q\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"perl\", \"python3\"]\n", name))
 	const cols = 160
 	stdout, raw, screen := onTerminal(t, cols, shedCmd(t, root, "realize", file))
 	if n := len(strings.Fields(stdout)); n != 2 {
@@ -37,7 +39,7 @@ func TestRealizeOnTerminal(t *testing.T) {
 	// The status of the lock's resolution and of the layer's build, each with an output line.
 	for _, re := range []string{
 		frames + ` resolving the apt packages of ` + name + ` \d+ s: \S`,
-		frames + ` building apt-perl \(layer\) \d+ s: \S`,
+		frames + ` building apt-perl-python3 \(layer\) \d+ s: \S`,
 	} {
 		if !regexp.MustCompile(re).MatchString(raw) {
 			t.Errorf("the terminal never showed a status line like %q:\n%q", re, raw)
@@ -52,8 +54,8 @@ func TestRealizeOnTerminal(t *testing.T) {
 		`^shed: resolved ` + regexp.QuoteMeta(file) + ` in `,
 		`^shed: wrote `,
 		`^fetched \d+ files?, `,
-		`^shed: building apt-perl \(layer\)\.\.\.$`,
-		`^shed: built apt-perl in `,
+		`^shed: building apt-perl-python3 \(layer\)\.\.\.$`,
+		`^shed: built apt-perl-python3 in `,
 		`^shed: realized ` + name + ` in .*: built `,
 	}
 	// Besides those: the seed's build lines (unless another test built it) and the download bars'
