@@ -60,7 +60,12 @@ type WatchFile struct {
 const (
 	MaxWatchDirs  = 4096
 	maxHubWatches = 32768
-	watchQueue    = 1024 // raw events queued for one watch before it is ended as fallen behind
+	// watchBacklog bounds the raw events one watch holds that its reader has not handled yet: as many
+	// as the kernel's own queue of an inotify instance holds by default (max_queued_events), past
+	// which a watch of its own would have overflowed. It grows only as the reader falls behind (a
+	// shell making 6,000 files in a loop outruns a reader that stats each entry: 1,024 ended such a
+	// watch as behind long before the E2B watcher's own bound of 4,096 events not taken).
+	watchBacklog = 16384
 )
 
 // ErrWatchBehind ends a watch whose reader did not keep up: events were lost.
@@ -77,8 +82,12 @@ type DirWatch struct {
 	mu     sync.Mutex
 	dirs   map[int32]*watchedDir // by inotify wd
 	closed bool
-	queue  chan rawEvent
 	failed chan error // one error ends it (buffered)
+
+	// The raw events the hub delivered, for Run: the hub never waits for a watch's reader.
+	qmu     sync.Mutex
+	backlog []rawEvent
+	ready   chan struct{} // a token when backlog is not empty (buffered, 1)
 }
 
 type rawEvent struct {
@@ -122,7 +131,7 @@ func OpenWatch(rec *Record, dir string, opts WatchOptions) (*DirWatch, error) {
 		return nil, fmt.Errorf("bench %s: its root: %w", rec.Name, err)
 	}
 	w := &DirWatch{dir: dir, opts: opts, root: root, init: pidf, dirs: map[int32]*watchedDir{},
-		queue: make(chan rawEvent, watchQueue), failed: make(chan error, 1)}
+		ready: make(chan struct{}, 1), failed: make(chan error, 1)}
 	fd, err := unix.Openat2(root, inRoot(dir), &unix.OpenHow{
 		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
 	if err != nil {
@@ -281,11 +290,29 @@ func (w *DirWatch) Close() {
 
 // deliver queues a raw event for the watch; one that does not keep up is ended.
 func (w *DirWatch) deliver(ev unix.InotifyEvent, name string) {
-	select {
-	case w.queue <- rawEvent{ev, name}:
-	default:
-		w.fail(ErrWatchBehind)
+	w.qmu.Lock()
+	full := len(w.backlog) >= watchBacklog
+	if !full {
+		w.backlog = append(w.backlog, rawEvent{ev, name})
 	}
+	w.qmu.Unlock()
+	if full {
+		w.fail(ErrWatchBehind)
+		return
+	}
+	select {
+	case w.ready <- struct{}{}:
+	default: // a token is there already
+	}
+}
+
+// take returns the backlog and empties it.
+func (w *DirWatch) take() []rawEvent {
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
+	b := w.backlog
+	w.backlog = nil
+	return b
 }
 
 func (w *DirWatch) fail(err error) {
@@ -304,9 +331,11 @@ func (w *DirWatch) Run(ctx context.Context, emit func(WatchEvent)) error {
 			return nil
 		case err := <-w.failed:
 			return err
-		case r := <-w.queue:
-			if err := w.handle(r.ev, r.name, emit); err != nil {
-				return err
+		case <-w.ready:
+			for _, r := range w.take() {
+				if err := w.handle(r.ev, r.name, emit); err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -94,7 +94,7 @@ func TestWatchBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	for i := range watchQueue + 100 {
+	for i := range watchBacklog + 100 {
 		os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), nil, 0o644)
 	}
 	deadline := time.Now().Add(5 * time.Second)
