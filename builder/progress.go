@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sync"
 	"time"
 
@@ -42,7 +43,16 @@ type ProgressReporter interface {
 // file ("fetched jq_1.6-2.1_amd64.deb 63.2 KiB"), so that CI logs stay
 // readable. It is also a Status (status.go). It is safe for concurrent use.
 func NewTerminalProgress(w io.Writer, perFile bool) *TerminalProgress {
-	return &TerminalProgress{w: w, tty: isTerminal(w), perFile: perFile, statusDelay: time.Second}
+	return &TerminalProgress{w: w, tty: isTerminal(w), perFile: perFile, statusDelay: statusDelayOf(os.Getenv("SHED_PROGRESS_DELAY"))}
+}
+
+// statusDelayOf is how long a step runs before its status line shows: SHED_PROGRESS_DELAY (a Go
+// duration, 0 for every step), else a second, so that quick steps do not flicker.
+func statusDelayOf(env string) time.Duration {
+	if d, err := time.ParseDuration(env); err == nil && d >= 0 {
+		return d
+	}
+	return time.Second
 }
 
 func isTerminal(w io.Writer) bool {

@@ -184,3 +184,13 @@ func TestStatusNotTerminal(t *testing.T) {
 		t.Errorf("a log got %q of a step's status", buf.String())
 	}
 }
+
+// TestStatusDelayOf: SHED_PROGRESS_DELAY sets how long a step runs before its line shows; anything
+// that is not a duration of zero or more leaves the second.
+func TestStatusDelayOf(t *testing.T) {
+	for env, want := range map[string]time.Duration{"": time.Second, "0": 0, "250ms": 250 * time.Millisecond, "-1s": time.Second, "soon": time.Second} {
+		if got := statusDelayOf(env); got != want {
+			t.Errorf("SHED_PROGRESS_DELAY=%q: %v, want %v", env, got, want)
+		}
+	}
+}

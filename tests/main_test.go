@@ -42,6 +42,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build shed:", err)
 		os.Exit(1)
 	}
+	// A step's status line shows after SHED_PROGRESS_DELAY (a second by default): the tests of what a
+	// terminal shows (progress_test.go) would otherwise depend on a build or a substitution lasting
+	// over a second, which on a fast machine they do not. Every shed and supervisor of the tests
+	// inherits it.
+	os.Setenv("SHED_PROGRESS_DELAY", "100ms")
 	flag.Parse()
 	slotsFromFlags()
 	code := m.Run()

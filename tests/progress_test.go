@@ -25,9 +25,9 @@ func TestRealizeOnTerminal(t *testing.T) {
 	requireRoot(t)
 	root := sharedRoot(t)
 	// Packages no other test installs together (a layer another test built would be a cache hit), and
-	// no lock yet: the realize resolves, then builds. A step's line shows after a second
-	// (builder.statusDelay): perl alone built in 995 ms on a fast machine, so python3 is there too,
-	// whose postinst byte-compiles its standard library for seconds.
+	// no lock yet: the realize resolves, then builds. A step's line shows after SHED_PROGRESS_DELAY
+	// (100ms here, TestMain); python3's postinst, which byte-compiles for seconds, keeps the build
+	// long enough for several of its lines on any machine.
 	name := fmt.Sprintf("tty-%d", os.Getpid())
 	file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), fmt.Sprintf("name = %q\nseed = \"debian/bookworm\"\n[apt]\npackages = [\"perl\", \"python3\"]\n", name))
 	const cols = 160

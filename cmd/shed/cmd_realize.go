@@ -33,8 +33,9 @@ func cmdRealize() *cli.Command {
 			"On stderr: a line as each lock, build and substitution starts and ends (with how long it\n" +
 			"took; a substitution's end says the paths it brought, their size, and the bytes downloaded),\n" +
 			"and one summary line at the end: built, fetched, substituted, the time. On a terminal, also\n" +
-			"download bars, and while a step runs over a second a status line redrawn in place and erased\n" +
-			"at its end: a spinner, the step, its seconds, and the build's latest output line (escape and\n" +
+			"download bars, and while a step runs over a second (SHED_PROGRESS_DELAY: another duration,\n" +
+			"such as 250ms) a status line redrawn in place and erased at its end: a spinner, the step,\n" +
+			"its seconds, and the build's latest output line (escape and\n" +
 			"control characters removed) or the bytes downloaded. In a log, the lines only (and a summary\n" +
 			"of the downloads; a line per .deb with --verbose). --verbose shows the builds' own output\n" +
 			"instead of the status line.",
