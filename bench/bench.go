@@ -391,18 +391,18 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		// The socket is in a tmpfs of its own, attached nowhere, and bound through /proc/self/fd: no
 		// path names it, so neither /proc/net/unix nor the Bench's mountinfo, which any user reads,
 		// shows the Bench's id (its state directory) or the store's place (docs/bench.md).
-		pd, err := sandbox.PrivateDir()
+		pd, err := proposeDir()
 		if err != nil {
 			return 0, err
 		}
-		defer pd.Close()
-		ln, err := listenPropose(fmt.Sprintf("/proc/self/fd/%d/propose.sock", pd.Fd()))
+		// Named at random, not by the Bench's id: the name is what the Bench's mountinfo shows.
+		sockName := randomID() + ".sock"
+		ln, err := listenPropose(fmt.Sprintf("/proc/self/fd/%d/%s", pd.Fd(), sockName))
 		if err != nil {
 			return 0, err
 		}
-		ln.SetUnlinkOnClose(false) // the tmpfs goes with its last reference
-		defer ln.Close()
-		sock, err := openPath(pd, "propose.sock")
+		defer ln.Close() // and unlinked: the directory is the process's
+		sock, err := openPath(pd, sockName)
 		if err != nil {
 			return 0, err
 		}
@@ -499,6 +499,11 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	}
 	return code, err
 }
+
+// proposeDir is the process's private directory of propose sockets (sandbox.PrivateDir), one for
+// every Bench it runs: a detached mount's last close unmounts it, which waits for an RCU grace period
+// (IPIs to every CPU), and one per Bench was on each launch's path.
+var proposeDir = sync.OnceValues(sandbox.PrivateDir)
 
 // proxyShare is the process's share of client connections to Benches' proxies, over all Benches.
 var proxyShare = sync.OnceValue(func() *proxy.Share { return proxy.NewShare(fdbudget.Process().ProxyConns) })

@@ -55,13 +55,9 @@ func mountRoot(r *Root, cfg *initConfig) (int, *SetupError) {
 	}
 	// One "lowerdir+" per layer, each an idmapped mount given by descriptor: no 4 KiB limit on the
 	// options, no path looked up again. Overlay wants the top layer first. A detached mount lives as
-	// long as a descriptor of it: they are closed once the overlay has its own clones (at create).
+	// long as a descriptor of it: they are retired once the overlay has its own clones (at create).
 	var held []int
-	defer func() {
-		for _, fd := range held {
-			unix.Close(fd)
-		}
-	}()
+	defer func() { retire(held) }()
 	for i := len(r.Lowers) - 1; i >= 0; i-- {
 		l, e := cloneTree(r.Lowers[i], 0, unix.MOUNT_ATTR_RDONLY|noSuidDev, cfg.idmap())
 		if e != nil {
@@ -249,6 +245,7 @@ func tmpfsUpper(fs int, size int64, userns int) (int, *SetupError) {
 	if err := unix.Mount("tmpfs", upperStaging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
 		return -1, &SetupError{Op: "mount tmpfs upper", Path: upperStaging, Detail: data, Err: err}
 	}
+	staged = true
 	for _, d := range []string{"upper", "work"} {
 		p := upperStaging + "/" + d
 		if err := unix.Mkdir(p, 0o755); err != nil {
@@ -264,6 +261,34 @@ func tmpfsUpper(fs int, size int64, userns int) (int, *SetupError) {
 		return -1, e
 	}
 	return tree, nil
+}
+
+// staged says that a tmpfs of this init's is mounted on upperStaging (tmpfsUpper's, or retire's).
+var staged bool
+
+// retire attaches detached mounts that are not needed any more (the overlay has its own clones of its
+// layers and upper) beneath upperStaging, in the host's tree that the pivot then detaches, and closes
+// them: they go with that tree, in one unmount. The last descriptor of a detached mount closed unmounts
+// it on its own, and each such unmount waits for an expedited RCU grace period (IPIs to every CPU):
+// three per launch (two layers and the upper) were on its path. One that cannot be attached is closed.
+func retire(fds []int) {
+	if len(fds) == 0 {
+		return
+	}
+	if !staged {
+		// The host's /proc is not needed any more (newProc has made the sandbox's), and the pivot
+		// detaches this tmpfs with the rest of the host's tree.
+		staged = unix.Mount("tmpfs", upperStaging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700,size=4k") == nil
+	}
+	for i, fd := range fds {
+		if staged {
+			dir := upperStaging + "/.retired-" + strconv.Itoa(i)
+			if err := unix.Mkdir(dir, 0o700); err == nil || err == unix.EEXIST {
+				_ = unix.MoveMount(fd, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH)
+			}
+		}
+		unix.Close(fd)
+	}
 }
 
 // fsDetail appends the kernel's own explanation, which fsopen file descriptors keep for reading.
