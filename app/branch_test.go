@@ -320,7 +320,14 @@ func TestBranchingUnderAttack(t *testing.T) {
 		t.Errorf("a Bench of the snapshot after gc reads %q", out)
 	}
 
-	// A cold pause ends its processes and keeps its files; the resume launches it again.
+	// A pause that keeps its processes keeps its boot id; a cold pause ends its processes and keeps
+	// its files, and the resume launches it again: a new boot, with a new boot id.
+	boot := b.sh(again, "cat /proc/sys/kernel/random/boot_id")
+	b.do("bench.pause", &app.BenchPauseRequest{Bench: again})
+	b.do("bench.resume", &app.BenchResumeRequest{Bench: again})
+	if out := b.sh(again, "cat /proc/sys/kernel/random/boot_id"); out != boot {
+		t.Errorf("boot id after a pause and a resume: %q, was %q", out, boot)
+	}
 	b.sh(again, "echo cold > /root/cold; (sleep 1000 >/dev/null 2>&1 &)")
 	b.do("bench.pause", &app.BenchPauseRequest{Bench: again, Cold: true})
 	if res := b.do("bench.resume", &app.BenchResumeRequest{Bench: again}).(*app.BenchStateResult); !res.Relaunched {
@@ -328,6 +335,9 @@ func TestBranchingUnderAttack(t *testing.T) {
 	}
 	if out := b.sh(again, "cat /root/cold; ps | grep -c '[s]leep 1000' || true"); out != "cold\n0\n" {
 		t.Errorf("after a cold pause and a resume: %q, want the file and no process of before", out)
+	}
+	if out := b.sh(again, "cat /proc/sys/kernel/random/boot_id"); out == boot || len(out) != 37 {
+		t.Errorf("boot id after a cold pause and a resume: %q, want a new one (was %q)", out, boot)
 	}
 
 	// A paused parent forks, and stays paused.

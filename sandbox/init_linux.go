@@ -454,6 +454,12 @@ func setup(cfg *initConfig) *SetupError {
 	if e != nil {
 		return e
 	}
+	boot, e := bootID()
+	if e != nil {
+		unix.Close(root)
+		return e
+	}
+	defer unix.Close(boot) // attached by then: closing it unmounts nothing
 	// Pivot into the new root first and set up the rest from inside: every path below then resolves
 	// within the sandbox, so a symlink planted in a layer (say /run -> /host/etc) cannot make a mount
 	// or a mkdir land on the host.
@@ -462,7 +468,7 @@ func setup(cfg *initConfig) *SetupError {
 	if e != nil {
 		return e
 	}
-	if e := mountSystem(cfg.IDBase, proc, devs); e != nil {
+	if e := mountSystem(cfg.IDBase, proc, boot, devs); e != nil {
 		return e
 	}
 	for _, h := range s.Root.Hide {

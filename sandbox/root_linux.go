@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -275,13 +276,9 @@ func retire(fds []int) {
 	if len(fds) == 0 {
 		return
 	}
-	if !staged {
-		// The host's /proc is not needed any more (newProc has made the sandbox's), and the pivot
-		// detaches this tmpfs with the rest of the host's tree.
-		staged = unix.Mount("tmpfs", upperStaging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700,size=4k") == nil
-	}
+	ok := stage() == nil
 	for i, fd := range fds {
-		if staged {
+		if ok {
 			dir := upperStaging + "/.retired-" + strconv.Itoa(i)
 			if err := unix.Mkdir(dir, 0o700); err == nil || err == unix.EEXIST {
 				_ = unix.MoveMount(fd, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH)
@@ -289,6 +286,54 @@ func retire(fds []int) {
 		}
 		unix.Close(fd)
 	}
+}
+
+// stage mounts a small tmpfs of init's on upperStaging, unless one is there (tmpfsUpper's). The host's
+// /proc is not needed any more (newProc has made the sandbox's), and the pivot detaches the tmpfs with
+// the rest of the host's tree: what is made in it is reached only through clones taken before.
+func stage() *SetupError {
+	if staged {
+		return nil
+	}
+	if err := unix.Mount("tmpfs", upperStaging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700,size=4k"); err != nil {
+		return &SetupError{Op: "mount staging tmpfs", Path: upperStaging, Err: err}
+	}
+	staged = true
+	return nil
+}
+
+// bootIDFile is where the sandbox's boot id is made, on the staging tmpfs.
+const bootIDFile = upperStaging + "/.boot_id"
+
+// BootIDPath is the kernel's boot id, which a sandbox has of its own: every start of a sandbox is a
+// boot of it (a Bench launched again over its upper, after a cold pause, reads a new one), as a VM's
+// guest sees across its boots; the host's would never change.
+const BootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// bootID makes the sandbox's boot id (a random UUID, as the kernel's: version 4, one line, mode
+// 0444) and returns a read-only clone of its file, for mountSystem to put over BootIDPath.
+func bootID() (int, *SetupError) {
+	if e := stage(); e != nil {
+		return -1, e
+	}
+	var b [16]byte
+	if _, err := unix.Getrandom(b[:], 0); err != nil {
+		return -1, &SetupError{Op: "boot id", Detail: "getrandom", Err: err}
+	}
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // the RFC 4122 variant
+	h := hex.EncodeToString(b[:])
+	id := h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:] + "\n"
+	fd, err := unix.Open(bootIDFile, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444)
+	if err != nil {
+		return -1, &SetupError{Op: "boot id", Path: bootIDFile, Err: err}
+	}
+	_, err = unix.Write(fd, []byte(id))
+	unix.Close(fd)
+	if err != nil {
+		return -1, &SetupError{Op: "boot id", Path: bootIDFile, Err: err}
+	}
+	return cloneTree(bootIDFile, 0, unix.MOUNT_ATTR_RDONLY|noSuidDev|unix.MOUNT_ATTR_NOEXEC, -1)
 }
 
 // fsDetail appends the kernel's own explanation, which fsopen file descriptors keep for reading.
@@ -347,7 +392,7 @@ func idmapUnsupported(fd int) string {
 // /sys is not mounted: builds do not need it, and a read-only sysfs would still show host hardware.
 // The tmpfs are the sandbox root's (uid= and gid= are host ids: its range's first). /proc belongs to
 // the host's user namespace: the sandbox cannot write a host-wide sysctl, which root owns.
-func mountSystem(base uint32, proc int, devs []int) *SetupError {
+func mountSystem(base uint32, proc, boot int, devs []int) *SetupError {
 	owner := fmt.Sprintf(",uid=%d,gid=%d", base, base)
 	for _, m := range []struct {
 		target, fstype, data string
@@ -370,6 +415,9 @@ func mountSystem(base uint32, proc int, devs []int) *SetupError {
 		if m.fstype == "proc" {
 			if err := unix.MoveMount(proc, "", unix.AT_FDCWD, m.target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 				return &SetupError{Op: op, Path: m.target, Err: err}
+			}
+			if err := unix.MoveMount(boot, "", unix.AT_FDCWD, BootIDPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return &SetupError{Op: "boot id", Path: BootIDPath, Err: err}
 			}
 			if devs != nil {
 				for i, p := range procMasked {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1026,5 +1027,39 @@ func TestSetuid(t *testing.T) {
 	}
 	if err := (&sandbox.Spec{Root: sandbox.Root{Host: true, Setuid: true}, Argv: []string{"/bin/true"}}).Validate(); err == nil || !strings.Contains(err.Error(), "root.setuid") {
 		t.Errorf("a host root with setuid: %v", err)
+	}
+}
+
+// TestBootID: every start of a sandbox is a boot of it: /proc/sys/kernel/random/boot_id is its own,
+// a fresh version-4 UUID per start (with a tmpfs upper, and over lowers alone), read-only, and not the
+// host's. E2B's SDK tells a cold boot from a resumed one by it.
+func TestBootID(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	host, err := os.ReadFile(sandbox.BootIDPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\n$`)
+	seen := map[string]bool{string(host): true}
+	for _, tmpfs := range []bool{false, true, false, true} {
+		spec := readOnlySpec(t, "sh", "-c", "cat "+sandbox.BootIDPath+"; echo x > "+sandbox.BootIDPath+" && echo written; cat "+sandbox.BootIDPath)
+		spec.Root.UpperTmpfs = tmpfs
+		r := run(t, spec)
+		id, rest, _ := strings.Cut(r.stdout, "\n")
+		id += "\n"
+		if !uuid.MatchString(id) {
+			t.Errorf("tmpfs upper %v: boot id %q, want a version-4 UUID", tmpfs, id)
+		}
+		if seen[id] {
+			t.Errorf("tmpfs upper %v: boot id %q seen before (the host's, or another start's)", tmpfs, id)
+		}
+		seen[id] = true
+		if rest != id || strings.Contains(r.stdout, "written") {
+			t.Errorf("tmpfs upper %v: the boot id could be written over: %q", tmpfs, r.stdout)
+		}
+	}
+	if now, _ := os.ReadFile(sandbox.BootIDPath); string(now) != string(host) {
+		t.Errorf("the host's boot id changed: %q, was %q", now, host)
 	}
 }
