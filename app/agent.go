@@ -49,7 +49,7 @@ type Detached struct {
 }
 
 // lifetime is when a detached Bench ends: a timer that cancels its context (or, with onTimeout
-// "pause", pauses it), which a caller may reset; a paused Bench's is stopped.
+// "pause" or "pause-cold", pauses it), which a caller may reset; a paused Bench's is stopped.
 type lifetime struct {
 	timer       *time.Timer
 	expires     time.Time
@@ -270,7 +270,8 @@ type BenchCreateRequest struct {
 	// were sealed, over the same layers. Workshop is then unset (or the snapshot's).
 	Snapshot string `json:"snapshot,omitempty"`
 	// OnTimeout is what the end of its lifetime does: "kill" (the default) removes it, "pause" pauses
-	// it (E2B's autoPause), to be resumed later.
+	// it (E2B's autoPause), to be resumed later, "pause-cold" ends its processes and keeps its files
+	// (E2B's autoPause with autoPauseMemory false): a resume launches it again over them.
 	OnTimeout string `json:"on_timeout,omitempty"`
 
 	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
@@ -360,7 +361,7 @@ type detached struct {
 	workshop  string    // as the request named it (the warm pool's and the audit's name)
 	opts      bench.Options
 	life      time.Duration
-	onTimeout string // "pause": its lifetime's end pauses it; else ("kill", "") it ends
+	onTimeout string // "pause", "pause-cold": its lifetime's end pauses it; else ("kill", "") it ends
 	slot      *Slot  // the owner's Bench slot, held until its record exists or the launch failed
 	warm      *sandbox.Pending
 	release   func() // gives w's store back once the Bench ends (nil: closes it)

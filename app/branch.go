@@ -51,10 +51,10 @@ func (s *Service) uppers(st *store.Store) (*upper.FS, error) { return bench.Uppe
 
 func checkOnTimeout(v string) error {
 	switch v {
-	case "", "kill", "pause":
+	case "", "kill", "pause", "pause-cold":
 		return nil
 	}
-	return usage(`"kill" (the default: the Bench ends) or "pause"`, "on_timeout %.40q", v)
+	return usage(`"kill" (the default: the Bench ends), "pause" (its processes frozen) or "pause-cold" (they end, its files stay)`, "on_timeout %.40q", v)
 }
 
 // BenchStateResult is a Bench's state after a pause or resume.
@@ -101,25 +101,31 @@ func (s *Service) BenchPause(ctx context.Context, c *Call, req *BenchPauseReques
 		if !rec.Running {
 			return nil, fail(CodeFailed, fmt.Errorf("bench %s is not running", rec.Name), "`shed bench ls` lists your Benches")
 		}
-		s.Detached.hold(rec.ID)
-		if err := bench.Park(st, rec); err != nil {
-			return nil, err
-		}
-		if err := holdLayers(st, rec); err != nil {
-			return nil, err
-		}
-		// Answered once its runner has let it go (a resume then launches it again), and once its
-		// record and files are on disk: its processes are gone, its files are all it has.
-		bench.WaitEnded(st, rec.ID, 10*time.Second)
-		if fs, err := s.uppers(st); err == nil {
-			if err := bench.Durable(st.Root(), fs); err != nil {
-				return nil, err
-			}
-		}
-		now := time.Now().UTC()
-		return &BenchStateResult{Bench: rec.Name, ID: rec.ID, State: "paused", Expires: now.Add(s.taskTTL()), Changed: true}, nil
+		return s.coldPause(st, rec)
 	}
 	return s.pause(st, rec)
+}
+
+// coldPause ends a running Bench's processes and keeps its files and record, paused: a resume
+// launches it again over its upper (a new boot of it).
+func (s *Service) coldPause(st *store.Store, rec *bench.Record) (*BenchStateResult, error) {
+	s.Detached.hold(rec.ID)
+	if err := bench.Park(st, rec); err != nil {
+		return nil, err
+	}
+	if err := holdLayers(st, rec); err != nil {
+		return nil, err
+	}
+	// Answered once its runner has let it go (a resume then launches it again), and once its
+	// record and files are on disk: its processes are gone, its files are all it has.
+	bench.WaitEnded(st, rec.ID, 10*time.Second)
+	if fs, err := s.uppers(st); err == nil {
+		if err := bench.Durable(st.Root(), fs); err != nil {
+			return nil, err
+		}
+	}
+	now := time.Now().UTC()
+	return &BenchStateResult{Bench: rec.Name, ID: rec.ID, State: "paused", Expires: now.Add(s.taskTTL()), Changed: true}, nil
 }
 
 func (s *Service) pause(st *store.Store, rec *bench.Record) (*BenchStateResult, error) {
@@ -152,17 +158,23 @@ func holdLayers(st *store.Store, rec *bench.Record) error {
 	return ensureRoot(context.Background(), st, bench.RootName(rec.ID), rec.Layers[len(rec.Layers)-1])
 }
 
-// lifetimeEnded is the end of a detached Bench's lifetime: it pauses (onTimeout "pause") or ends.
+// lifetimeEnded is the end of a detached Bench's lifetime: it pauses (onTimeout "pause"), pauses
+// cold ("pause-cold") or ends.
 func (s *Service) lifetimeEnded(l *lifetime) {
 	s.Detached.mu.Lock()
 	id, on := l.id, l.onTimeout
 	s.Detached.mu.Unlock()
-	if on == "pause" && id != "" {
+	if (on == "pause" || on == "pause-cold") && id != "" {
 		if st, err := s.openStore(); err == nil {
 			defer st.Close()
 			rec, err := bench.Find(st, id)
 			if err == nil {
-				if _, err = s.pause(st, rec); err == nil {
+				if on == "pause-cold" {
+					_, err = s.coldPause(st, rec)
+				} else {
+					_, err = s.pause(st, rec)
+				}
+				if err == nil {
 					return
 				}
 			}
@@ -176,7 +188,7 @@ func (s *Service) lifetimeEnded(l *lifetime) {
 type BenchResumeRequest struct {
 	Bench     string `json:"bench"`                // by name or id
 	LifetimeS int64  `json:"lifetime_s,omitempty"` // seconds from now (0: the default)
-	// OnTimeout, if set, replaces what the end of its lifetime does ("kill" or "pause").
+	// OnTimeout, if set, replaces what the end of its lifetime does ("kill", "pause" or "pause-cold").
 	OnTimeout string `json:"on_timeout,omitempty"`
 }
 

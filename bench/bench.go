@@ -93,7 +93,7 @@ type Options struct {
 	// From says what the upper was branched from, for the record: "snapshot:ID" or "fork:BENCH-ID".
 	From string
 	// OnTimeout is what the end of its lifetime does, kept in its record for a launch again
-	// ("pause" or "kill"; the caller keeps the lifetime).
+	// ("pause", "pause-cold" or "kill"; the caller keeps the lifetime).
 	OnTimeout string
 	// Workshop, if set, is the Workshop its record names: a Bench launched from a copy of a recipe (a
 	// fork's child, a snapshot's Bench, a relaunch) names the one the copy is of, not the copy.
@@ -155,7 +155,7 @@ type Record struct {
 	NetDeny  []string `json:"net_deny,omitempty"`
 	// Limits are the limits it was launched with: a Bench launched again or forked gets them.
 	Limits sandbox.Limits `json:"limits"`
-	// OnTimeout is what the end of its lifetime does ("pause": it pauses; else it ends), for its
+	// OnTimeout is what the end of its lifetime does ("pause", "pause-cold": it pauses; else it ends), for its
 	// launches again (Options.OnTimeout).
 	OnTimeout string `json:"on_timeout,omitempty"`
 }

@@ -53,7 +53,11 @@ func (s *Server) endOf(rec *bench.Record) *time.Time {
 func (sb *sandbox) lifecycle() *lifecycleJSON {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return &lifecycleJSON{OnTimeout: cmp.Or(sb.onTimeout, "kill"), AutoResume: sb.autoResume}
+	on := cmp.Or(sb.onTimeout, "kill")
+	if on == "pause-cold" {
+		on = "pause" // E2B's values are kill and pause; a filesystem-only one is pause too
+	}
+	return &lifecycleJSON{OnTimeout: on, AutoResume: sb.autoResume}
 }
 
 func (sb *sandbox) setOnTimeout(v string) {

@@ -190,6 +190,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	onTimeout := ""
 	if req.AutoPause != nil && *req.AutoPause {
 		onTimeout = "pause" // the lifetime's end pauses it
+		if keep, ok := boolOf(req.AutoPauseMemory); ok && !keep {
+			onTimeout = "pause-cold" // filesystem-only: its processes end, connect boots it again
+		}
 	}
 	breq := &app.BenchCreateRequest{
 		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: timeout, NetAllow: allow, NetDeny: deny, OnTimeout: onTimeout,
@@ -231,12 +234,19 @@ func unsupportedCreate(r *newSandbox) string {
 		return "templateID: name a Workshop record (`shed workshop ls`)"
 	case autoResumes(r.AutoResume) && (r.AutoPause == nil || !*r.AutoPause):
 		return "autoResume: it wakes a sandbox paused at its timeout: set autoPause (lifecycle.onTimeout \"pause\") too"
+	case autoResumes(r.AutoResume) && func() bool { keep, ok := boolOf(r.AutoPauseMemory); return ok && !keep }():
+		return "autoResume with autoPauseMemory false: a filesystem-only pause is resumed by connect, not by traffic"
 	case set(r.IAM):
 		return "iam tokens are not supported"
 	case set(r.VolumeMounts) && strings.TrimSpace(string(r.VolumeMounts)) != "[]":
 		return "volume mounts are not supported: an operator grants directories in the Workshop's recipe"
 	}
 	return ""
+}
+
+// boolOf is a JSON boolean, and whether m is one (absent or null: not).
+func boolOf(m json.RawMessage) (v, ok bool) {
+	return v, json.Unmarshal(m, &v) == nil && strings.TrimSpace(string(m)) != "null"
 }
 
 // autoResumes says whether a create's autoResume ({enabled}) asks for it.

@@ -71,7 +71,7 @@ type (
 		Name      string `json:"name,omitempty" jsonschema:"the Bench's name (default: the Workshop's and a random suffix)"`
 		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"seconds after which the Bench is removed (default 3600, at most 86400)"`
 		Snapshot  string `json:"snapshot,omitempty" jsonschema:"start it from a snapshot of yours (snapshot_create's id, or its name): its files as they were then; workshop is then left empty"`
-		OnTimeout string `json:"on_timeout,omitempty" jsonschema:"what the end of its lifetime does: kill (the default: it is removed) or pause (bench_resume resumes it)"`
+		OnTimeout string `json:"on_timeout,omitempty" jsonschema:"what the end of its lifetime does: kill (the default: it is removed), pause (bench_resume resumes it) or pause-cold (its processes end, its files stay: bench_resume launches it again over them)"`
 		networkIn
 	}
 	// networkIn are a Bench's network rules (E2B's allowOut, denyOut and allowInternetAccess), which
@@ -220,7 +220,7 @@ type (
 	benchResumeIn struct {
 		Bench     string `json:"bench" jsonschema:"the Bench's name"`
 		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"seconds from now after which it is removed (default 3600, at most 86400)"`
-		OnTimeout string `json:"on_timeout,omitempty" jsonschema:"what the end of its lifetime does from now: kill or pause (default: as before)"`
+		OnTimeout string `json:"on_timeout,omitempty" jsonschema:"what the end of its lifetime does from now: kill, pause or pause-cold (default: as before)"`
 	}
 	benchStateOut struct {
 		Bench      string `json:"bench" jsonschema:"the Bench's name"`

@@ -19,8 +19,11 @@ import (
 // and a command is refused with why. A fork of 2 sees a file written just before, each child its
 // own; counts outside 1..100 are 400s. A named snapshot is listed by sandbox and by name, a sandbox
 // made from it has its files (not the later ones) and, made with onTimeout pause and a 4 s timeout,
-// is paused at its end and woken by connect; the snapshot deletes once (then false). A paused
-// sandbox is killed as a running one.
+// is paused at its end and woken by connect; the snapshot deletes once (then false). A sandbox made
+// with a filesystem-only auto-pause (keepMemory false) is paused at its end with its processes gone,
+// and connect boots it again over its files with a new boot id (a pause that keeps memory keeps the
+// id, an explicit cold pause changes it); asking it to auto-resume is a 400. A paused sandbox is
+// killed as a running one.
 func TestE2BBranch(t *testing.T) {
 	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
@@ -152,6 +155,16 @@ func TestE2BBranch(t *testing.T) {
 	get("snapshot-delete", &del)
 	if !del.First || del.Second || del.Listed != 0 {
 		t.Errorf("snapshot deleted: %+v", del)
+	}
+	var cold struct {
+		State, OnTimeout, Read, Sleepers string
+		NewBoot, WarmKeeps, ColdAgain    bool
+		Refused                          int
+	}
+	get("cold-pause", &cold)
+	if cold.State != "paused" || cold.OnTimeout != "pause" || cold.Read != "on disk" || cold.Sleepers != "0" ||
+		!cold.NewBoot || !cold.WarmKeeps || !cold.ColdAgain || cold.Refused != 400 {
+		t.Errorf("a filesystem-only pause at the timeout and by a call (want paused, pause, the file, no process of before, a new boot id, kept by a warm pause, new after a cold one, autoResume refused): %+v", cold)
 	}
 	var kill struct {
 		Killed bool

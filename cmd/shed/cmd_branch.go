@@ -35,14 +35,15 @@ func benchCommands() []*cli.Command {
 				"its lifetime; prints its name. Commands run in it with `shed bench exec`. Its files are on the\n" +
 				"uppers filesystem, so it can be paused, snapshotted, forked and reset (a `bench run` Bench\n" +
 				"cannot). --snapshot starts it from a snapshot of yours instead: its files as they were sealed.\n" +
-				"--on-timeout pause pauses it at the end of its lifetime instead of removing it.",
+				"--on-timeout pause pauses it at the end of its lifetime instead of removing it; pause-cold\n" +
+				"ends its processes then and keeps its files (a resume launches it again over them).",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "the Workshop's recipe `FILE` (default: " + app.DefaultRecipe + ")"},
 				&cli.StringFlag{Name: "workshop", Usage: "a Workshop record's `NAME` (shed workshop ls)"},
 				&cli.StringFlag{Name: "name", Usage: "the Bench's `NAME` (default: the Workshop's name and a random suffix)"},
 				lifetimeFlag,
 				&cli.StringFlag{Name: "snapshot", Usage: "start from the snapshot `ID` (or name) of yours, not a Workshop"},
-				&cli.StringFlag{Name: "on-timeout", Value: "kill", Usage: "what the end of its lifetime does: `kill` (remove it) or pause"},
+				&cli.StringFlag{Name: "on-timeout", Value: "kill", Usage: "what the end of its lifetime does: `kill` (remove it), pause or pause-cold"},
 				&cli.StringFlag{Name: "net", Value: "recipe", Usage: "network `MODE`: recipe (the recipe's allowlist, through a proxy) or none (loopback only)"},
 				&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` with a unit: 512M, 4G (at least 16M; 0: none)"},
 				&cli.StringFlag{Name: "pids", Usage: "limit on the number of processes, `N` (at least 2)", DefaultText: "none"},
@@ -57,12 +58,17 @@ func benchCommands() []*cli.Command {
 			Description: "Its processes stay in memory where they are; exec and files are refused until `shed bench\n" +
 				"resume`. A paused Bench is task state: the supervisor removes it --task-state-ttl (24h by\n" +
 				"default) after its pause. Should the supervisor or the host restart meanwhile, its processes\n" +
-				"are gone but none of its files: resume starts it again over them.",
+				"are gone but none of its files: resume starts it again over them. --cold ends its processes\n" +
+				"at once and keeps only its files (E2B's filesystem-only pause): resume then starts it again,\n" +
+				"a new boot of it.",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "cold", Usage: "end its processes and keep its files, instead of freezing them"},
+			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
 					return usageError("bench pause wants one BENCH")
 				}
-				res, err := call[app.BenchStateResult](c, "bench.pause", &app.BenchPauseRequest{Bench: c.Args().First()})
+				res, err := call[app.BenchStateResult](c, "bench.pause", &app.BenchPauseRequest{Bench: c.Args().First(), Cold: c.Bool("cold")})
 				return printState(c, res, err)
 			},
 		},

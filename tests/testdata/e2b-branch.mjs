@@ -122,6 +122,32 @@ await attempt("snapshot-delete", async () => {
   return { first, second, listed };
 });
 
+// A filesystem-only pause (keepMemory false), at the timeout's end and by a call: the processes end,
+// the files stay, and connect boots it again (a new boot id); a pause that keeps memory keeps the boot
+// id. Auto-resume cannot wake a cold pause: the SDK refuses it, and the API too (400).
+await attempt("cold-pause", async () => {
+  const bootOf = async (s) => (await s.commands.run("cat /proc/sys/kernel/random/boot_id")).stdout.trim();
+  const cold = await Sandbox.create(template, { timeoutMs: 3_000, lifecycle: { onTimeout: { action: "pause", keepMemory: false } } });
+  await cold.files.write("/opt/cold.txt", "on disk");
+  await cold.commands.run("sleep 1000", { background: true });
+  const boot0 = await bootOf(cold);
+  await wait(5_500);
+  const info = await cold.getInfo();
+  await Sandbox.connect(cold.sandboxId, { timeoutMs: 60_000 });
+  const read = await cold.files.read("/opt/cold.txt");
+  const sleepers = (await cold.commands.run("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done 2>/dev/null | grep -c '^sleep 1000' || true")).stdout.trim();
+  const boot1 = await bootOf(cold);
+  await cold.pause();
+  await cold.connect();
+  const boot2 = await bootOf(cold);
+  await cold.pause({ keepMemory: false });
+  await cold.connect();
+  const boot3 = await bootOf(cold);
+  await cold.kill();
+  const refused = await api("POST", "/sandboxes", { templateID: template, timeout: 30, autoPause: true, autoPauseMemory: false, autoResume: { enabled: true } });
+  return { state: info.state, onTimeout: info.lifecycle?.onTimeout, read, sleepers, newBoot: boot1 !== boot0 && boot1.length === 36, warmKeeps: boot2 === boot1, coldAgain: boot3 !== boot2, refused: refused.status };
+});
+
 // A paused sandbox is killed as a running one is.
 await attempt("kill-paused", async () => {
   await sbx.pause();
