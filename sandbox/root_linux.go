@@ -302,8 +302,8 @@ func stage() *SetupError {
 	return nil
 }
 
-// bootIDFile is where the sandbox's boot id is made, on the staging tmpfs.
-const bootIDFile = upperStaging + "/.boot_id"
+// bootIDFile is where the sandbox's boot id is made, on a tmpfs of its own (not the upper's).
+const bootIDFile = upperStaging + "/boot_id"
 
 // BootIDPath is the kernel's boot id, which a sandbox has of its own: every start of a sandbox is a
 // boot of it (a Bench launched again over its upper, after a cold pause, reads a new one), as a VM's
@@ -311,10 +311,12 @@ const bootIDFile = upperStaging + "/.boot_id"
 const BootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // bootID makes the sandbox's boot id (a random UUID, as the kernel's: version 4, one line, mode
-// 0444) and returns a read-only clone of its file, for mountSystem to put over BootIDPath.
+// 0444) and returns a read-only clone of its file, for mountSystem to put over BootIDPath. The file is
+// alone on a small tmpfs mounted over upperStaging (on the tmpfs upper's, which stays the overlay's
+// alone), which the pivot detaches with the host's tree.
 func bootID() (int, *SetupError) {
-	if e := stage(); e != nil {
-		return -1, e
+	if err := unix.Mount("tmpfs", upperStaging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=4k"); err != nil {
+		return -1, &SetupError{Op: "boot id", Path: upperStaging, Detail: "mount tmpfs", Err: err}
 	}
 	var b [16]byte
 	if _, err := unix.Getrandom(b[:], 0); err != nil {

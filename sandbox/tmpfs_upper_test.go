@@ -58,19 +58,26 @@ func TestTmpfsUpper(t *testing.T) {
 		t.Fatalf("got %q, want written", lines.Text())
 	}
 	// The tmpfs is not attached anywhere, not even in the sandbox's own mount namespace: only the
-	// overlay and the executor's own mounts are there.
+	// overlay and the executor's own mounts are there (the boot id's file is on a tmpfs of its own).
 	mi, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid) + "/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var points []string
+	devs := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(string(mi)), "\n") {
 		f := strings.Fields(l)
 		points = append(points, f[4])
+		devs[f[4]] = f[2]
+	}
+	for p, d := range devs {
+		if p != sandbox.BootIDPath && d == devs[sandbox.BootIDPath] {
+			t.Errorf("the boot id's file system (%s) is also mounted at %s", d, p)
+		}
 	}
 	// (In the order of the mounts' making: /proc is made before the root, see setup.)
 	slices.Sort(points)
-	if want := []string{"/", "/dev", "/dev/pts", "/dev/shm", "/proc", "/run", "/tmp"}; !slices.Equal(points, want) {
+	if want := []string{"/", "/dev", "/dev/pts", "/dev/shm", "/proc", sandbox.BootIDPath, "/run", "/tmp"}; !slices.Equal(points, want) {
 		t.Errorf("sandbox's mount points: got %q, want %q", points, want)
 	}
 	searchHost := func(when string) {
