@@ -502,8 +502,24 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 
 // proposeDir is the process's private directory of propose sockets (sandbox.PrivateDir), one for
 // every Bench it runs: a detached mount's last close unmounts it, which waits for an RCU grace period
-// (IPIs to every CPU), and one per Bench was on each launch's path.
-var proposeDir = sync.OnceValues(sandbox.PrivateDir)
+// (IPIs to every CPU), and one per Bench was on each launch's path. Made again after a failure.
+func proposeDir() (*os.File, error) {
+	proposeDirs.Lock()
+	defer proposeDirs.Unlock()
+	if proposeDirs.f == nil {
+		f, err := sandbox.PrivateDir()
+		if err != nil {
+			return nil, err
+		}
+		proposeDirs.f = f
+	}
+	return proposeDirs.f, nil
+}
+
+var proposeDirs struct {
+	sync.Mutex
+	f *os.File
+}
 
 // proxyShare is the process's share of client connections to Benches' proxies, over all Benches.
 var proxyShare = sync.OnceValue(func() *proxy.Share { return proxy.NewShare(fdbudget.Process().ProxyConns) })

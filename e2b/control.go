@@ -190,7 +190,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	onTimeout := ""
 	if req.AutoPause != nil && *req.AutoPause {
 		onTimeout = "pause" // the lifetime's end pauses it
-		if keep, ok := boolOf(req.AutoPauseMemory); ok && !keep {
+		if filesystemOnly(&req) {
 			onTimeout = "pause-cold" // filesystem-only: its processes end, connect boots it again
 		}
 	}
@@ -234,7 +234,7 @@ func unsupportedCreate(r *newSandbox) string {
 		return "templateID: name a Workshop record (`shed workshop ls`)"
 	case autoResumes(r.AutoResume) && (r.AutoPause == nil || !*r.AutoPause):
 		return "autoResume: it wakes a sandbox paused at its timeout: set autoPause (lifecycle.onTimeout \"pause\") too"
-	case autoResumes(r.AutoResume) && func() bool { keep, ok := boolOf(r.AutoPauseMemory); return ok && !keep }():
+	case autoResumes(r.AutoResume) && filesystemOnly(r):
 		return "autoResume with autoPauseMemory false: a filesystem-only pause is resumed by connect, not by traffic"
 	case set(r.IAM):
 		return "iam tokens are not supported"
@@ -244,9 +244,11 @@ func unsupportedCreate(r *newSandbox) string {
 	return ""
 }
 
-// boolOf is a JSON boolean, and whether m is one (absent or null: not).
-func boolOf(m json.RawMessage) (v, ok bool) {
-	return v, json.Unmarshal(m, &v) == nil && strings.TrimSpace(string(m)) != "null"
+// filesystemOnly says whether a create's auto-pause is E2B's filesystem-only one (autoPauseMemory
+// false; absent or null is true, E2B's default).
+func filesystemOnly(r *newSandbox) bool {
+	var keep bool
+	return json.Unmarshal(r.AutoPauseMemory, &keep) == nil && strings.TrimSpace(string(r.AutoPauseMemory)) != "null" && !keep
 }
 
 // autoResumes says whether a create's autoResume ({enabled}) asks for it.

@@ -445,6 +445,11 @@ func setup(cfg *initConfig) *SetupError {
 			}
 		}()
 	}
+	boot, e := bootID()
+	if e != nil {
+		return e
+	}
+	defer unix.Close(boot) // attached by the end: closing it unmounts nothing
 	root, e := mountRoot(&s.Root, cfg)
 	// The layers are idmapped: the user namespace that gave them their ids is not needed any more.
 	if cfg.Userns > 0 {
@@ -454,12 +459,6 @@ func setup(cfg *initConfig) *SetupError {
 	if e != nil {
 		return e
 	}
-	boot, e := bootID()
-	if e != nil {
-		unix.Close(root)
-		return e
-	}
-	defer unix.Close(boot) // attached by then: closing it unmounts nothing
 	// Pivot into the new root first and set up the rest from inside: every path below then resolves
 	// within the sandbox, so a symlink planted in a layer (say /run -> /host/etc) cannot make a mount
 	// or a mkdir land on the host.

@@ -264,7 +264,7 @@ func tmpfsUpper(fs int, size int64, userns int) (int, *SetupError) {
 	return tree, nil
 }
 
-// staged says that a tmpfs of this init's is mounted on upperStaging (tmpfsUpper's, or retire's).
+// staged says that a tmpfs of this init's is mounted on upperStaging (stage's, or tmpfsUpper's on it).
 var staged bool
 
 // retire attaches detached mounts that are not needed any more (the overlay has its own clones of its
@@ -288,7 +288,7 @@ func retire(fds []int) {
 	}
 }
 
-// stage mounts a small tmpfs of init's on upperStaging, unless one is there (tmpfsUpper's). The host's
+// stage mounts a small tmpfs of init's on upperStaging, unless one is there. The host's
 // /proc is not needed any more (newProc has made the sandbox's), and the pivot detaches the tmpfs with
 // the rest of the host's tree: what is made in it is reached only through clones taken before.
 func stage() *SetupError {
@@ -302,7 +302,7 @@ func stage() *SetupError {
 	return nil
 }
 
-// bootIDFile is where the sandbox's boot id is made, on a tmpfs of its own (not the upper's).
+// bootIDFile is where the sandbox's boot id is made, on init's staging tmpfs (stage: not the upper's).
 const bootIDFile = upperStaging + "/boot_id"
 
 // BootIDPath is the kernel's boot id, which a sandbox has of its own: every start of a sandbox is a
@@ -311,12 +311,12 @@ const bootIDFile = upperStaging + "/boot_id"
 const BootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // bootID makes the sandbox's boot id (a random UUID, as the kernel's: version 4, one line, mode
-// 0444) and returns a read-only clone of its file, for mountSystem to put over BootIDPath. The file is
-// alone on a small tmpfs mounted over upperStaging (on the tmpfs upper's, which stays the overlay's
-// alone), which the pivot detaches with the host's tree.
+// 0444) and returns a read-only clone of its file, for mountSystem to put over BootIDPath. Made before
+// the root, it is on init's own staging tmpfs: a tmpfs upper is mounted over that one, and stays the
+// overlay's alone.
 func bootID() (int, *SetupError) {
-	if err := unix.Mount("tmpfs", upperStaging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=4k"); err != nil {
-		return -1, &SetupError{Op: "boot id", Path: upperStaging, Detail: "mount tmpfs", Err: err}
+	if e := stage(); e != nil {
+		return -1, e
 	}
 	var b [16]byte
 	if _, err := unix.Getrandom(b[:], 0); err != nil {

@@ -1031,8 +1031,8 @@ func TestSetuid(t *testing.T) {
 }
 
 // TestBootID: every start of a sandbox is a boot of it: /proc/sys/kernel/random/boot_id is its own,
-// a fresh version-4 UUID per start (with a tmpfs upper, and over lowers alone), read-only, and not the
-// host's. E2B's SDK tells a cold boot from a resumed one by it.
+// a fresh version-4 UUID per start (with a tmpfs upper, and over lowers alone), not the host's, and
+// the command can neither write over it, nor unmount it, nor mount over it. E2B's SDK tells a cold boot from a resumed one by it.
 func TestBootID(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
@@ -1043,7 +1043,9 @@ func TestBootID(t *testing.T) {
 	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\n$`)
 	seen := map[string]bool{string(host): true}
 	for _, tmpfs := range []bool{false, true, false, true} {
-		spec := readOnlySpec(t, "sh", "-c", "cat "+sandbox.BootIDPath+"; echo x > "+sandbox.BootIDPath+" && echo written; cat "+sandbox.BootIDPath)
+		// As an attacker would: write over it, unmount it to reach the host's, mount over it.
+		spec := readOnlySpec(t, "sh", "-c", "cat "+sandbox.BootIDPath+"; echo x > "+sandbox.BootIDPath+" && echo written; umount "+sandbox.BootIDPath+
+			" 2>/dev/null && echo unmounted; mount --bind /dev/null "+sandbox.BootIDPath+" 2>/dev/null && echo mounted; cat "+sandbox.BootIDPath)
 		spec.Root.UpperTmpfs = tmpfs
 		r := run(t, spec)
 		id, rest, _ := strings.Cut(r.stdout, "\n")
@@ -1055,8 +1057,8 @@ func TestBootID(t *testing.T) {
 			t.Errorf("tmpfs upper %v: boot id %q seen before (the host's, or another start's)", tmpfs, id)
 		}
 		seen[id] = true
-		if rest != id || strings.Contains(r.stdout, "written") {
-			t.Errorf("tmpfs upper %v: the boot id could be written over: %q", tmpfs, r.stdout)
+		if rest != id || strings.Contains(r.stdout, "written") || strings.Contains(r.stdout, "mounted") {
+			t.Errorf("tmpfs upper %v: the boot id could be written over, unmounted or covered: %q", tmpfs, r.stdout)
 		}
 	}
 	if now, _ := os.ReadFile(sandbox.BootIDPath); string(now) != string(host) {
