@@ -36,7 +36,7 @@ func commandAttr(cfg *initConfig, uid, gid uint32) *syscall.SysProcAttr {
 // init itself needs none of what the filter refuses. With setuid (Root.Setuid), no no_new_privs: sudo
 // then works in the sandbox; init installs the filter with its own capability (CAP_SYS_ADMIN in its
 // user namespace), and the commands inherit it all the same.
-func confine(rootless, setuid bool) *SetupError {
+func confine(filter []unix.SockFilter, setuid bool) *SetupError {
 	if !setuid {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			return &SetupError{Op: "prctl", Detail: "no_new_privs", Err: err}
@@ -48,7 +48,7 @@ func confine(rootless, setuid bool) *SetupError {
 	if _, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
 		return &SetupError{Op: "keyctl", Detail: "join a new session keyring", Err: e}
 	}
-	listener, err := loadSeccomp(rootless)
+	listener, err := loadSeccomp(filter)
 	if err != nil {
 		return &SetupError{Op: "seccomp", Err: err}
 	}

@@ -155,6 +155,7 @@ func runInit() int {
 			unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS, unix.SIGSTKFLT)
 		close(sigReady)
 	}()
+	pre := prepare()
 	// Started ahead of its spec, init waits here for the descriptors and the config.
 	files, first, rerr := recvFiles(fdSync)
 	if rerr != nil {
@@ -192,10 +193,13 @@ func runInit() int {
 	if err := cfg.resolve(files); err != nil {
 		return initFatal("read config: %v", err)
 	}
-	if e := closeInherited(cfg); e != nil {
+	if pre.err != nil {
+		return fail(pre.err)
+	}
+	if e := closeInherited(cfg, pre.fds); e != nil {
 		return fail(e)
 	}
-	if e := setup(cfg); e != nil {
+	if e := setup(cfg, pre); e != nil {
 		return fail(e)
 	}
 	// The Listen sockets, made here in the sandbox's network namespace and handed to the parent
@@ -231,7 +235,7 @@ func runInit() int {
 		}
 		master, stdio = m, [3]uintptr{uintptr(slave), uintptr(slave), uintptr(slave)}
 	}
-	pid, e := startCommand(cfg, stdio)
+	pid, e := startCommand(cfg, pre.filter, stdio)
 	if master >= 0 {
 		unix.Close(int(stdio[0])) // the command has the slave side; the caller's reads end with it
 		if e == nil {
@@ -375,7 +379,7 @@ func (cfg *initConfig) resolve(fds []int) error {
 	return nil
 }
 
-func closeInherited(cfg *initConfig) *SetupError {
+func closeInherited(cfg *initConfig, dir *os.File) *SetupError {
 	keep := map[int]bool{fdSync: true}
 	for _, b := range cfg.Binds {
 		keep[b.FD] = true
@@ -398,7 +402,7 @@ func closeInherited(cfg *initConfig) *SetupError {
 	for _, fd := range cfg.Stdio {
 		keep[fd] = true
 	}
-	ents, err := os.ReadDir("/proc/self/fd")
+	ents, err := dir.ReadDir(-1)
 	if err != nil {
 		return &SetupError{Op: "list descriptors", Path: "/proc/self/fd", Err: unwrapErrno(err)}
 	}
@@ -409,7 +413,8 @@ func closeInherited(cfg *initConfig) *SetupError {
 		}
 		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
 		switch {
-		case err != nil: // the directory's own descriptor, closed by now
+		case err != nil: // closed since the listing
+		case fd == int(dir.Fd()): // kept for nothing else, closed with the early setup
 		case keep[fd]:
 			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC)
 		case flags&unix.FD_CLOEXEC == 0:
@@ -419,37 +424,85 @@ func closeInherited(cfg *initConfig) *SetupError {
 	return nil
 }
 
-// setup builds the sandbox's file system, hostname and network, all before the command exists.
-func setup(cfg *initConfig) *SetupError {
-	s := &cfg.Spec
+// early is the part of init's setup that no spec changes, made as soon as init starts (prepare): a
+// warm init (Prestart) has it done while it waits for its spec, so a launch does not wait for it.
+// Its failure is reported once the spec has come, as setup's.
+type early struct {
+	rootless bool // the process's, which the spec's must be
+	// /proc and the boot id's file, detached, and the host's device nodes without root (mountSystem).
+	proc, boot int
+	devs       []int
+	filter     []unix.SockFilter // the seccomp filter, assembled (confine loads it)
+	// fds is /proc/self/fd, for closeInherited: the staging tmpfs (bootID) is over the host's /proc.
+	fds *os.File
+	err *SetupError
+}
+
+// prepare makes init's early setup. It runs on init's locked main thread, as the rest of setup.
+func prepare() *early {
+	pre := &early{rootless: rootless(), proc: -1, boot: -1}
+	pre.err = pre.make()
+	return pre
+}
+
+func (pre *early) make() *SetupError {
 	// Nothing mounted from now on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return &SetupError{Op: "make mounts private", Path: "/", Err: err}
 	}
+	fds, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return &SetupError{Op: "list descriptors", Path: "/proc/self/fd", Err: unwrapErrno(err)}
+	}
+	pre.fds = fds
 	// /proc is made here, while the host's own is in this mount namespace: without root the kernel
 	// mounts a new proc only where one is fully visible already (mount_too_revealing), and after the
 	// pivot none is. The same for /dev's nodes, which only the host's can be without root.
-	proc, e := newProc()
-	if e != nil {
+	var e *SetupError
+	if pre.proc, e = newProc(); e != nil {
 		return e
 	}
-	defer unix.Close(proc)
-	var devs []int
-	if cfg.Rootless {
-		if devs, e = cloneDevices(); e != nil {
+	if pre.rootless {
+		if pre.devs, e = cloneDevices(); e != nil {
 			return e
 		}
-		defer func() {
-			for _, fd := range devs {
-				unix.Close(fd)
-			}
-		}()
 	}
-	boot, e := bootID()
-	if e != nil {
+	if pre.boot, e = bootID(); e != nil {
 		return e
 	}
-	defer unix.Close(boot) // attached by the end: closing it unmounts nothing
+	// The sandbox's network namespace is init's from its start, whatever the spec's network.
+	if err := loopbackUp(); err != nil {
+		return &SetupError{Op: "bring lo up", Err: err}
+	}
+	filter, err := seccompProgram(pre.rootless)
+	if err != nil {
+		return &SetupError{Op: "seccomp", Err: err}
+	}
+	pre.filter = filter
+	return nil
+}
+
+func (pre *early) close() {
+	if pre.fds != nil {
+		pre.fds.Close()
+		pre.fds = nil
+	}
+	for _, fd := range append([]int{pre.proc, pre.boot}, pre.devs...) {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	pre.proc, pre.boot, pre.devs = -1, -1, nil
+}
+
+// setup builds the sandbox's file system, hostname and network, all before the command exists.
+func setup(cfg *initConfig, pre *early) *SetupError {
+	s := &cfg.Spec
+	defer pre.close() // attached by the end: closing them unmounts nothing
+	if pre.rootless != cfg.Rootless {
+		return &SetupError{Op: "start init", Detail: fmt.Sprintf("init found rootless %v and shed says %v: install shed and %s from one build (make install)", pre.rootless, cfg.Rootless, InitName)}
+	}
+	proc, boot, devs := pre.proc, pre.boot, pre.devs
 	root, e := mountRoot(&s.Root, cfg)
 	// The layers are idmapped: the user namespace that gave them their ids is not needed any more.
 	if cfg.Userns > 0 {
@@ -486,9 +539,6 @@ func setup(cfg *initConfig) *SetupError {
 	}
 	if err := unix.Sethostname([]byte(host)); err != nil {
 		return &SetupError{Op: "sethostname", Path: host, Err: err}
-	}
-	if err := loopbackUp(); err != nil {
-		return &SetupError{Op: "bring lo up", Err: err}
 	}
 	dir := s.Dir
 	if dir == "" {
@@ -572,13 +622,13 @@ func loopbackUp() error {
 
 // startCommand forks and executes the command from this locked thread, whose no_new_privs, session
 // keyring and seccomp filter the child inherits (and which must be its ptrace tracer).
-func startCommand(cfg *initConfig, stdio [3]uintptr) (int, *SetupError) {
+func startCommand(cfg *initConfig, filter []unix.SockFilter, stdio [3]uintptr) (int, *SetupError) {
 	s := &cfg.Spec
 	path, e := lookPath(s.Argv[0], s.Env)
 	if e != nil {
 		return 0, e
 	}
-	if e := confine(cfg.Rootless, s.Root.Setuid); e != nil {
+	if e := confine(filter, s.Root.Setuid); e != nil {
 		return 0, e
 	}
 	// Belt and braces after closeInherited: nothing but 0, 1 and 2 reaches the command.

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -164,5 +167,75 @@ func TestPrestartLateStdio(t *testing.T) {
 	defer pd.Close()
 	if err := pd.SetStdio(sandbox.Stdio{Stdout: &out}); err == nil {
 		t.Error("stdio given to an init started with its own")
+	}
+}
+
+// TestPrestartEarly: a waiting init has made what no spec changes (docs/sandbox.md, init's step 1)
+// before its spec comes: its mount namespace has the boot id's staging tmpfs on the host's /proc and
+// its network namespace has lo up, while the host's mount table has neither. The Bench it runs then
+// has them: its own boot id, lo up, and a /proc of its pid namespace.
+func TestPrestartEarly(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	pd, err := sandbox.Prestart(ctx, sandbox.Stdio{Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	staged := func(pid string) bool {
+		b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 8 && f[4] == "/proc" && slices.Contains(f[6:], "tmpfs") {
+				return true
+			}
+		}
+		return false
+	}
+	pid := fmt.Sprint(pd.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for !staged(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("init %s has no staging tmpfs on /proc 10 s after its start: its early setup waits for the spec", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if staged("self") {
+		t.Fatal("the host's mount table has a tmpfs on /proc: init's mounts propagated")
+	}
+	lo, err := os.ReadFile("/proc/" + pid + "/net/dev") // the network namespace of init, not of this test
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(lo), "lo:") {
+		t.Fatalf("init's network namespace has no lo: %q", lo)
+	}
+	flags, err := exec.Command("nsenter", "-t", pid, "-n", "cat", "/sys/class/net/lo/flags").Output()
+	if err != nil {
+		t.Fatalf("nsenter into init's network namespace: %v", err)
+	}
+	if v, err := strconv.ParseUint(strings.TrimSpace(string(flags)), 0, 32); err != nil || v&syscall.IFF_UP == 0 {
+		t.Errorf("lo's flags in the waiting init's network namespace: %q, want IFF_UP", flags)
+	}
+	host, err := os.ReadFile(sandbox.BootIDPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No /sys in a sandbox: lo's flags through SIOCGIFFLAGS are ip's; /proc/net/dev lists it.
+	spec := readOnlySpec(t, "sh", "-c", `cat /proc/sys/kernel/random/boot_id; grep -c lo: /proc/net/dev; grep -c . /proc/net/dev`)
+	p, err := pd.Start(spec)
+	if err != nil {
+		t.Fatalf("start: %v (stderr %q)", err, errb.String())
+	}
+	if code, err := p.Wait(); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v (stderr %q)", code, err, errb.String())
+	}
+	got := strings.Fields(out.String())
+	if len(got) != 3 || got[0] == strings.TrimSpace(string(host)) || len(got[0]) != 36 || got[1] != "1" || got[2] != "3" {
+		t.Errorf("got %q, want a boot id of its own (the host's is %q), and lo the only interface (two header lines)", got, host)
 	}
 }

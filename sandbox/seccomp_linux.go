@@ -142,14 +142,9 @@ func (a *filterAsm) resolve() ([]bpf.Instruction, error) {
 // loadSeccomp installs the filter on the calling thread (init's locked thread), from which every
 // command is forked, and returns the listener of its user notifications. It needs no_new_privs (set
 // before) unless the caller has CAP_SYS_ADMIN.
-func loadSeccomp(rootless bool) (int, error) {
-	raw, err := seccompFilter(rootless)
-	if err != nil {
-		return -1, err
-	}
-	filters := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filters[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+func loadSeccomp(filters []unix.SockFilter) (int, error) {
+	if len(filters) == 0 {
+		return -1, errors.New("no seccomp filter to load")
 	}
 	prog := unix.SockFprog{Len: uint16(len(filters)), Filter: &filters[0]}
 	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&prog)))
@@ -162,6 +157,19 @@ func loadSeccomp(rootless bool) (int, error) {
 	// The answers are the same either way, so a kernel that refuses the flag only loses the speed.
 	_, _, _ = unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
 	return int(fd), nil
+}
+
+// seccompProgram is seccompFilter as the kernel takes it.
+func seccompProgram(rootless bool) ([]unix.SockFilter, error) {
+	raw, err := seccompFilter(rootless)
+	if err != nil {
+		return nil, err
+	}
+	filters := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filters[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	return filters, nil
 }
 
 // seccompNotif and seccompNotifResp are the kernel's struct seccomp_notif and seccomp_notif_resp.

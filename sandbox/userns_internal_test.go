@@ -120,7 +120,12 @@ func BenchmarkForkFiltered(b *testing.B) {
 			done <- err
 			return
 		}
-		listener, err := loadSeccomp(false)
+		filter, err := seccompProgram(false)
+		if err != nil {
+			done <- err
+			return
+		}
+		listener, err := loadSeccomp(filter)
 		if err != nil {
 			done <- err
 			return
