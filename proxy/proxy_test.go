@@ -381,6 +381,30 @@ func TestConnect(t *testing.T) {
 	}
 }
 
+// TestConnectClientResets: a client that ends its tunnel with a reset (it hung up with bytes unread,
+// as a TLS client may with a session ticket) ended the tunnel; the relay did not fail.
+func TestConnectClientResets(t *testing.T) {
+	up := newUpstream(t, true)
+	host, port := hostPort(t, up.URL)
+	px := start(t, proxy.Config{Allow: []proxy.Rule{{Host: host, Port: port}}, AllowPrivate: true})
+	c, err := net.Dial("tcp", px.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(host, strconv.Itoa(port))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	c.(*net.TCPConn).SetLinger(0) // close sends a reset
+	c.Close()
+	d := px.rec.wait(t, 1)[0]
+	if !d.Allowed || d.Reason != "" {
+		t.Errorf("got decision %+v, want an allowed CONNECT that ended without a reason", d)
+	}
+}
+
 func TestConnectRefused(t *testing.T) {
 	up := newUpstream(t, true)
 	host, port := hostPort(t, up.URL)

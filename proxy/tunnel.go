@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -169,6 +170,11 @@ func (t *tunnelConns) copy(dst, src net.Conn) int64 {
 			return n
 		}
 		if rerr != nil {
+			if src == t.client && errors.Is(rerr, syscall.ECONNRESET) {
+				// A client that hangs up with bytes unread (a TLS ticket, say) resets rather than
+				// closes: that is its end of the tunnel, not a failure of the relay.
+				rerr = nil
+			}
 			t.abort(rerr)
 			return n
 		}
