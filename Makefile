@@ -43,13 +43,7 @@ example: build ## set up a store (SHED_ROOT, default /var/lib/toolshed) and real
 test: ## run every test (as root: the store and sandbox tests are real), then each fuzz target briefly
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -parallel 4 -timeout 30m ./...
-	@# The fuzz targets at once, one worker each: 10 s of wall time in all instead of 10 s each.
-	@dir=$$(mktemp -d); for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "fuzz $$pkg $$name (10s)"; \
-		{ $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime 10s -parallel 1 $$pkg > $$dir/$$name 2>&1 || echo "$$pkg $$name" >> $$dir/failed; } & \
-	done; wait; \
-	if [ -e $$dir/failed ]; then for n in $$(cut -d' ' -f2 $$dir/failed); do cat $$dir/$$n; done; rm -rf $$dir; exit 1; fi; rm -rf $$dir
+	scripts/fuzz-brief.sh $(GO) $(FUZZ_TARGETS)
 
 # The end-to-end tests again, each through a supervisor of its store (`shed daemon`) instead of on the store
 # directly: the same tests, so the typed API carries everything the CLI does. CI runs both.
