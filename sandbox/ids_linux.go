@@ -126,8 +126,21 @@ func acquireIDs() (*idRange, error) {
 	if rootless() {
 		return rootlessIDs()
 	}
-	if err := makeIDDir(); err != nil {
-		return nil, err
+	// /run/toolshed is also the supervisor's socket directory, which every user reaches (0755); the
+	// ids are root's alone.
+	if err := os.MkdirAll(filepath.Dir(idDir), 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox ids: %w", err)
+	}
+	if err := os.Mkdir(idDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("sandbox ids: %w", err)
+	}
+	// Whoever controls this directory decides which sandboxes share ids: it must be root's alone.
+	var st unix.Stat_t
+	if err := unix.Lstat(idDir, &st); err != nil {
+		return nil, fmt.Errorf("sandbox ids: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
+		return nil, fmt.Errorf("sandbox ids: %s must be a directory of root's, mode 0700 (it is %o, uid %d): remove it, and shed makes it again", idDir, st.Mode, st.Uid)
 	}
 	// The lowest free slot: as few slots (and kept namespaces, see userns) as sandboxes have ever
 	// run at once.
@@ -281,40 +294,15 @@ type idMapping struct{ Inside, Outside, Count uint32 }
 
 func (m idMapping) String() string { return fmt.Sprintf("%d-%d-%d", m.Inside, m.Outside, m.Count) }
 
-// makeIDDir makes idDir if it is missing and checks that it is root's alone.
-func makeIDDir() error {
-	// /run/toolshed is also the supervisor's socket directory, which every user reaches (0755); the
-	// ids are root's alone.
-	if err := os.MkdirAll(filepath.Dir(idDir), 0o755); err != nil {
-		return fmt.Errorf("sandbox ids: %w", err)
-	}
-	if err := os.Mkdir(idDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("sandbox ids: %w", err)
-	}
-	// Whoever controls this directory decides which sandboxes share ids: it must be root's alone.
-	var st unix.Stat_t
-	if err := unix.Lstat(idDir, &st); err != nil {
-		return fmt.Errorf("sandbox ids: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
-		return fmt.Errorf("sandbox ids: %s must be a directory of root's, mode 0700 (it is %o, uid %d): remove it, and shed makes it again", idDir, st.Mode, st.Uid)
-	}
-	return nil
-}
-
 // keptUserns returns a descriptor of a user namespace with these maps, for idmapped mounts (the kernel
 // copies the maps into the mount: the namespace is not needed after). Making one needs a process that
 // enters it; that costs about a millisecond, so each one is made once and kept, as a bind mount of its
-// nsfs file (as ip-netns keeps network namespaces) in the keeper's mount namespace (keeper_linux.go),
-// until the host reboots: one per slot ever used (slots are taken lowest first, so as many as
-// sandboxes ever ran at once), and one per slot and owner of a grant mapped to its owner (IDsOwner).
+// nsfs file under idDir (as ip-netns keeps network namespaces), until the host reboots: one per slot
+// ever used (slots are taken lowest first, so as many as sandboxes ever ran at once), and one per
+// slot and owner of a grant mapped to its owner (IDsOwner).
 func keptUserns(uid, gid idMapping) (*os.File, error) {
-	name := "userns-u" + uid.String() + "-g" + gid.String()
-	k, err := openKeeper()
-	if err != nil {
-		return nil, err
-	}
-	if f, err := openUserns(k.root, name); err == nil {
+	file := filepath.Join(idDir, "userns-u"+uid.String()+"-g"+gid.String())
+	if f, err := openUserns(file); err == nil {
 		return f, nil
 	}
 	// Made under a lock, so that two processes do not mount two namespaces on one file.
@@ -323,39 +311,38 @@ func keptUserns(uid, gid idMapping) (*os.File, error) {
 		return nil, fmt.Errorf("sandbox ids: %w", err)
 	}
 	defer lk.Close()
-	if f, err := openUserns(k.root, name); err == nil {
+	if f, err := openUserns(file); err == nil {
 		return f, nil
 	}
-	if err := k.keepUserns(name, uid, gid); err != nil {
-		return nil, fmt.Errorf("make user namespace %s: %w", name, err)
+	if err := keepUserns(file, uid, gid); err != nil {
+		return nil, fmt.Errorf("make user namespace %s: %w", filepath.Base(file), err)
 	}
-	return openUserns(k.root, name)
+	return openUserns(file)
 }
 
 // openUserns opens a kept user namespace, refusing anything that is not one (a plain file left by a
 // crash between creating the mount point and mounting on it).
-func openUserns(dir *os.File, name string) (*os.File, error) {
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+func openUserns(file string) (*os.File, error) {
+	f, err := os.OpenFile(file, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), name)
 	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(fd, &sfs); err != nil || sfs.Type != unix.NSFS_MAGIC {
+	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil || sfs.Type != unix.NSFS_MAGIC {
 		f.Close()
-		return nil, fmt.Errorf("%s is not a namespace (%v)", name, err)
+		return nil, fmt.Errorf("%s is not a namespace (%v)", file, err)
 	}
-	if t, err := unix.IoctlRetInt(fd, unix.NS_GET_NSTYPE); err != nil || t != unix.CLONE_NEWUSER {
+	if t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE); err != nil || t != unix.CLONE_NEWUSER {
 		f.Close()
-		return nil, fmt.Errorf("%s is not a user namespace (%v)", name, err)
+		return nil, fmt.Errorf("%s is not a user namespace (%v)", file, err)
 	}
 	return f, nil
 }
 
-// keepUserns makes a user namespace with the given maps and bind-mounts it on name in the keeper. The
-// process that makes it is started stopped (ptrace, at its execve) and never runs: it only carries the
-// namespace until the mount holds it.
-func (k *keeperNS) keepUserns(name string, uid, gid idMapping) error {
+// keepUserns makes a user namespace with the given maps and bind-mounts it on file. The process that
+// makes it is started stopped (ptrace, at its execve) and never runs: it only carries the namespace
+// until the mount holds it.
+func keepUserns(file string, uid, gid idMapping) error {
 	runtime.LockOSThread() // the tracer is this thread
 	defer runtime.UnlockOSThread()
 	sys := &syscall.SysProcAttr{
@@ -382,16 +369,22 @@ func (k *keeperNS) keepUserns(name string, uid, gid idMapping) error {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		_, _ = waitPid(pid)
 	}()
-	// Cloned here, where /proc is the host's; attached in the keeper, which has nothing else.
 	tree, err := unix.OpenTree(unix.AT_FDCWD, fmt.Sprintf("/proc/%d/ns/user", pid), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("open_tree: %w", err)
 	}
 	defer unix.Close(tree)
-	return inMountNS(k.ns, func() error {
-		_ = unix.Unlinkat(unix.AT_FDCWD, "/"+name, 0)
-		return attachFile(tree, unix.AT_FDCWD, "/"+name)
-	})
+	_ = os.Remove(file)
+	mp, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	mp.Close()
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, file, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		os.Remove(file)
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
 }
 
 // IsSandboxID reports whether a host id is one of the sandboxes' (a process in some sandbox, as the
