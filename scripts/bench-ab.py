@@ -6,8 +6,10 @@ Usage: scripts/bench-ab.py OLD NEW RECIPE [PAIRS]
 Runs `BIN bench run --offline -f RECIPE -- /bin/true` with OLD and NEW alternately (the order swapped
 every pair, so drift hits both alike), PAIRS times (default 300), and prints the medians, the tenth and
 ninetieth percentiles, the CPU time (user + system) of each, and the median of the pairwise differences.
-The store is SHED_ROOT's; realize RECIPE first. Both binaries are copied afresh into a temporary
-directory each first, with the shed-cli beside a small shed (cmd/shed-front): the same binary under
+The store is SHED_ROOT's; realize RECIPE first. With AB_SOCKETS="OLD_SOCKET NEW_SOCKET" each binary's launches
+go through its own supervisor (start `OLD daemon --socket OLD_SOCKET` and the new one's first); without it,
+SHED_SOCKET is whatever the environment says. Both binaries are copied afresh into a temporary
+directory each first, with the shed-cli and shed-init beside a small shed (cmd/shed-front): the same binary under
 two names differed by 0.9-1.6 ms here when one was the linker's output and the other a copy (how the
 page cache holds a file changes what its start costs).
 """
@@ -33,18 +35,25 @@ def main():
         os.mkdir(os.path.join(tmp, k))
         bins[k] = os.path.join(tmp, k, "shed")
         shutil.copy2(src, bins[k])
-        cli = os.path.join(os.path.dirname(src), "shed-cli")
-        if os.path.exists(cli):
-            shutil.copy2(cli, os.path.join(tmp, k, "shed-cli"))
+        # And the small init (cmd/shed-init) a launch executes, looked for beside the running binary:
+        # without it init is the whole CLI, whose package initialization every launch would pay.
+        for extra in ("shed-cli", "shed-init"):
+            p = os.path.join(os.path.dirname(src), extra)
+            if os.path.exists(p):
+                shutil.copy2(p, os.path.join(tmp, k, extra))
     args = ["bench", "run", "--offline", "-f", sys.argv[3], "--", "/bin/true"]
     pairs = int(sys.argv[4]) if len(sys.argv) > 4 else 300
+    env = {k: dict(os.environ) for k in bins}
+    if os.environ.get("AB_SOCKETS"):
+        for k, sock in zip(("old", "new"), os.environ["AB_SOCKETS"].split()):
+            env[k]["SHED_SOCKET"] = sock
     wall = {k: [] for k in bins}
     cpu = {k: [] for k in bins}
     for i in range(pairs):
         for k in (("old", "new") if i % 2 == 0 else ("new", "old")):
             r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
-            subprocess.run([bins[k]] + args, check=True)
+            subprocess.run([bins[k]] + args, check=True, env=env[k])
             wall[k].append((time.perf_counter() - t) * 1000)
             r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu[k].append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000)
