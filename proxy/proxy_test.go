@@ -405,6 +405,57 @@ func TestConnectClientResets(t *testing.T) {
 	}
 }
 
+// TestConnectClientResetsWhileSent is the reset's other face: the client has half-closed its side, so
+// the proxy no longer reads from it, and hangs up while upstream still sends. The reset surfaces on the
+// proxy's write to the client (ECONNRESET or EPIPE); that too is the client's end, not a relay failure.
+func TestConnectClientResetsWhileSent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { // a server that streams until its peer goes, whatever the peer sends or closes
+				defer c.Close()
+				chunk := bytes.Repeat([]byte("x"), 32<<10)
+				for {
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	host, port := hostPort(t, "http://"+ln.Addr().String())
+	px := start(t, proxy.Config{Allow: []proxy.Rule{{Host: host, Port: port}}, AllowPrivate: true})
+	c, err := net.Dial("tcp", px.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(host, strconv.Itoa(port))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	if _, err := io.ReadFull(br, make([]byte, 64<<10)); err != nil {
+		t.Fatalf("reading the stream: %v", err)
+	}
+	c.(*net.TCPConn).CloseWrite() // the proxy's client-to-upstream copy ends here, cleanly
+	c.(*net.TCPConn).SetLinger(0)
+	c.Close() // a reset, with the stream still coming
+	d := px.rec.wait(t, 1)[0]
+	if !d.Allowed || d.Reason != "" {
+		t.Errorf("got decision %+v, want an allowed CONNECT that ended without a reason", d)
+	}
+}
+
 func TestConnectRefused(t *testing.T) {
 	up := newUpstream(t, true)
 	host, port := hostPort(t, up.URL)

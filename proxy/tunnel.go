@@ -156,6 +156,9 @@ func (t *tunnelConns) copy(dst, src net.Conn) int64 {
 			nw, werr := dst.Write(buf[:nr])
 			n += int64(nw)
 			if werr != nil {
+				if dst == t.client && clientHungUp(werr) {
+					werr = nil
+				}
 				t.abort(werr)
 				return n
 			}
@@ -170,13 +173,19 @@ func (t *tunnelConns) copy(dst, src net.Conn) int64 {
 			return n
 		}
 		if rerr != nil {
-			if src == t.client && errors.Is(rerr, syscall.ECONNRESET) {
-				// A client that hangs up with bytes unread (a TLS ticket, say) resets rather than
-				// closes: that is its end of the tunnel, not a failure of the relay.
+			if src == t.client && clientHungUp(rerr) {
 				rerr = nil
 			}
 			t.abort(rerr)
 			return n
 		}
 	}
+}
+
+// clientHungUp reports whether err is the client's end of the tunnel rather than a failure of the relay.
+// A client that hangs up with bytes unread (a TLS session ticket, say) resets rather than closes, and the
+// reset surfaces on whichever direction touches the client next: ECONNRESET on a read or a write, EPIPE
+// on a write after it.
+func clientHungUp(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
