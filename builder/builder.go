@@ -392,7 +392,7 @@ func itemOf(f *derivation.Derivation, info recipe.FetchInfo) FetchItem {
 // store's default; an imported image keeps its own (Python's .pyc checks depend on them).
 func epochOf(d *derivation.Derivation) (int64, error) {
 	epoch := int64(store.DefaultEpoch)
-	if d.Builder == recipe.BuilderOCIImport {
+	if d.Builder == recipe.BuilderOCIImport || d.Builder == recipe.BuilderImageImport {
 		epoch = math.MaxInt64
 	}
 	if v, ok := d.Env["SOURCE_DATE_EPOCH"]; ok {
@@ -426,6 +426,8 @@ func (b *Builder) build(ctx context.Context, d *derivation.Derivation, lowers []
 		err = b.buildDebianSeed(ctx, d, stage, out, w)
 	case recipe.BuilderOCIImport:
 		err = b.buildOCISeed(ctx, d, out, w)
+	case recipe.BuilderImageImport:
+		err = b.buildImageSeed(ctx, d, byOut, out, w)
 	case recipe.BuilderAptLayer:
 		var debs []store.Path
 		for _, in := range d.Inputs {

@@ -17,6 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"oras.land/oras-go/v2/registry/remote"
+
+	"toolshed.dev/shed/cache"
+	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/store"
 	"toolshed.dev/shed/trust"
 )
@@ -293,6 +297,8 @@ func checkItem(s *store.Store, it FetchItem) error {
 type fetcher struct {
 	s        *store.Store
 	client   *http.Client
+	reposMu  sync.Mutex
+	repos    map[string]*remote.Repository // by HOST/REPO: the registries of oci:// blob URLs
 	retries  int
 	backoff  time.Duration
 	progress ProgressReporter // nil: silent
@@ -407,7 +413,7 @@ func (f *fetcher) download(ctx context.Context, it FetchItem, out string) (n int
 func (f *fetcher) tryURL(ctx context.Context, it FetchItem, u string, out string) (int64, error) {
 	if pu, err := url.Parse(u); err != nil {
 		return 0, fmt.Errorf("bad url: %w", err)
-	} else if pu.Scheme != "http" && pu.Scheme != "https" {
+	} else if pu.Scheme != "http" && pu.Scheme != "https" && pu.Scheme != "oci" {
 		return 0, fmt.Errorf("unsupported url scheme %q", pu.Scheme)
 	}
 	delay := f.backoff
@@ -439,7 +445,13 @@ func (f *fetcher) tryURL(ctx context.Context, it FetchItem, u string, out string
 func (f *fetcher) attempt(ctx context.Context, it FetchItem, u string, out string) (n int64, err error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
+	get, client := u, doer(f.client)
+	if strings.HasPrefix(u, "oci://") {
+		if get, client, err = f.blobURL(u); err != nil {
+			return 0, err
+		}
+	}
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, get, nil)
 	if err != nil {
 		return 0, fmt.Errorf("bad request: %w", err)
 	}
@@ -447,10 +459,13 @@ func (f *fetcher) attempt(ctx context.Context, it FetchItem, u string, out strin
 	// decompressing: the pinned hash is of the bytes as served.
 	req.Header.Set("Accept-Encoding", "identity")
 	req.Header.Set("User-Agent", userAgent)
-	resp, err := f.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
+		}
+		if errors.Is(cache.ErrUnauthorizedOf(err), cache.ErrUnauthorized) {
+			return 0, hint.Wrap(err, registryLoginHint)
 		}
 		return 0, &transientError{err}
 	}
@@ -461,6 +476,11 @@ func (f *fetcher) attempt(ctx context.Context, it FetchItem, u string, out strin
 		return 0, &goneError{code: resp.StatusCode}
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout:
 		return 0, &transientError{fmt.Errorf("HTTP %s", resp.Status)}
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		if strings.HasPrefix(u, "oci://") {
+			return 0, hint.Wrap(fmt.Errorf("HTTP %s", resp.Status), registryLoginHint)
+		}
+		return 0, fmt.Errorf("HTTP %s", resp.Status)
 	default:
 		return 0, fmt.Errorf("HTTP %s", resp.Status)
 	}
@@ -670,4 +690,41 @@ func (l *lockedProgress) Done() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.r.Done()
+}
+
+// doer sends a request: an *http.Client, or a registry's auth client, which answers the registry's
+// challenges with its credentials.
+type doer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+const registryLoginHint = "the registry wants credentials: `docker login HOST` (or `podman login --authfile ~/.docker/config.json HOST`), or set SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD"
+
+// blobURL turns a blob's URL as a derivation names it, oci://HOST[:PORT]/REPO@sha256:HEX, into the
+// registry's HTTP URL of the blob and the client that may GET it (with the registry's credentials,
+// which never reach the derivation or the log). Repositories are opened once per fetcher, so that a
+// token serves every blob of an image.
+func (f *fetcher) blobURL(u string) (string, doer, error) {
+	ref, dgst, ok := strings.Cut(strings.TrimPrefix(u, "oci://"), "@")
+	if !ok || !strings.HasPrefix(dgst, "sha256:") {
+		return "", nil, fmt.Errorf("bad blob url %q: want oci://HOST/REPO@sha256:HEX", u)
+	}
+	f.reposMu.Lock()
+	defer f.reposMu.Unlock()
+	repo := f.repos[ref]
+	if repo == nil {
+		var err error
+		if repo, err = cache.Repository(ref); err != nil {
+			return "", nil, fmt.Errorf("registry %s: %w", ref, err)
+		}
+		if f.repos == nil {
+			f.repos = map[string]*remote.Repository{}
+		}
+		f.repos[ref] = repo
+	}
+	scheme := "https"
+	if repo.PlainHTTP {
+		scheme = "http"
+	}
+	return fmt.Sprintf("%s://%s/v2/%s/blobs/%s", scheme, repo.Reference.Registry, repo.Reference.Repository, dgst), repo.Client, nil
 }

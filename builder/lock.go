@@ -66,6 +66,14 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 		lock.Seed.ReleaseDate = date.Format(time.RFC1123)
 		lock.Seed.Epoch = date.Unix()
 	case "oci":
+		if r.Seed.IsRegistry() {
+			digest, im, err := ResolveImage(ctx, r.Seed)
+			if err != nil {
+				return nil, err
+			}
+			lock.Seed.Digest, lock.Seed.Image = digest, im
+			break
+		}
 		digest, err := ResolveOCI(ctx, OCIImage{Dir: r.Seed.AbsDir, Tag: r.Seed.Tag})
 		switch {
 		case errors.Is(err, errNoOCITag):

@@ -311,19 +311,6 @@ func readOCIManifest(ctx context.Context, ext casext.Engine, d digest.Digest) (i
 // that a decompression bomb stops at MaxOCIUnpackedSize rather than the disk's
 // size. Extraction itself (path confinement, whiteouts, metadata) is umoci's.
 func unpackOCILayer(ctx context.Context, ext casext.Engine, root string, desc ispec.Descriptor, diffID digest.Digest, lim *unpackLimit) (err error) {
-	base, suffix := mediatype.SplitMediaTypeSuffix(desc.MediaType)
-	//lint:ignore SA1019 non-distributable layers are deprecated but still found in images
-	if base != ispec.MediaTypeImageLayer && base != ispec.MediaTypeImageLayerNonDistributable {
-		return fmt.Errorf("media type %q is not an image layer: %w", desc.MediaType, ErrOCIRefused)
-	}
-	algo := blobcompress.GetAlgorithm(suffix)
-	if algo == nil {
-		return fmt.Errorf("layer compression %q is not supported: %w", suffix, ErrOCIRefused)
-	}
-	if err := diffID.Validate(); err != nil {
-		return fmt.Errorf("config diff id: %w", err)
-	}
-
 	blob, err := ext.GetVerifiedBlob(ctx, desc)
 	if err != nil {
 		return fmt.Errorf("open blob: %w", err)
@@ -342,14 +329,32 @@ func unpackOCILayer(ctx context.Context, ext casext.Engine, root string, desc is
 			err = fmt.Errorf("read blob: %w", verr)
 		}
 	}()
+	return applyOCILayer(ctx, root, blob, desc.MediaType, diffID, lim)
+}
 
+// applyOCILayer applies one layer's blob, of the given media type, to root: every tar header is
+// checked before umoci's extractor sees it, and the uncompressed stream is counted so that a
+// decompression bomb stops at MaxOCIUnpackedSize rather than the disk's size, and must hash to
+// diffID. Extraction itself (path confinement, whiteouts, metadata) is umoci's.
+func applyOCILayer(ctx context.Context, root string, blob io.Reader, mediaType string, diffID digest.Digest, lim *unpackLimit) (err error) {
+	base, suffix := mediatype.SplitMediaTypeSuffix(mediaType)
+	//lint:ignore SA1019 non-distributable layers are deprecated but still found in images
+	if base != ispec.MediaTypeImageLayer && base != ispec.MediaTypeImageLayerNonDistributable {
+		return fmt.Errorf("media type %q is not an image layer: %w", mediaType, ErrOCIRefused)
+	}
+	algo := blobcompress.GetAlgorithm(suffix)
+	if algo == nil {
+		return fmt.Errorf("layer compression %q is not supported: %w", suffix, ErrOCIRefused)
+	}
+	if err := diffID.Validate(); err != nil {
+		return fmt.Errorf("config diff id: %w", err)
+	}
 	plain, err := algo.Decompress(blob)
 	if err != nil {
 		return fmt.Errorf("decompress: %w", err)
 	}
-	// Deferred after the blob's drain, so it runs first: pgzip's Close waits
-	// for its read-ahead goroutine, which must stop reading the blob before
-	// the drain does.
+	// Deferred after the caller's drain of the blob, so it runs first: pgzip's Close waits
+	// for its read-ahead goroutine, which must stop reading the blob before the drain does.
 	defer plain.Close()
 	diff := diffID.Algorithm().Digester()
 	stream := &countingReader{r: io.TeeReader(plain, diff.Hash()), lim: lim}

@@ -123,21 +123,10 @@ func credentialFunc(host string) (auth.CredentialFunc, error) {
 func Open(name string) (*Cache, error) {
 	switch {
 	case strings.HasPrefix(name, "oci://"):
-		ref := strings.TrimPrefix(name, "oci://")
-		repo, err := remote.NewRepository(ref)
+		repo, err := Repository(strings.TrimPrefix(name, "oci://"))
 		if err != nil {
 			return nil, fmt.Errorf("cache %s: %w", name, err)
 		}
-		host := repo.Reference.Registry
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		repo.PlainHTTP = isLoopback(host)
-		cred, err := credentialFunc(repo.Reference.Registry)
-		if err != nil {
-			return nil, fmt.Errorf("cache %s: %w", name, err)
-		}
-		repo.Client = &auth.Client{Client: retry.DefaultClient, Cache: auth.NewCache(), Credential: cred}
 		return &Cache{Name: name, target: repo}, nil
 	case strings.HasPrefix(name, "oci-layout:"):
 		dir := strings.TrimPrefix(name, "oci-layout:")
@@ -150,6 +139,32 @@ func Open(name string) (*Cache, error) {
 	}
 	return nil, fmt.Errorf("cache %q: want oci://HOST[:PORT]/REPO or oci-layout:DIR", name)
 }
+
+// Repository opens a registry repository, ref being HOST[:PORT]/REPO (a tag or digest after it is
+// allowed and ignored), the way every registry client of shed does: plain HTTP only for a loopback
+// host, as Docker treats localhost; credentials as credentialFunc finds them, answered to the
+// registry's challenges by oras-go's auth client (with retries of transient failures). Its Client
+// also serves requests made by hand, such as a fixed-output fetch of a blob.
+func Repository(ref string) (*remote.Repository, error) {
+	repo, err := remote.NewRepository(ref)
+	if err != nil {
+		return nil, err
+	}
+	host := repo.Reference.Registry
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	repo.PlainHTTP = isLoopback(host)
+	cred, err := credentialFunc(repo.Reference.Registry)
+	if err != nil {
+		return nil, err
+	}
+	repo.Client = &auth.Client{Client: retry.DefaultClient, Cache: auth.NewCache(), Credential: cred}
+	return repo, nil
+}
+
+// ErrUnauthorizedOf marks err with ErrUnauthorized when a registry refused access on its way.
+func ErrUnauthorizedOf(err error) error { return classify(err) }
 
 func isLoopback(host string) bool {
 	if host == "localhost" {

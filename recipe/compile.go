@@ -3,6 +3,7 @@ package recipe
 import (
 	"fmt"
 	"net/url"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -39,9 +40,11 @@ type FetchInfo struct {
 const (
 	BuilderMmdebstrap = "builtin:mmdebstrap"
 	BuilderOCIImport  = "builtin:oci-import"
-	BuilderAptLayer   = "builtin:apt-layer"
-	BuilderPipLayer   = "builtin:pip-layer"
-	BuilderFetch      = "builtin:fetch"
+	// BuilderImageImport makes a registry image's root filesystem from its blobs, each a fetched path.
+	BuilderImageImport = "builtin:image-import"
+	BuilderAptLayer    = "builtin:apt-layer"
+	BuilderPipLayer    = "builtin:pip-layer"
+	BuilderFetch       = "builtin:fetch"
 	// BuilderAccountsLayer makes the recipe's accounts (useradd, a sudoers file) over the layers below.
 	BuilderAccountsLayer = "builtin:accounts-layer"
 )
@@ -94,14 +97,32 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 	}
 
 	seed := seedDerivation(r)
+	if r.Seed.IsRegistry() && lock != nil && lock.Seed.Image != nil {
+		// Every blob of the image is a fixed-output fetch named by its digest alone, so images (and
+		// registries) that share a layer share its path; the seed is built from those paths.
+		im := lock.Seed.Image
+		seed.Args = []string{"manifest " + lock.Seed.Digest}
+		blobs := append([]LockedBlob{im.Config}, im.Layers...)
+		for i, b := range blobs {
+			what, arg := "config", "config "+b.Digest
+			if i > 0 {
+				what, arg = fmt.Sprintf("layer %d of %d", i, len(im.Layers)), "layer "+b.MediaType+" "+b.Digest
+			}
+			in, err := fetch("oci://"+r.Seed.Ref+"@"+b.Digest, b.SHA256(), FetchInfo{Name: r.Seed.Ref, Version: what, Size: b.Size})
+			if err != nil {
+				return nil, fmt.Errorf("compile %s: seed: %w", r.File, err)
+			}
+			seed.Inputs = append(seed.Inputs, in)
+			seed.Args = append(seed.Args, arg)
+		}
+	} else if lock != nil && lock.Seed.Digest != "" {
+		seed.Args = append(seed.Args, lock.Seed.Digest)
+	}
 	if r.Seed.Kind == "debian" {
 		// An OCI seed is the image's bytes, dated by the image: the epoch
 		// (read later, from the suite the image turns out to be) is not
 		// an input of the import.
 		seed.Env = env
-	}
-	if lock != nil && lock.Seed.Digest != "" {
-		seed.Args = append(seed.Args, lock.Seed.Digest)
 	}
 	parent, err := add(seed, true)
 	if err != nil {
@@ -207,13 +228,24 @@ func fetchDerivation(rawURL, sha256 string) (*derivation.Derivation, error) {
 		base = base[i+1:]
 	}
 	return &derivation.Derivation{
-		Name:    safeName(base),
+		Name:    fetchName(u, base),
 		Kind:    derivation.KindFetch,
 		Builder: BuilderFetch,
 		Network: "allow " + u.Host,
 		Fixed:   &derivation.Fixed{Algo: "sha256", Hash: sha256},
 		Args:    []string{rawURL},
 	}, nil
+}
+
+// fetchName names a fetched file: its URL's last element, or for an image's blob (oci://HOST/REPO@sha256:HEX)
+// "oci-blob-" and the digest's start, the same whichever registry and repository serve it.
+func fetchName(u *url.URL, base string) string {
+	if u.Scheme == "oci" {
+		if _, d, ok := strings.Cut(u.String(), "@sha256:"); ok && len(d) >= 16 {
+			return "oci-blob-" + d[:16]
+		}
+	}
+	return safeName(base)
 }
 
 func versionSuffix(op, v string) string {
@@ -224,6 +256,20 @@ func versionSuffix(op, v string) string {
 }
 
 func seedDerivation(r *Recipe) *derivation.Derivation {
+	if r.Seed.IsRegistry() {
+		// Named after the repository and the tag (or the digest's start), never the registry: the
+		// image, not where it was fetched, is what is built. Unlocked, it cannot be built.
+		ref := r.Seed.Tag
+		if r.Seed.Digest != "" {
+			ref = strings.TrimPrefix(r.Seed.Digest, "sha256:")[:12]
+		}
+		return &derivation.Derivation{
+			Name:    "oci-" + safeName(path.Base(r.Seed.Ref)+"-"+ref),
+			Kind:    derivation.KindSeed,
+			Builder: BuilderImageImport,
+			Network: "none",
+		}
+	}
 	if r.Seed.Kind == "oci" {
 		return &derivation.Derivation{
 			Name:    "oci-" + safeName(filepath.Base(r.Seed.AbsDir)+"-"+r.Seed.Tag),

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"oras.land/oras-go/v2/registry"
 )
 
 // The closed grammars. Each is anchored and ASCII-only: what is not listed is
@@ -100,7 +102,42 @@ func checkName(s string) *Error {
 	return nil
 }
 
-const seedHint = `write "debian/SUITE" or "debian/SUITE@SNAPSHOT" (e.g. "debian/bookworm@20250110T000000Z"), or "oci:DIR" or "oci:DIR:TAG"`
+const seedHint = `write "debian/SUITE" or "debian/SUITE@SNAPSHOT" (e.g. "debian/bookworm@20250110T000000Z"), "oci://REGISTRY/REPO:TAG" or "oci://REGISTRY/REPO@sha256:DIGEST", or "oci:DIR" or "oci:DIR:TAG"`
+
+const registrySeedHint = `write "oci://REGISTRY/REPO:TAG" or "oci://REGISTRY/REPO@sha256:DIGEST", e.g. "oci://docker.io/library/debian:bookworm"`
+
+// parseRegistrySeed parses the part of an oci:// seed after the scheme with oras-go's parser of
+// distribution references. A name is never resolved here: `shed lock` resolves a tag to a digest.
+func parseRegistrySeed(seed Seed, rest string) (Seed, *Error) {
+	host, _, _ := strings.Cut(rest, "/")
+	if strings.Contains(host, "@") {
+		// user:password@host would put a credential into the recipe, its lock, the derivation and
+		// every log that names the seed.
+		return Seed{}, &Error{Msg: "an image reference holds no credentials",
+			Hint: "name the image without them; shed reads registry credentials from SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD, or the Docker credentials file (`docker login`, `podman login --authfile ~/.docker/config.json`)"}
+	}
+	if !strings.Contains(rest, "/") {
+		return Seed{}, &Error{Msg: fmt.Sprintf("image %q names no registry", rest), Hint: registrySeedHint}
+	}
+	ref, err := registry.ParseReference(rest)
+	if err != nil {
+		return Seed{}, &Error{Msg: fmt.Sprintf("invalid image reference %q: %v", rest, err), Hint: registrySeedHint}
+	}
+	seed.Kind, seed.Ref = "oci", ref.Registry+"/"+ref.Repository
+	switch {
+	case ref.Reference == "":
+		seed.Tag = "latest"
+	case strings.Contains(rest, "@"):
+		d, err := ref.Digest()
+		if err != nil || d.Algorithm() != "sha256" {
+			return Seed{}, &Error{Msg: fmt.Sprintf("image %q: a digest must be sha256", rest), Hint: registrySeedHint}
+		}
+		seed.Digest = d.String() // a tag beside it ("REPO:TAG@sha256:...") is only a comment: the digest wins
+	default:
+		seed.Tag = ref.Reference
+	}
+	return seed, nil
+}
 
 func parseSeed(s string) (Seed, *Error) {
 	if e := checkText(s); e != nil {
@@ -121,6 +158,8 @@ func parseSeed(s string) (Seed, *Error) {
 			}
 		}
 		seed.Kind, seed.Suite, seed.Snapshot = "debian", suite, snap
+	case strings.HasPrefix(s, "oci://"):
+		return parseRegistrySeed(seed, strings.TrimPrefix(s, "oci://"))
 	case strings.HasPrefix(s, "oci:"):
 		dir, tag := strings.TrimPrefix(s, "oci:"), "latest"
 		// Split at the last ':' only when a valid tag follows: a directory may

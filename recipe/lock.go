@@ -50,6 +50,34 @@ type LockedSeed struct {
 	Epoch int64 `toml:"epoch"`
 	// Digest is an OCI seed's manifest digest.
 	Digest string `toml:"digest,omitempty"`
+	// Image is what an image in a registry (an oci:// seed) resolved to: the manifest's parts, each
+	// fetched by its digest, so that realizing it reads no manifest and no tag again.
+	Image *LockedImage `toml:"image,omitempty"`
+}
+
+// LockedImage is a registry image's manifest as the lock pins it.
+type LockedImage struct {
+	// Platform is the manifest's platform when the reference named an index ("linux/amd64"), else "".
+	Platform string       `toml:"platform,omitempty"`
+	Config   LockedBlob   `toml:"config"`
+	Layers   []LockedBlob `toml:"layer"`
+}
+
+// LockedBlob is one blob of an image: its digest (sha256 only: blobs are fixed-output fetches),
+// size and media type.
+type LockedBlob struct {
+	Digest    string `toml:"digest"`
+	Size      int64  `toml:"size"`
+	MediaType string `toml:"media_type"`
+}
+
+// SHA256 is the blob digest's hex, "" if the digest is not a sha256 one.
+func (b LockedBlob) SHA256() string {
+	h, ok := strings.CutPrefix(b.Digest, "sha256:")
+	if !ok || len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+		return ""
+	}
+	return h
 }
 
 // LockedDeb is one Debian package of the resolved closure.
@@ -223,6 +251,32 @@ func (l *Lock) Validate() error {
 		}
 		if len(w.SHA256) != 64 || strings.Trim(w.SHA256, "0123456789abcdef") != "" {
 			return fmt.Errorf("pip[%d].sha256: want 64 lowercase hex digits", i)
+		}
+	}
+	if im := l.Seed.Image; im != nil {
+		if (LockedBlob{Digest: l.Seed.Digest}).SHA256() == "" {
+			return fmt.Errorf("seed.digest: want an image's sha256 manifest digest")
+		}
+		if im.Platform != "" && strings.Trim(im.Platform, "abcdefghijklmnopqrstuvwxyz0123456789/") != "" {
+			return fmt.Errorf("seed.image.platform: bad platform %q", im.Platform)
+		}
+		for i, b := range append([]LockedBlob{im.Config}, im.Layers...) {
+			what := "seed.image.config"
+			if i > 0 {
+				what = fmt.Sprintf("seed.image.layer[%d]", i-1)
+			}
+			if b.SHA256() == "" {
+				return fmt.Errorf("%s.digest: want sha256: and 64 lowercase hex digits", what)
+			}
+			if b.Size <= 0 {
+				return fmt.Errorf("%s.size: want a positive size", what)
+			}
+			if b.MediaType == "" || strings.Trim(b.MediaType, "abcdefghijklmnopqrstuvwxyz0123456789.+-/") != "" {
+				return fmt.Errorf("%s.media_type: bad media type %q", what, b.MediaType)
+			}
+		}
+		if len(im.Layers) == 0 {
+			return fmt.Errorf("seed.image: an image with no layers")
 		}
 	}
 	seen = map[string]bool{}

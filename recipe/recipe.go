@@ -56,13 +56,20 @@ func (r *Recipe) ErrorAt(field, msg, hint string) *Error {
 // Seed is the base root filesystem a recipe starts from.
 type Seed struct {
 	Raw      string // as written
-	Kind     string // "debian" or "oci"
+	Kind     string // "debian" or "oci" (an image: in a layout directory, or in a registry)
 	Suite    string // debian
 	Snapshot string // debian, "" if none
-	Dir      string // oci, as written
-	AbsDir   string // oci, resolved against Recipe.Dir when relative ("" if that is unknown)
-	Tag      string // oci
+	Dir      string // oci from a layout directory, as written
+	AbsDir   string // oci from a layout directory, resolved against Recipe.Dir when relative ("" if that is unknown)
+	Tag      string // oci: the tag ("latest" when a layout's seed names none; "" for a registry's by digest)
+	// Ref is an image in a registry, "HOST[:PORT]/REPO" (an oci:// seed); Dir is then "".
+	Ref string
+	// Digest is the manifest digest an oci:// seed names ("sha256:..."), "" when it names a tag.
+	Digest string
 }
+
+// IsRegistry reports whether the seed is an image in a registry (oci://), not in a layout directory.
+func (s Seed) IsRegistry() bool { return s.Kind == "oci" && s.Ref != "" }
 
 // Apt is the [apt] table.
 type Apt struct {
@@ -204,7 +211,7 @@ func Parse(file string, data []byte, opts Options) (*Recipe, error) {
 			r.Dir = abs
 		}
 	}
-	if r.Seed.Kind == "oci" {
+	if r.Seed.Kind == "oci" && r.Seed.Dir != "" {
 		switch {
 		case filepath.IsAbs(r.Seed.Dir):
 			r.Seed.AbsDir = filepath.Clean(r.Seed.Dir)

@@ -397,6 +397,10 @@ func TestSeed(t *testing.T) {
 		{"oci:/abs/img", recipe.Seed{Raw: "oci:/abs/img", Kind: "oci", Dir: "/abs/img", AbsDir: "/abs/img", Tag: "latest"}},
 		{"oci:/a:b/c", recipe.Seed{Raw: "oci:/a:b/c", Kind: "oci", Dir: "/a:b/c", AbsDir: "/a:b/c", Tag: "latest"}},
 		{"oci:dir:with:tag", recipe.Seed{Raw: "oci:dir:with:tag", Kind: "oci", Dir: "dir:with", AbsDir: "/r/dir:with", Tag: "tag"}},
+		{"oci://docker.io/library/debian:bookworm", recipe.Seed{Raw: "oci://docker.io/library/debian:bookworm", Kind: "oci", Ref: "docker.io/library/debian", Tag: "bookworm"}},
+		{"oci://127.0.0.1:5000/swe/base", recipe.Seed{Raw: "oci://127.0.0.1:5000/swe/base", Kind: "oci", Ref: "127.0.0.1:5000/swe/base", Tag: "latest"}},
+		{"oci://localhost:5000/a/b@sha256:" + strings.Repeat("ab", 32), recipe.Seed{Raw: "oci://localhost:5000/a/b@sha256:" + strings.Repeat("ab", 32), Kind: "oci", Ref: "localhost:5000/a/b", Digest: "sha256:" + strings.Repeat("ab", 32)}},
+		{"oci://ghcr.io/o/r:v1@sha256:" + strings.Repeat("ab", 32), recipe.Seed{Raw: "oci://ghcr.io/o/r:v1@sha256:" + strings.Repeat("ab", 32), Kind: "oci", Ref: "ghcr.io/o/r", Digest: "sha256:" + strings.Repeat("ab", 32)}},
 	}
 	for _, tc := range good {
 		r, err := recipe.Parse("/r/workshop.toml", []byte("name = \"x\"\nseed = "+tomlString(tc.in)+"\n"), recipe.Options{})
@@ -423,6 +427,13 @@ func TestSeed(t *testing.T) {
 		{"oci:", "OCI seed has no directory", "oci:DIR"},
 		{"oci::v1", "OCI seed has no directory", "oci:DIR"},
 		{"oci:img:", "empty OCI tag after ':'", "oci:DIR:TAG"},
+		{"oci://user:secret@ghcr.io/o/r:v1", "an image reference holds no credentials", "SHED_REGISTRY_USERNAME"},
+		{"oci://token@ghcr.io/o/r", "an image reference holds no credentials", "docker login"},
+		{"oci://debian:bookworm", `image "debian:bookworm" names no registry`, "oci://REGISTRY/REPO:TAG"},
+		{"oci://ghcr.io/O/r:v1", `invalid image reference "ghcr.io/O/r:v1": invalid reference: invalid repository "O/r"`, "oci://REGISTRY/REPO:TAG"},
+		{"oci://ghcr.io/o/r:-x", `invalid image reference "ghcr.io/o/r:-x": invalid reference: invalid tag "-x"`, "oci://REGISTRY/REPO:TAG"},
+		{"oci://ghcr.io/o/r@sha256:abc", `invalid image reference "ghcr.io/o/r@sha256:abc": invalid reference: invalid digest "sha256:abc": invalid checksum digest length`, "sha256:DIGEST"},
+		{"oci://ghcr.io/../r:v1", `invalid image reference "ghcr.io/../r:v1": invalid reference: invalid repository "../r"`, "oci://REGISTRY/REPO:TAG"},
 		{"debian/bookw\u043erm", "non-ASCII character U+043E at byte 12", "homoglyph"},
 	} {
 		_, err := recipe.Parse("workshop.toml", []byte("name = \"x\"\nseed = "+tomlString(tc.in)+"\n"), recipe.Options{})

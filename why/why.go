@@ -38,6 +38,9 @@ type Explanation struct {
 	Line     int      `json:"line,omitempty"`  // the recipe line of Declared
 	Chain    []string `json:"chain,omitempty"` // the way from Declared to Package
 	InSeed   bool     `json:"in_seed"`         // whether Package is part of the seed
+	// ImageLayer is the digest of the image layer that brought the file, for a file of a registry
+	// image's seed.
+	ImageLayer string `json:"image_layer,omitempty"`
 }
 
 // ErrNoSuchFile is returned when no layer of the Workshop has the file.
@@ -96,6 +99,9 @@ func Explain(s *store.Store, r *recipe.Recipe, plan *recipe.Plan, aptLines, pipL
 		return nil, fmt.Errorf("%w: %s", ErrNoSuchFile, "/"+rel)
 	}
 	ex := &Explanation{File: "/" + rel, Resolved: "/" + resolved, Layer: layers[idx].Output, LayerKind: string(layers[idx].Kind)}
+	if idx == 0 {
+		ex.ImageLayer = imageLayerOf(s, plan, layers[0], resolved)
+	}
 
 	// A file of a pip layer belongs to the distribution whose RECORD lists it.
 	if layers[idx].Builder == recipe.BuilderPipLayer {

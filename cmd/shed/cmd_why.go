@@ -41,6 +41,9 @@ func cmdWhy() *cli.Command {
 				kind = "pip layer"
 			}
 			fmt.Fprintf(w, "  layer:    %s (%s)\n", ex.Location, kind)
+			if ex.ImageLayer != "" {
+				fmt.Fprintf(w, "  image:    layer %s of %s\n", ex.ImageLayer, ex.Seed)
+			}
 			if ex.Package == "" {
 				fmt.Fprintln(w, "  package:  none (made by a maintainer script or by the seed's builder, not shipped by a package)")
 				return nil

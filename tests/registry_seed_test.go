@@ -1,0 +1,318 @@
+package tests
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+	imeta "github.com/opencontainers/image-spec/specs-go"
+	ispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/registry/remote"
+)
+
+// testLayer is a gzip layer and the digest of its uncompressed tar (its diff id).
+type testLayer struct {
+	gz     []byte
+	diffID digest.Digest
+}
+
+func gzipLayer(t *testing.T, plain []byte) testLayer {
+	t.Helper()
+	var gz bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+	w.Write(plain)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return testLayer{gz: gz.Bytes(), diffID: digest.FromBytes(plain)}
+}
+
+// tarLayer is a layer of the given entries, written as an attacker or an image tool would.
+func tarLayer(t *testing.T, hdrs ...*tar.Header) testLayer {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, h := range hdrs {
+		body := []byte(h.Linkname) // a regular file's content rides in Linkname here
+		if h.Typeflag == tar.TypeReg {
+			h.Size, h.Linkname = int64(len(body)), ""
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write(body)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return gzipLayer(t, b.Bytes())
+}
+
+// pushImage pushes an image of the layers to ref (HOST/REPO:TAG) with oras-go and returns its
+// manifest's digest.
+func pushImage(t *testing.T, ref string, layers ...testLayer) string {
+	t.Helper()
+	ctx := context.Background()
+	repo, err := remote.NewRepository(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo.PlainHTTP = true
+	push := func(mt string, b []byte) ispec.Descriptor {
+		d := ispec.Descriptor{MediaType: mt, Digest: digest.FromBytes(b), Size: int64(len(b))}
+		if ok, _ := repo.Exists(ctx, d); !ok {
+			if err := repo.Push(ctx, d, bytes.NewReader(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	config := ispec.Image{Platform: ispec.Platform{OS: "linux", Architecture: runtime.GOARCH}, RootFS: ispec.RootFS{Type: "layers"}}
+	m := ispec.Manifest{Versioned: imeta.Versioned{SchemaVersion: 2}, MediaType: ispec.MediaTypeImageManifest}
+	for _, l := range layers {
+		config.RootFS.DiffIDs = append(config.RootFS.DiffIDs, l.diffID)
+		m.Layers = append(m.Layers, push(ispec.MediaTypeImageLayerGzip, l.gz))
+	}
+	cj, _ := json.Marshal(config)
+	m.Config = push(ispec.MediaTypeImageConfig, cj)
+	mj, _ := json.Marshal(m)
+	md := ispec.Descriptor{MediaType: ispec.MediaTypeImageManifest, Digest: digest.FromBytes(mj), Size: int64(len(mj))}
+	if err := repo.PushReference(ctx, md, bytes.NewReader(mj), repo.Reference.Reference); err != nil {
+		t.Fatal(err)
+	}
+	return md.Digest.String()
+}
+
+// blobFile is where docker-registry keeps a blob's bytes.
+func (r *registry) blobFile(d string) string {
+	h := strings.TrimPrefix(d, "sha256:")
+	return filepath.Join(r.dir, "data/docker/registry/v2/blobs/sha256", h[:2], h, "data")
+}
+
+// TestRegistrySeed is a harness's flow from a registry: two task images over one Debian base layer,
+// in Debian's docker-registry on loopback. `shed lock` pins each by manifest digest and its blobs;
+// realize fetches each blob once as a fixed-output path (the base layer once for both images),
+// applies the layers (a whiteout removes a file), and once fetched the seed realizes and a Bench
+// launches with the registry gone.
+func TestRegistrySeed(t *testing.T) {
+	parallel(t) // see parallelTests in main_test.go
+	requireRoot(t)
+	root := sharedRoot(t)
+	seedRecipe := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), "name = \"oci-source\"\nseed = \"debian/bookworm\"\n")
+	seed := realize(t, root, seedRecipe).Layers[0]
+	raw, err := exec.Command("tar", "-C", seed, "--numeric-owner", "--xattrs", "--xattrs-include=security.capability", "-cf", "-", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := gzipLayer(t, raw)
+	task := func(n int) testLayer {
+		return tarLayer(t,
+			&tar.Header{Name: "etc/task-id", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: fmt.Sprintf("task %d\n", n)},
+			&tar.Header{Name: "etc/.wh.motd", Typeflag: tar.TypeReg, Mode: 0o644})
+	}
+	reg := startRegistry(t, "")
+	host := fmt.Sprintf("127.0.0.1:%d", reg.port)
+	d1 := pushImage(t, host+"/swe/task1:v1", base, task(1))
+	pushImage(t, host+"/swe/task2:v1", base, task(2))
+
+	dir := t.TempDir()
+	file := writeFile(t, filepath.Join(dir, "one", "workshop.toml"), fmt.Sprintf("name = \"task1\"\nseed = \"oci://%s/swe/task1:v1\"\n", host))
+	j := realize(t, root, file)
+	lock, _ := os.ReadFile(filepath.Join(dir, "one", "workshop.lock"))
+	if !strings.Contains(string(lock), "digest = '"+d1+"'") || strings.Count(string(lock), "[[seed.image.layer]]") != 2 {
+		t.Errorf("lock:\n%s", lock)
+	}
+	if len(j.Fetched) != 3 || j.FetchedBytes < int64(len(base.gz)) {
+		t.Errorf("first image fetched %v (%d bytes), want its config and two layers", j.Fetched, j.FetchedBytes)
+	}
+	if b, err := os.ReadFile(filepath.Join(j.Layers[0], "etc/task-id")); err != nil || string(b) != "task 1\n" {
+		t.Errorf("etc/task-id: %q %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(j.Layers[0], "etc/motd")); !os.IsNotExist(err) {
+		t.Errorf("etc/motd, removed by a whiteout in the top layer: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(j.Layers[0], "etc/.wh.motd")); !os.IsNotExist(err) {
+		t.Errorf("the whiteout itself is in the seed: %v", err)
+	}
+
+	// `shed why` names the image layer that brought a file.
+	taskDigest := digest.FromBytes(task(1).gz).String()
+	baseDigest := digest.FromBytes(base.gz).String()
+	if w := mustShed(t, root, "why", file, "/etc/task-id").stdout; !strings.Contains(w, "image:    layer "+taskDigest) {
+		t.Errorf("why /etc/task-id:\n%s", w)
+	}
+	if w := mustShed(t, root, "--json", "why", file, "/etc/os-release").stdout; !strings.Contains(w, `"image_layer": "`+baseDigest+`"`) {
+		t.Errorf("why /etc/os-release:\n%s", w)
+	}
+
+	// The second image shares the base layer: fetched once, by the first.
+	file2 := writeFile(t, filepath.Join(dir, "two", "workshop.toml"), fmt.Sprintf("name = \"task2\"\nseed = \"oci://%s/swe/task2:v1\"\n", host))
+	j2 := realize(t, root, file2)
+	if len(j2.Fetched) != 2 || j2.FetchedBytes >= int64(len(base.gz)) || slices.ContainsFunc(j2.Fetched, func(p string) bool { return slices.Contains(j.Fetched, p) }) {
+		t.Errorf("second image fetched %v (%d bytes), want only its own config and layer", j2.Fetched, j2.FetchedBytes)
+	}
+
+	// With the registry gone: the seed is the store's; a Bench launches offline.
+	reg.stop()
+	if again := realize(t, root, file, "--offline"); len(again.Fetched) != 0 || len(again.Built) != 0 {
+		t.Errorf("realize again: %+v", again)
+	}
+	if r := mustShed(t, root, "bench", "run", "--offline", "-f", file2, "--", "cat", "/etc/task-id"); r.stdout != "task 2\n" {
+		t.Errorf("bench run: %q", r.stdout)
+	}
+	mustShed(t, root, "store", "verify")
+}
+
+// TestRegistrySeedHostile: a registry that lies, and references that must not be used. Each is one
+// clear error, nothing is registered, and the store verifies.
+func TestRegistrySeedHostile(t *testing.T) {
+	parallel(t) // see parallelTests in main_test.go
+	requireRoot(t)
+	root := newRoot(t)
+	reg := startRegistry(t, "")
+	host := fmt.Sprintf("127.0.0.1:%d", reg.port)
+	ok := tarLayer(t, &tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "etc/hostname", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "box\n"})
+	dir := t.TempDir()
+	recipeFor := func(name, seed string) string {
+		return writeFile(t, filepath.Join(dir, name, "workshop.toml"), fmt.Sprintf("name = %q\nseed = %q\n", name, seed))
+	}
+
+	// A manifest that does not hash to the digest the recipe pins. docker-registry checks its own
+	// storage, so the liar is a proxy in front of it that answers every manifest request with
+	// another image's manifest (and the digest asked for in its header).
+	md := pushImage(t, host+"/bad/manifest:v1", ok)
+	other := pushImage(t, host+"/bad/manifest:other", tarLayer(t, &tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755}))
+	otherBytes, err := os.ReadFile(reg.blobFile(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	liar := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(&url.URL{Scheme: "http", Host: host}) },
+		ModifyResponse: func(resp *http.Response) error {
+			if strings.Contains(resp.Request.URL.Path, "/manifests/") && resp.StatusCode == 200 {
+				resp.Body.Close()
+				resp.Body = io.NopCloser(bytes.NewReader(otherBytes))
+				resp.ContentLength = int64(len(otherBytes))
+				resp.Header.Set("Content-Length", fmt.Sprint(len(otherBytes)))
+			}
+			return nil
+		},
+	})
+	t.Cleanup(liar.Close)
+	liarHost := strings.TrimPrefix(liar.URL, "http://")
+	for _, ref := range []string{"@" + md, ":v1"} {
+		r := shed(t, root, nil, "lock", recipeFor("manifest", "oci://"+liarHost+"/bad/manifest"+ref))
+		if r.code == 0 || !strings.Contains(r.stderr, "shed: error:") || !strings.Contains(r.stderr, "mismatch") {
+			t.Errorf("a lying registry, %s: exit %d\n%s", ref, r.code, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "manifest", "workshop.lock")); err == nil {
+			t.Errorf("a lying registry, %s: a lock was written", ref)
+		}
+	}
+
+	// A layer that does not hash to its digest: found while it streams, nothing registered.
+	evil := tarLayer(t, &tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "etc/motd", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "an honest layer"})
+	pushImage(t, host+"/bad/layer:v1", evil)
+	lf := reg.blobFile(digest.FromBytes(evil.gz).String())
+	lb, _ := os.ReadFile(lf)
+	lb[len(lb)/2] ^= 0xff
+	if err := os.WriteFile(lf, lb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := shed(t, root, nil, "realize", recipeFor("layer", "oci://"+host+"/bad/layer:v1"))
+	if r.code == 0 || !strings.Contains(r.stderr, "hash mismatch") {
+		t.Errorf("tampered layer: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// Entries that climb out, are absolute, are devices, or claim a terabyte.
+	for name, h := range map[string]*tar.Header{
+		"dotdot":   {Name: "../../../../etc/shed-escape", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "x"},
+		"device":   {Name: "dev/sda", Typeflag: tar.TypeBlock, Mode: 0o600, Devmajor: 8},
+		"absolute": {Name: "/etc/shed-escape-abs", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "x"},
+	} {
+		pushImage(t, host+"/bad/"+name+":v1", tarLayer(t, h))
+		r = shed(t, root, nil, "realize", recipeFor(name, "oci://"+host+"/bad/"+name+":v1"))
+		if name == "device" && (r.code == 0 || !strings.Contains(r.stderr, "device node")) {
+			t.Errorf("%s: exit %d\n%s", name, r.code, r.stderr)
+		}
+		if r.code == 0 {
+			// Confined, as umoci confines paths: the entry lands inside the seed, never outside.
+			var j realizeJSON
+			jr := mustShed(t, root, "--json", "realize", filepath.Join(dir, name, "workshop.toml"))
+			json.Unmarshal([]byte(jr.stdout), &j)
+			if _, err := os.Stat(filepath.Join(j.Layers[0], "etc", filepath.Base(h.Name))); err != nil {
+				t.Errorf("%s: the entry is not confined to the seed: %v", name, err)
+			}
+		}
+	}
+	for _, p := range []string{"/tmp/shed-escape", "/etc/shed-escape-abs"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s was written on the host", p)
+		}
+	}
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "huge", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1 << 40})
+	pushImage(t, host+"/bad/huge:v1", gzipLayer(t, b.Bytes())) // a header claiming 1 TB, and no bytes
+	r = shed(t, root, nil, "realize", recipeFor("huge", "oci://"+host+"/bad/huge:v1"))
+	if r.code == 0 || !strings.Contains(r.stderr, "exceeds the unpack size limit") {
+		t.Errorf("a 1 TB entry: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// An index with no manifest for this machine's platform.
+	ctx := context.Background()
+	repo, _ := remote.NewRepository(host + "/bad/platform:v1")
+	repo.PlainHTTP = true
+	armDigest := pushImage(t, host+"/bad/platform:arm", ok)
+	armManifest, _ := os.ReadFile(reg.blobFile(armDigest))
+	idx := ispec.Index{Versioned: imeta.Versioned{SchemaVersion: 2}, MediaType: ispec.MediaTypeImageIndex, Manifests: []ispec.Descriptor{{
+		MediaType: ispec.MediaTypeImageManifest, Digest: digest.Digest(armDigest), Size: int64(len(armManifest)),
+		Platform: &ispec.Platform{OS: "linux", Architecture: "riscv64"}}}}
+	ij, _ := json.Marshal(idx)
+	if err := repo.PushReference(ctx, ispec.Descriptor{MediaType: ispec.MediaTypeImageIndex, Digest: digest.FromBytes(ij), Size: int64(len(ij))}, bytes.NewReader(ij), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	r = shed(t, root, nil, "lock", recipeFor("platform", "oci://"+host+"/bad/platform:v1"))
+	if r.code == 0 || !strings.Contains(r.stderr, "no manifest for linux/"+runtime.GOARCH+" (it has: linux/riscv64)") || !strings.Contains(r.stderr, "shed: hint:") {
+		t.Errorf("index without our platform: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// Credentials in the reference: refused before anything is sent, and said nowhere.
+	r = shed(t, root, nil, "lock", recipeFor("creds", "oci://someone:hunter2@"+host+"/bad/layer:v1"))
+	if r.code == 0 || !strings.Contains(r.stderr, "holds no credentials") || strings.Contains(r.stderr, "hunter2") {
+		t.Errorf("credentials in the reference: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// Nothing of what was refused is registered: no seed of a bad image, no blob that did not verify.
+	ls := mustShed(t, root, "store", "ls").stdout
+	for _, name := range []string{"-oci-manifest-", "-oci-layer-v1", "-oci-device-v1", "-oci-huge-v1", "-oci-platform-", "oci-blob-" + strings.TrimPrefix(digest.FromBytes(evil.gz).String(), "sha256:")[:16]} {
+		for _, line := range strings.Split(ls, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.Contains(f[0], name) && !strings.HasSuffix(f[0], ".drv") {
+				t.Errorf("%s is registered: %s", name, line)
+			}
+		}
+	}
+	if v := mustShed(t, root, "store", "verify"); !strings.Contains(v.stdout+v.stderr, "0 problems") {
+		t.Errorf("store verify: %s%s", v.stdout, v.stderr)
+	}
+}
