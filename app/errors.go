@@ -160,7 +160,7 @@ func hintFor(err error) string {
 	case errors.Is(err, builder.ErrResolve):
 		return "check the package names and pins against the mirror (apt-cache policy NAME on a Debian machine)"
 	case errors.Is(err, cache.ErrUnauthorized):
-		return "set SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD (or log in with a Docker credentials file: $DOCKER_CONFIG/config.json)"
+		return "set SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD (or log in: `docker login HOST` or `podman login HOST`; shed reads their credentials files)"
 	case errors.Is(err, trust.ErrNoKey):
 		return "run `shed init`: it makes the store's signing key (the store was made before shed signed what it builds)"
 	case errors.Is(err, trust.ErrUntrusted):

@@ -698,7 +698,7 @@ type doer interface {
 	Do(*http.Request) (*http.Response, error)
 }
 
-const registryLoginHint = "the registry wants credentials: `docker login HOST` (or `podman login --authfile ~/.docker/config.json HOST`), or set SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD"
+const registryLoginHint = "the registry wants credentials: `docker login HOST` or `podman login HOST`, or set SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD"
 
 // blobURL turns a blob's URL as a derivation names it, oci://HOST[:PORT]/REPO@sha256:HEX, into the
 // registry's HTTP URL of the blob and the client that may GET it (with the registry's credentials,

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"path"
 	"slices"
 	"strings"
@@ -104,9 +105,9 @@ type Cache struct {
 }
 
 // Credentials for a registry come from the environment (SHED_REGISTRY_USERNAME and
-// SHED_REGISTRY_PASSWORD) or from the Docker credentials file ($DOCKER_CONFIG/config.json,
-// ~/.docker/config.json, and its credential helpers), at run time only: they never reach a derivation,
-// a store path, a log or a provenance.
+// SHED_REGISTRY_PASSWORD), else from the Docker credentials file ($DOCKER_CONFIG/config.json,
+// ~/.docker/config.json, and its credential helpers), else from podman's auth files (podmanAuthFiles),
+// at run time only: they never reach a derivation, a store path, a log or a provenance.
 func credentialFunc(host string) (auth.CredentialFunc, error) {
 	if u, p := os.Getenv("SHED_REGISTRY_USERNAME"), os.Getenv("SHED_REGISTRY_PASSWORD"); u != "" || p != "" {
 		return auth.StaticCredential(host, auth.Credential{Username: u, Password: p}), nil
@@ -115,7 +116,37 @@ func credentialFunc(host string) (auth.CredentialFunc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the Docker credentials file: %w", err)
 	}
-	return credentials.Credential(cs), nil
+	var fallbacks []credentials.Store
+	for _, f := range podmanAuthFiles() {
+		if _, err := os.Stat(f); err != nil {
+			continue
+		}
+		ps, err := credentials.NewStore(f, credentials.StoreOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("read podman's credentials file %s: %w", f, err)
+		}
+		fallbacks = append(fallbacks, ps)
+	}
+	return credentials.Credential(credentials.NewStoreWithFallbacks(cs, fallbacks...)), nil
+}
+
+// podmanAuthFiles are where `podman login` keeps credentials (containers-auth.json(5)), in the order
+// podman reads them: $REGISTRY_AUTH_FILE, then $XDG_RUNTIME_DIR/containers/auth.json (or
+// /run/containers/UID/auth.json), then $XDG_CONFIG_HOME/containers/auth.json. Their format is Docker's.
+func podmanAuthFiles() []string {
+	var files []string
+	if f := os.Getenv("REGISTRY_AUTH_FILE"); f != "" {
+		files = append(files, f)
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		files = append(files, filepath.Join(d, "containers", "auth.json"))
+	} else {
+		files = append(files, fmt.Sprintf("/run/containers/%d/auth.json", os.Getuid()))
+	}
+	if d, err := os.UserConfigDir(); err == nil {
+		files = append(files, filepath.Join(d, "containers", "auth.json"))
+	}
+	return files
 }
 
 // Open opens a cache named oci://HOST[:PORT]/REPO (a registry; plain HTTP only for a loopback host, as

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,9 +22,11 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/crypto/bcrypt"
 	imeta "github.com/opencontainers/image-spec/specs-go"
 	ispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/registry/remote"
+	"oras.land/oras-go/v2/registry/remote/auth"
 )
 
 // testLayer is a gzip layer and the digest of its uncompressed tar (its diff id).
@@ -70,12 +73,20 @@ func tarLayer(t *testing.T, hdrs ...*tar.Header) testLayer {
 // manifest's digest.
 func pushImage(t *testing.T, ref string, layers ...testLayer) string {
 	t.Helper()
+	return pushImageAs(t, auth.EmptyCredential, ref, layers...)
+}
+
+func pushImageAs(t *testing.T, cred auth.Credential, ref string, layers ...testLayer) string {
+	t.Helper()
 	ctx := context.Background()
 	repo, err := remote.NewRepository(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	repo.PlainHTTP = true
+	if cred != auth.EmptyCredential {
+		repo.Client = &auth.Client{Credential: auth.StaticCredential(repo.Reference.Registry, cred)}
+	}
 	push := func(mt string, b []byte) ispec.Descriptor {
 		d := ispec.Descriptor{MediaType: mt, Digest: digest.FromBytes(b), Size: int64(len(b))}
 		if ok, _ := repo.Exists(ctx, d); !ok {
@@ -314,5 +325,49 @@ func TestRegistrySeedHostile(t *testing.T) {
 	}
 	if v := mustShed(t, root, "store", "verify"); !strings.Contains(v.stdout+v.stderr, "0 problems") {
 		t.Errorf("store verify: %s%s", v.stdout, v.stderr)
+	}
+}
+
+// TestRegistrySeedCredentials: an image in a registry that wants a password. Without credentials the
+// lock fails and says where shed reads them; with podman's auth file (REGISTRY_AUTH_FILE, as `podman
+// login` writes it) it locks and realizes; the password, in clear, in base64 or as the auth file's
+// user:password, is in no lock, store path, log or provenance.
+func TestRegistrySeedCredentials(t *testing.T) {
+	parallel(t) // see parallelTests in main_test.go
+	requireRoot(t)
+	root := newRoot(t)
+	canary := "canary-" + strings.Repeat("5", 20)
+	hash, err := bcrypt.GenerateFromPassword([]byte(canary), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := startRegistry(t, writeFile(t, filepath.Join(t.TempDir(), "htpasswd"), "shed:"+string(hash)+"\n"))
+	host := fmt.Sprintf("127.0.0.1:%d", reg.port)
+	pushImageAs(t, auth.Credential{Username: "shed", Password: canary}, host+"/private/box:v1",
+		tarLayer(t, &tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+			&tar.Header{Name: "etc/hostname", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "box\n"}))
+	dir := t.TempDir()
+	file := writeFile(t, filepath.Join(dir, "workshop.toml"), fmt.Sprintf("name = \"private\"\nseed = \"oci://%s/private/box:v1\"\n", host))
+
+	r := shed(t, root, []string{"REGISTRY_AUTH_FILE=" + filepath.Join(dir, "none.json")}, "lock", file)
+	if r.code == 0 || !strings.Contains(r.stderr, "shed: error:") || !strings.Contains(r.stderr, "SHED_REGISTRY_USERNAME") {
+		t.Errorf("lock without credentials: exit %d\n%s", r.code, r.stderr)
+	}
+	basic := base64.StdEncoding.EncodeToString([]byte("shed:" + canary))
+	authFile := writeFile(t, filepath.Join(t.TempDir(), "auth.json"), fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, host, basic))
+	env := []string{"REGISTRY_AUTH_FILE=" + authFile}
+	r = shed(t, root, env, "--json", "realize", file)
+	if r.code != 0 || !strings.Contains(r.stdout, "oci-box-v1") {
+		t.Fatalf("realize with podman's auth file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, secret := range []string{canary, basic, base64.StdEncoding.EncodeToString([]byte(canary))} {
+		for _, where := range []string{root, dir} {
+			if out, _ := exec.Command("grep", "-rl", secret, where).Output(); len(out) > 0 {
+				t.Errorf("the registry password (%s) is written:\n%s", secret, out)
+			}
+		}
+		if strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("the registry password (%s) is in shed's output", secret)
+		}
 	}
 }
