@@ -22,9 +22,9 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-	"golang.org/x/crypto/bcrypt"
 	imeta "github.com/opencontainers/image-spec/specs-go"
 	ispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/crypto/bcrypt"
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
 )
