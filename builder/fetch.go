@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"oras.land/oras-go/v2/registry/remote"
+	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"toolshed.dev/shed/cache"
 	"toolshed.dev/shed/internal/hint"
@@ -445,13 +446,13 @@ func (f *fetcher) tryURL(ctx context.Context, it FetchItem, u string, out string
 func (f *fetcher) attempt(ctx context.Context, it FetchItem, u string, out string) (n int64, err error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	get, client := u, doer(f.client)
+	var req *http.Request
+	client := doer(f.client)
 	if strings.HasPrefix(u, "oci://") {
-		if get, client, err = f.blobURL(u); err != nil {
-			return 0, err
-		}
+		req, client, err = f.registryGet(actx, u)
+	} else {
+		req, err = http.NewRequestWithContext(actx, http.MethodGet, u, nil)
 	}
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, get, nil)
 	if err != nil {
 		return 0, fmt.Errorf("bad request: %w", err)
 	}
@@ -698,33 +699,61 @@ type doer interface {
 	Do(*http.Request) (*http.Response, error)
 }
 
-const registryLoginHint = "the registry wants credentials: `docker login HOST` or `podman login HOST`, or set SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD"
+const registryLoginHint = "the registry wants credentials: `docker login HOST` or `podman login HOST` (an image seed's registry gets only the credentials those files keep for its host)"
 
-// blobURL turns a blob's URL as a derivation names it, oci://HOST[:PORT]/REPO@sha256:HEX, into the
-// registry's HTTP URL of the blob and the client that may GET it (with the registry's credentials,
-// which never reach the derivation or the log). Repositories are opened once per fetcher, so that a
-// token serves every blob of an image.
-func (f *fetcher) blobURL(u string) (string, doer, error) {
-	ref, dgst, ok := strings.Cut(strings.TrimPrefix(u, "oci://"), "@")
-	if !ok || !strings.HasPrefix(dgst, "sha256:") {
-		return "", nil, fmt.Errorf("bad blob url %q: want oci://HOST/REPO@sha256:HEX", u)
+// manifestAccept is what a manifest GET accepts: the image manifests shed reads.
+const manifestAccept = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+
+// registryGet turns an image's blob or manifest URL as a derivation names it,
+// oci://HOST[:PORT]/REPO/blobs/sha256:HEX or oci://HOST[:PORT]/REPO/manifests/sha256:HEX, into the
+// registry's request for it, sent by the fetcher's own client (its timeouts) wrapped in the
+// registry's auth client (its credentials, which never reach the derivation or the log, and its
+// token flow, scoped to pull from the repository). Repositories are opened once per fetcher, so that
+// a token serves every blob of an image.
+func (f *fetcher) registryGet(ctx context.Context, u string) (*http.Request, doer, error) {
+	rest := strings.TrimPrefix(u, "oci://")
+	kind, i := "blobs", strings.LastIndex(rest, "/blobs/")
+	if j := strings.LastIndex(rest, "/manifests/"); j > i {
+		kind, i = "manifests", j
+	}
+	if i < 0 {
+		return nil, nil, fmt.Errorf("bad image url %q: want oci://HOST/REPO/blobs/sha256:HEX or oci://HOST/REPO/manifests/sha256:HEX", u)
+	}
+	ref, dgst := rest[:i], rest[i+len("/"+kind+"/"):]
+	if !strings.HasPrefix(dgst, "sha256:") || strings.Contains(dgst, "/") {
+		return nil, nil, fmt.Errorf("bad image url %q: want a sha256 digest at its end", u)
 	}
 	f.reposMu.Lock()
-	defer f.reposMu.Unlock()
 	repo := f.repos[ref]
 	if repo == nil {
 		var err error
 		if repo, err = cache.Repository(ref); err != nil {
-			return "", nil, fmt.Errorf("registry %s: %w", ref, err)
+			f.reposMu.Unlock()
+			return nil, nil, fmt.Errorf("registry %s: %w", ref, err)
+		}
+		if ac, ok := repo.Client.(*auth.Client); ok {
+			c := *ac
+			c.Client = f.client
+			repo.Client = &c
 		}
 		if f.repos == nil {
 			f.repos = map[string]*remote.Repository{}
 		}
 		f.repos[ref] = repo
 	}
+	f.reposMu.Unlock()
 	scheme := "https"
 	if repo.PlainHTTP {
 		scheme = "http"
 	}
-	return fmt.Sprintf("%s://%s/v2/%s/blobs/%s", scheme, repo.Reference.Registry, repo.Reference.Repository, dgst), repo.Client, nil
+	// Host, not Registry: docker.io's API is served at registry-1.docker.io.
+	get := fmt.Sprintf("%s://%s/v2/%s/%s/%s", scheme, repo.Reference.Host(), repo.Reference.Repository, kind, dgst)
+	req, err := http.NewRequestWithContext(auth.AppendRepositoryScope(ctx, repo.Reference, auth.ActionPull), http.MethodGet, get, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bad request: %w", err)
+	}
+	if kind == "manifests" {
+		req.Header.Set("Accept", manifestAccept)
+	}
+	return req, repo.Client, nil
 }

@@ -9,10 +9,12 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	ispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/opencontainers/umoci/oci/casext/blobcompress"
 	"github.com/opencontainers/umoci/oci/casext/mediatype"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/registry/remote/errcode"
@@ -72,6 +74,9 @@ func ResolveImage(ctx context.Context, seed recipe.Seed) (string, *recipe.Locked
 		if err := json.Unmarshal(raw, &index); err != nil {
 			return "", nil, fmt.Errorf("image %s: index %s: %w: %w", shown, desc.Digest, err, ErrOCIRefused)
 		}
+		if index.MediaType != "" && index.MediaType != desc.MediaType {
+			return "", nil, fmt.Errorf("image %s: index %s is served as %s but says it is a %s: %w", shown, desc.Digest, desc.MediaType, index.MediaType, ErrOCIRefused)
+		}
 		var ours, all []string
 		var pick ispec.Descriptor
 		for _, m := range index.Manifests {
@@ -102,32 +107,83 @@ func ResolveImage(ctx context.Context, seed recipe.Seed) (string, *recipe.Locked
 	if desc.MediaType != ispec.MediaTypeImageManifest && desc.MediaType != dockerManifest {
 		return "", nil, fmt.Errorf("image %s: %s is a %s, not an image manifest: %w", shown, desc.Digest, desc.MediaType, ErrOCIRefused)
 	}
-	// umoci's parser refuses a manifest carrying an index's fields (CVE-2021-41190).
-	parsed, err := mediatype.GetParser(ispec.MediaTypeImageManifest)(bytes.NewReader(raw))
+	m, err := parseImageManifest(raw, desc.MediaType)
 	if err != nil {
-		return "", nil, fmt.Errorf("image %s: manifest %s: %w: %w", shown, desc.Digest, err, ErrOCIRefused)
+		return "", nil, fmt.Errorf("image %s: manifest %s: %w", shown, desc.Digest, err)
 	}
-	m := parsed.(ispec.Manifest)
-	im := &recipe.LockedImage{Platform: platform}
-	if m.Config.MediaType != ispec.MediaTypeImageConfig && m.Config.MediaType != dockerConfig {
-		return "", nil, fmt.Errorf("image %s: config has media type %q: %w", shown, m.Config.MediaType, ErrOCIRefused)
-	}
-	im.Config = recipe.LockedBlob{Digest: m.Config.Digest.String(), Size: m.Config.Size, MediaType: m.Config.MediaType}
+	im := &recipe.LockedImage{Platform: platform,
+		Manifest: recipe.LockedBlob{Digest: desc.Digest.String(), Size: int64(len(raw)), MediaType: desc.MediaType},
+		Config:   recipe.LockedBlob{Digest: m.Config.Digest.String(), Size: m.Config.Size, MediaType: m.Config.MediaType}}
 	for _, l := range m.Layers {
 		im.Layers = append(im.Layers, recipe.LockedBlob{Digest: l.Digest.String(), Size: l.Size, MediaType: l.MediaType})
 	}
-	for i, b := range append([]recipe.LockedBlob{im.Config}, im.Layers...) {
-		if b.SHA256() == "" {
-			return "", nil, fmt.Errorf("image %s: blob %d has digest %q: only sha256 blobs can be fetched: %w", shown, i, b.Digest, ErrOCIRefused)
-		}
-		if b.Size <= 0 || b.Size > MaxOCIUnpackedSize {
-			return "", nil, fmt.Errorf("image %s: blob %s has size %d: %w", shown, b.Digest, b.Size, ErrOCIRefused)
-		}
-	}
-	if len(im.Layers) == 0 {
-		return "", nil, fmt.Errorf("image %s has no layers: %w", shown, ErrOCIRefused)
-	}
 	return desc.Digest.String(), im, nil
+}
+
+// parseImageManifest parses an image manifest of the given media type (OCI's, or Docker's schema 2)
+// and holds it to what shed can build: a config of an image config's type no larger than
+// maxOCIJSONSize, and at least one layer, each of a layer type applyOCILayer reads, each blob
+// named by a sha256 digest with a positive size.
+func parseImageManifest(raw []byte, mediaType string) (ispec.Manifest, error) {
+	var m ispec.Manifest
+	switch mediaType {
+	case ispec.MediaTypeImageManifest:
+		// umoci's parser refuses a manifest carrying an index's fields (CVE-2021-41190).
+		parsed, err := mediatype.GetParser(ispec.MediaTypeImageManifest)(bytes.NewReader(raw))
+		if err != nil {
+			return m, fmt.Errorf("%w: %w", err, ErrOCIRefused)
+		}
+		m = parsed.(ispec.Manifest)
+	case dockerManifest:
+		// The same check for Docker's type, whose body umoci's parser refuses for its media type.
+		var probe struct {
+			MediaType string          `json:"mediaType"`
+			Manifests json.RawMessage `json:"manifests"`
+		}
+		if err := json.Unmarshal(raw, &probe); err != nil {
+			return m, fmt.Errorf("%w: %w", err, ErrOCIRefused)
+		}
+		if probe.Manifests != nil || probe.MediaType != dockerManifest {
+			return m, fmt.Errorf("a %s whose body says %q or lists manifests: %w", dockerManifest, probe.MediaType, ErrOCIRefused)
+		}
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return m, fmt.Errorf("%w: %w", err, ErrOCIRefused)
+		}
+	default:
+		return m, fmt.Errorf("a %s, not an image manifest: %w", mediaType, ErrOCIRefused)
+	}
+	if m.Config.MediaType != ispec.MediaTypeImageConfig && m.Config.MediaType != dockerConfig {
+		return m, fmt.Errorf("config has media type %q: %w", m.Config.MediaType, ErrOCIRefused)
+	}
+	if m.Config.Size <= 0 || m.Config.Size > maxOCIJSONSize {
+		return m, fmt.Errorf("config has size %d (at most %d): %w", m.Config.Size, maxOCIJSONSize, ErrOCIRefused)
+	}
+	if len(m.Layers) == 0 {
+		return m, fmt.Errorf("an image with no layers: %w", ErrOCIRefused)
+	}
+	var total int64
+	for i, l := range append([]ispec.Descriptor{m.Config}, m.Layers...) {
+		if l.Digest.Algorithm() != "sha256" || l.Digest.Validate() != nil {
+			return m, fmt.Errorf("blob %q: only sha256 blobs can be fetched: %w", l.Digest, ErrOCIRefused)
+		}
+		if i > 0 && !layerTypeOK(l.MediaType) {
+			return m, fmt.Errorf("layer %s has media type %q, which is not an image layer shed reads: %w", l.Digest, l.MediaType, ErrOCIRefused)
+		}
+		if total += l.Size; l.Size <= 0 || total > MaxOCIUnpackedSize {
+			return m, fmt.Errorf("blob %s has size %d: %w", l.Digest, l.Size, ErrOCIRefused)
+		}
+	}
+	return m, nil
+}
+
+// layerTypeOK says whether applyOCILayer reads layers of media type mt.
+func layerTypeOK(mt string) bool {
+	if mt == dockerLayer {
+		return true
+	}
+	base, suffix := mediatype.SplitMediaTypeSuffix(mt)
+	//lint:ignore SA1019 non-distributable layers are deprecated but still found in images
+	return (base == ispec.MediaTypeImageLayer || base == ispec.MediaTypeImageLayerNonDistributable) && blobcompress.GetAlgorithm(suffix) != nil
 }
 
 // registryError names what the registry said, with the hint for a refusal of access.
@@ -147,7 +203,8 @@ func registryError(shown string, err error) error {
 // ids checked against every layer's uncompressed stream, the layers applied in order as ImportOCI
 // applies a layout's (whiteouts resolved, every entry checked first).
 func (b *Builder) buildImageSeed(ctx context.Context, d *derivation.Derivation, byOut map[store.Path]*derivation.Derivation, out string, log io.Writer) error {
-	if len(d.Args) < 3 || !strings.HasPrefix(d.Args[0], "manifest ") {
+	mf := strings.Fields(d.Args[0])
+	if len(d.Args) < 3 || len(mf) != 3 || mf[0] != "manifest" {
 		return hint.Wrap(fmt.Errorf("seed derivation %s: not locked: want the image's manifest, config and layers", d.Name), "run `shed lock`: it pins the image's digest")
 	}
 	blob := map[string]store.Path{} // sha256 hex → its fetched path
@@ -163,10 +220,31 @@ func (b *Builder) buildImageSeed(ctx context.Context, d *derivation.Derivation, 
 		}
 		return os.Open(b.Store.Location(p))
 	}
-	cfgDigest, ok := strings.CutPrefix(d.Args[1], "config ")
-	if !ok {
-		return fmt.Errorf("seed derivation %s: argument 2 is not the config", d.Name)
+	// The manifest, fetched by the digest the lock pins, says what the seed is made of: the lock's
+	// config and layers must be exactly its own, so an edited lock cannot build another image
+	// under a familiar digest.
+	mfile, err := open(mf[2])
+	if err != nil {
+		return err
 	}
+	mraw, err := io.ReadAll(io.LimitReader(mfile, maxOCIJSONSize+1))
+	mfile.Close()
+	if err != nil {
+		return err
+	}
+	manifest, err := parseImageManifest(mraw, mf[1])
+	if err != nil {
+		return fmt.Errorf("manifest %s: %w", mf[2], err)
+	}
+	want := []string{"config " + manifest.Config.Digest.String()}
+	for _, l := range manifest.Layers {
+		want = append(want, "layer "+l.MediaType+" "+l.Digest.String())
+	}
+	if !slices.Equal(want, d.Args[1:]) {
+		return hint.Wrap(fmt.Errorf("seed derivation %s: the lock's config and layers are not those of manifest %s: %w", d.Name, mf[2], ErrOCIRefused),
+			"a lock is written by `shed lock`: run `shed lock --update` to pin the image again")
+	}
+	cfgDigest := manifest.Config.Digest.String()
 	f, err := open(cfgDigest)
 	if err != nil {
 		return err
@@ -187,7 +265,11 @@ func (b *Builder) buildImageSeed(ctx context.Context, d *derivation.Derivation, 
 	if config.RootFS.Type != "layers" || len(config.RootFS.DiffIDs) != len(layers) {
 		return fmt.Errorf("config %s: rootfs %q with %d diff ids for %d layers: %w", cfgDigest, config.RootFS.Type, len(config.RootFS.DiffIDs), len(layers), ErrOCIRefused)
 	}
-	fmt.Fprintf(log, "shed: importing %s (%s, %d layers)\n", d.Name, strings.TrimPrefix(d.Args[0], "manifest "), len(layers))
+	if config.OS != "linux" || config.Architecture != runtime.GOARCH {
+		return hint.Wrap(fmt.Errorf("image %s is for %s/%s, not linux/%s: %w", mf[2], config.OS, config.Architecture, runtime.GOARCH, ErrOCIRefused),
+			"lock the recipe on this machine (`shed lock --update`), or name an image built for linux/"+runtime.GOARCH)
+	}
+	fmt.Fprintf(log, "shed: importing %s (%s, %d layers)\n", d.Name, mf[2], len(layers))
 	if err := os.Mkdir(out, 0o755); err != nil {
 		return fmt.Errorf("image import: %w", err)
 	}

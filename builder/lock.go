@@ -120,7 +120,7 @@ func (b *Builder) Lock(ctx context.Context, r *recipe.Recipe, opts LockOptions) 
 		if err := b.realizeSeed(ctx, seedPlan); err != nil {
 			return nil, err
 		}
-		if lock.Apt, err = b.resolveApt(ctx, r, seedPlan.Derivations[0], suite, opts); err != nil {
+		if lock.Apt, err = b.resolveApt(ctx, r, seedPlan.Derivations[seedIndex(seedPlan)], suite, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -141,11 +141,23 @@ func seedMirror(r *recipe.Recipe) string {
 	return r.Apt.Mirror
 }
 
-// realizeSeed builds just the seed of a plan.
+// realizeSeed builds just the seed of a plan: its derivation and the fetches before it (a registry
+// image's blobs).
 func (b *Builder) realizeSeed(ctx context.Context, plan *recipe.Plan) error {
-	seedOnly := &recipe.Plan{Derivations: plan.Derivations[:1], Layers: plan.Layers[:1], Fetches: map[store.Path]recipe.FetchInfo{}}
+	i := seedIndex(plan)
+	seedOnly := &recipe.Plan{Derivations: plan.Derivations[:i+1], Layers: plan.Layers[:1], Fetches: plan.Fetches, Drvs: plan.Drvs, Locked: plan.Locked}
 	_, err := b.Realize(ctx, seedOnly)
 	return err
+}
+
+// seedIndex is the index of a plan's seed among its derivations (after the fetches it needs).
+func seedIndex(plan *recipe.Plan) int {
+	for i, d := range plan.Derivations {
+		if d.Output == plan.Layers[0] {
+			return i
+		}
+	}
+	return 0
 }
 
 // releaseDate reads the Date: of the suite's InRelease. shed fetches it itself

@@ -108,8 +108,8 @@ type Cache struct {
 // SHED_REGISTRY_PASSWORD), else from the Docker credentials file ($DOCKER_CONFIG/config.json,
 // ~/.docker/config.json, and its credential helpers), else from podman's auth files (podmanAuthFiles),
 // at run time only: they never reach a derivation, a store path, a log or a provenance.
-func credentialFunc(host string) (auth.CredentialFunc, error) {
-	if u, p := os.Getenv("SHED_REGISTRY_USERNAME"), os.Getenv("SHED_REGISTRY_PASSWORD"); u != "" || p != "" {
+func credentialFunc(host string, env bool) (auth.CredentialFunc, error) {
+	if u, p := os.Getenv("SHED_REGISTRY_USERNAME"), os.Getenv("SHED_REGISTRY_PASSWORD"); env && (u != "" || p != "") {
 		return auth.StaticCredential(host, auth.Credential{Username: u, Password: p}), nil
 	}
 	cs, err := credentials.NewStoreFromDocker(credentials.StoreOptions{})
@@ -154,7 +154,7 @@ func podmanAuthFiles() []string {
 func Open(name string) (*Cache, error) {
 	switch {
 	case strings.HasPrefix(name, "oci://"):
-		repo, err := Repository(strings.TrimPrefix(name, "oci://"))
+		repo, err := repository(strings.TrimPrefix(name, "oci://"), true)
 		if err != nil {
 			return nil, fmt.Errorf("cache %s: %w", name, err)
 		}
@@ -171,12 +171,17 @@ func Open(name string) (*Cache, error) {
 	return nil, fmt.Errorf("cache %q: want oci://HOST[:PORT]/REPO or oci-layout:DIR", name)
 }
 
-// Repository opens a registry repository, ref being HOST[:PORT]/REPO (a tag or digest after it is
-// allowed and ignored), the way every registry client of shed does: plain HTTP only for a loopback
-// host, as Docker treats localhost; credentials as credentialFunc finds them, answered to the
-// registry's challenges by oras-go's auth client (with retries of transient failures). Its Client
-// also serves requests made by hand, such as a fixed-output fetch of a blob.
-func Repository(ref string) (*remote.Repository, error) {
+// Repository opens a registry repository that a recipe named (an image seed), ref being
+// HOST[:PORT]/REPO (a tag or digest after it is allowed and ignored), the way every registry client
+// of shed does: plain HTTP only for a loopback host, as Docker treats localhost; credentials as
+// credentialFunc finds them in the files that key them by host, answered to the registry's
+// challenges by oras-go's auth client (with retries of transient failures). SHED_REGISTRY_USERNAME
+// and SHED_REGISTRY_PASSWORD are not offered: they name no host, and are meant for the caches the
+// user names, not for whatever registry a recipe names. Its Client also serves requests made by
+// hand, such as a fixed-output fetch of a blob.
+func Repository(ref string) (*remote.Repository, error) { return repository(ref, false) }
+
+func repository(ref string, envCredentials bool) (*remote.Repository, error) {
 	repo, err := remote.NewRepository(ref)
 	if err != nil {
 		return nil, err
@@ -186,7 +191,7 @@ func Repository(ref string) (*remote.Repository, error) {
 		host = h
 	}
 	repo.PlainHTTP = isLoopback(host)
-	cred, err := credentialFunc(repo.Reference.Registry)
+	cred, err := credentialFunc(repo.Reference.Registry, envCredentials)
 	if err != nil {
 		return nil, err
 	}

@@ -101,19 +101,29 @@ func Compile(r *Recipe, lock *Lock, storeDir string) (*Plan, error) {
 		// Every blob of the image is a fixed-output fetch named by its digest alone, so images (and
 		// registries) that share a layer share its path; the seed is built from those paths.
 		im := lock.Seed.Image
-		seed.Args = []string{"manifest " + lock.Seed.Digest}
-		blobs := append([]LockedBlob{im.Config}, im.Layers...)
+		if r.Seed.Digest != "" && r.Seed.Digest != lock.Seed.Digest {
+			return nil, fmt.Errorf("compile %s: seed: the recipe pins manifest %s but the lock pins %s: run `shed lock --update`", r.File, r.Seed.Digest, lock.Seed.Digest)
+		}
+		seed.Args = []string{"manifest " + im.Manifest.MediaType + " " + lock.Seed.Digest}
+		blobs := append([]LockedBlob{im.Manifest, im.Config}, im.Layers...)
 		for i, b := range blobs {
-			what, arg := "config", "config "+b.Digest
-			if i > 0 {
-				what, arg = fmt.Sprintf("layer %d of %d", i, len(im.Layers)), "layer "+b.MediaType+" "+b.Digest
+			what, arg, kind := "manifest", "", "blobs"
+			switch {
+			case i == 0:
+				kind = "manifests"
+			case i == 1:
+				what, arg = "config", "config "+b.Digest
+			default:
+				what, arg = fmt.Sprintf("layer %d of %d", i-1, len(im.Layers)), "layer "+b.MediaType+" "+b.Digest
 			}
-			in, err := fetch("oci://"+r.Seed.Ref+"@"+b.Digest, b.SHA256(), FetchInfo{Name: r.Seed.Ref, Version: what, Size: b.Size})
+			in, err := fetch("oci://"+r.Seed.Ref+"/"+kind+"/"+b.Digest, b.SHA256(), FetchInfo{Name: r.Seed.Ref, Version: what, Size: b.Size})
 			if err != nil {
 				return nil, fmt.Errorf("compile %s: seed: %w", r.File, err)
 			}
 			seed.Inputs = append(seed.Inputs, in)
-			seed.Args = append(seed.Args, arg)
+			if arg != "" {
+				seed.Args = append(seed.Args, arg)
+			}
 		}
 	} else if lock != nil && lock.Seed.Digest != "" {
 		seed.Args = append(seed.Args, lock.Seed.Digest)
@@ -237,13 +247,15 @@ func fetchDerivation(rawURL, sha256 string) (*derivation.Derivation, error) {
 	}, nil
 }
 
-// fetchName names a fetched file: its URL's last element, or for an image's blob (oci://HOST/REPO@sha256:HEX)
+// fetchName names a fetched file: its URL's last element, or for an image's manifest or blob
+// (oci://HOST/REPO/manifests/sha256:HEX, oci://HOST/REPO/blobs/sha256:HEX) "oci-manifest-" or
 // "oci-blob-" and the digest's start, the same whichever registry and repository serve it.
 func fetchName(u *url.URL, base string) string {
-	if u.Scheme == "oci" {
-		if _, d, ok := strings.Cut(u.String(), "@sha256:"); ok && len(d) >= 16 {
-			return "oci-blob-" + d[:16]
+	if d, ok := strings.CutPrefix(base, "sha256:"); u.Scheme == "oci" && ok && len(d) >= 16 {
+		if strings.HasSuffix(path.Dir(u.Path), "/manifests") {
+			return "oci-manifest-" + d[:16]
 		}
+		return "oci-blob-" + d[:16]
 	}
 	return safeName(base)
 }

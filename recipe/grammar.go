@@ -114,7 +114,7 @@ func parseRegistrySeed(seed Seed, rest string) (Seed, *Error) {
 		// user:password@host would put a credential into the recipe, its lock, the derivation and
 		// every log that names the seed.
 		return Seed{}, &Error{Msg: "an image reference holds no credentials",
-			Hint: "name the image without them; shed reads registry credentials from SHED_REGISTRY_USERNAME and SHED_REGISTRY_PASSWORD, or the files `docker login` and `podman login` write"}
+			Hint: "name the image without them; shed reads an image's registry credentials from the files `docker login` and `podman login` write"}
 	}
 	if !strings.Contains(rest, "/") {
 		return Seed{}, &Error{Msg: fmt.Sprintf("image %q names no registry", rest), Hint: registrySeedHint}

@@ -58,7 +58,10 @@ type LockedSeed struct {
 // LockedImage is a registry image's manifest as the lock pins it.
 type LockedImage struct {
 	// Platform is the manifest's platform when the reference named an index ("linux/amd64"), else "".
-	Platform string       `toml:"platform,omitempty"`
+	Platform string `toml:"platform,omitempty"`
+	// Manifest is the manifest itself (its digest is the seed's Digest), fetched by digest too: the
+	// seed is built from what the manifest lists, so a lock cannot name other config or layers.
+	Manifest LockedBlob   `toml:"manifest"`
 	Config   LockedBlob   `toml:"config"`
 	Layers   []LockedBlob `toml:"layer"`
 }
@@ -260,10 +263,16 @@ func (l *Lock) Validate() error {
 		if im.Platform != "" && strings.Trim(im.Platform, "abcdefghijklmnopqrstuvwxyz0123456789/") != "" {
 			return fmt.Errorf("seed.image.platform: bad platform %q", im.Platform)
 		}
-		for i, b := range append([]LockedBlob{im.Config}, im.Layers...) {
-			what := "seed.image.config"
-			if i > 0 {
-				what = fmt.Sprintf("seed.image.layer[%d]", i-1)
+		if im.Manifest.Digest != l.Seed.Digest {
+			return fmt.Errorf("seed.image.manifest.digest %q is not seed.digest %q", im.Manifest.Digest, l.Seed.Digest)
+		}
+		for i, b := range append([]LockedBlob{im.Manifest, im.Config}, im.Layers...) {
+			what := "seed.image.manifest"
+			switch {
+			case i == 1:
+				what = "seed.image.config"
+			case i > 1:
+				what = fmt.Sprintf("seed.image.layer[%d]", i-2)
 			}
 			if b.SHA256() == "" {
 				return fmt.Errorf("%s.digest: want sha256: and 64 lowercase hex digits", what)

@@ -427,7 +427,7 @@ func TestSeed(t *testing.T) {
 		{"oci:", "OCI seed has no directory", "oci:DIR"},
 		{"oci::v1", "OCI seed has no directory", "oci:DIR"},
 		{"oci:img:", "empty OCI tag after ':'", "oci:DIR:TAG"},
-		{"oci://user:secret@ghcr.io/o/r:v1", "an image reference holds no credentials", "SHED_REGISTRY_USERNAME"},
+		{"oci://user:secret@ghcr.io/o/r:v1", "an image reference holds no credentials", "podman login"},
 		{"oci://token@ghcr.io/o/r", "an image reference holds no credentials", "docker login"},
 		{"oci://debian:bookworm", `image "debian:bookworm" names no registry`, "oci://REGISTRY/REPO:TAG"},
 		{"oci://ghcr.io/O/r:v1", `invalid image reference "ghcr.io/O/r:v1": invalid reference: invalid repository "O/r"`, "oci://REGISTRY/REPO:TAG"},

@@ -151,8 +151,8 @@ func TestRegistrySeed(t *testing.T) {
 	if !strings.Contains(string(lock), "digest = '"+d1+"'") || strings.Count(string(lock), "[[seed.image.layer]]") != 2 {
 		t.Errorf("lock:\n%s", lock)
 	}
-	if len(j.Fetched) != 3 || j.FetchedBytes < int64(len(base.gz)) {
-		t.Errorf("first image fetched %v (%d bytes), want its config and two layers", j.Fetched, j.FetchedBytes)
+	if len(j.Fetched) != 4 || j.FetchedBytes < int64(len(base.gz)) {
+		t.Errorf("first image fetched %v (%d bytes), want its manifest, config and two layers", j.Fetched, j.FetchedBytes)
 	}
 	if b, err := os.ReadFile(filepath.Join(j.Layers[0], "etc/task-id")); err != nil || string(b) != "task 1\n" {
 		t.Errorf("etc/task-id: %q %v", b, err)
@@ -175,10 +175,38 @@ func TestRegistrySeed(t *testing.T) {
 	}
 
 	// The second image shares the base layer: fetched once, by the first.
-	file2 := writeFile(t, filepath.Join(dir, "two", "workshop.toml"), fmt.Sprintf("name = \"task2\"\nseed = \"oci://%s/swe/task2:v1\"\n", host))
+	// It also has packages: apt resolves against the image's own suite (its os-release).
+	file2 := writeFile(t, filepath.Join(dir, "two", "workshop.toml"), fmt.Sprintf("name = \"task2\"\nseed = \"oci://%s/swe/task2:v1\"\n[apt]\npackages = [\"jq\"]\n", host))
 	j2 := realize(t, root, file2)
-	if len(j2.Fetched) != 2 || j2.FetchedBytes >= int64(len(base.gz)) || slices.ContainsFunc(j2.Fetched, func(p string) bool { return slices.Contains(j.Fetched, p) }) {
-		t.Errorf("second image fetched %v (%d bytes), want only its own config and layer", j2.Fetched, j2.FetchedBytes)
+	var images []string
+	for _, p := range j2.Fetched {
+		if strings.Contains(p, "-oci-") {
+			images = append(images, p)
+		}
+	}
+	if len(images) != 3 || slices.ContainsFunc(images, func(p string) bool {
+		return slices.Contains(j.Fetched, p) || strings.Contains(p, strings.TrimPrefix(baseDigest, "sha256:")[:16])
+	}) {
+		t.Errorf("second image fetched %v, want only its own manifest, config and layer", images)
+	}
+	if _, err := os.Stat(filepath.Join(j2.Layers[1], "usr/bin/jq")); err != nil {
+		t.Errorf("jq over the image: %v", err)
+	}
+
+	// A lock edited to build other layers under the first image's digest: the manifest, fetched by
+	// that digest, says otherwise.
+	lock2, _ := os.ReadFile(filepath.Join(dir, "two", "workshop.lock"))
+	t2 := digest.FromBytes(task(2).gz).String()
+	if !strings.Contains(string(lock2), t2) {
+		t.Fatalf("lock of the second image has no %s:\n%s", t2, lock2)
+	}
+	edited := strings.ReplaceAll(string(lock), taskDigest, t2)
+	edited = strings.Replace(edited, fmt.Sprintf("size = %d\n", len(task(1).gz)), fmt.Sprintf("size = %d\n", len(task(2).gz)), 1)
+	evilDir := filepath.Join(dir, "edited")
+	evilFile := writeFile(t, filepath.Join(evilDir, "workshop.toml"), fmt.Sprintf("name = \"task1\"\nseed = \"oci://%s/swe/task1:v1\"\n", host))
+	writeFile(t, filepath.Join(evilDir, "workshop.lock"), edited)
+	if r := shed(t, root, nil, "realize", evilFile); r.code == 0 || !strings.Contains(r.stderr, "are not those of manifest "+d1) {
+		t.Errorf("an edited lock: exit %d\n%s", r.code, r.stderr)
 	}
 
 	// With the registry gone: the seed is the store's; a Bench launches offline.
@@ -276,7 +304,7 @@ func TestRegistrySeedHostile(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/tmp/shed-escape", "/etc/shed-escape-abs"} {
+	for _, p := range []string{"/etc/shed-escape", "/etc/shed-escape-abs"} {
 		if _, err := os.Lstat(p); err == nil {
 			t.Errorf("%s was written on the host", p)
 		}
@@ -316,7 +344,7 @@ func TestRegistrySeedHostile(t *testing.T) {
 
 	// Nothing of what was refused is registered: no seed of a bad image, no blob that did not verify.
 	ls := mustShed(t, root, "store", "ls").stdout
-	for _, name := range []string{"-oci-manifest-", "-oci-layer-v1", "-oci-device-v1", "-oci-huge-v1", "-oci-platform-", "oci-blob-" + strings.TrimPrefix(digest.FromBytes(evil.gz).String(), "sha256:")[:16]} {
+	for _, name := range []string{"-oci-manifest-v1", "-oci-layer-v1", "-oci-device-v1", "-oci-huge-v1", "-oci-platform-", "oci-blob-" + strings.TrimPrefix(digest.FromBytes(evil.gz).String(), "sha256:")[:16]} {
 		for _, line := range strings.Split(ls, "\n") {
 			if f := strings.Fields(line); len(f) > 0 && strings.Contains(f[0], name) && !strings.HasSuffix(f[0], ".drv") {
 				t.Errorf("%s is registered: %s", name, line)
@@ -350,8 +378,14 @@ func TestRegistrySeedCredentials(t *testing.T) {
 	file := writeFile(t, filepath.Join(dir, "workshop.toml"), fmt.Sprintf("name = \"private\"\nseed = \"oci://%s/private/box:v1\"\n", host))
 
 	r := shed(t, root, []string{"REGISTRY_AUTH_FILE=" + filepath.Join(dir, "none.json")}, "lock", file)
-	if r.code == 0 || !strings.Contains(r.stderr, "shed: error:") || !strings.Contains(r.stderr, "SHED_REGISTRY_USERNAME") {
+	if r.code == 0 || !strings.Contains(r.stderr, "shed: error:") || !strings.Contains(r.stderr, "podman login") {
 		t.Errorf("lock without credentials: exit %d\n%s", r.code, r.stderr)
+	}
+	// SHED_REGISTRY_USERNAME and _PASSWORD are for the caches a user names; a recipe's registry
+	// (which could be anyone's) is not offered them.
+	r = shed(t, root, []string{"REGISTRY_AUTH_FILE=" + filepath.Join(dir, "none.json"), "SHED_REGISTRY_USERNAME=shed", "SHED_REGISTRY_PASSWORD=" + canary}, "lock", file)
+	if r.code == 0 || !strings.Contains(r.stderr, "the registry wants credentials") {
+		t.Errorf("lock with the cache's credentials in the environment: exit %d\n%s", r.code, r.stderr)
 	}
 	basic := base64.StdEncoding.EncodeToString([]byte("shed:" + canary))
 	authFile := writeFile(t, filepath.Join(t.TempDir(), "auth.json"), fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, host, basic))

@@ -16,9 +16,10 @@ import (
 
 // imageLayerOf names the layer of a registry image's seed that brought rel (a path in the merged
 // view): the topmost layer whose tar has an entry for it, read from the layer's fetched blob. It is
-// "" when the seed is not a registry image's or a blob has been freed (blobs are build inputs: gc may
-// free them, and `shed realize --check` fetches them again); a whiteout above the entry means
-// another layer made the file after all, which cannot be, since the file is in the seed.
+// "" when the seed is not a registry image's or a blob has been freed (blobs are build inputs, which
+// gc frees unless keep_build_inputs is set; a repair of the seed fetches them again). It matches the
+// tar's own names: a file an upper layer wrote through a symlinked directory (lib/x with lib ->
+// usr/lib) is credited to the layer that has usr/lib/x, if any. Each question reads the layers again.
 func imageLayerOf(s *store.Store, plan *recipe.Plan, seed *derivation.Derivation, rel string) string {
 	if seed.Builder != recipe.BuilderImageImport || len(seed.Args) < 3 {
 		return ""
