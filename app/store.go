@@ -23,6 +23,8 @@ func init() {
 	op("store.ls", (*Service).StoreList)
 	op("store.info", (*Service).StoreInfo)
 	op("store.verify", (*Service).Verify)
+	op("store.stats", (*Service).StoreStats)
+	op("store.optimise", (*Service).Optimise)
 	op("store.sign", (*Service).Sign)
 	op("store.add", (*Service).StoreAdd)
 	op("root.add", (*Service).RootAdd)
@@ -105,6 +107,8 @@ type PathInfo struct {
 	// with whether it is still in the store (gc frees them unless the store keeps build inputs).
 	BuildInputs []BuildInput `json:"build_inputs"`
 	CA          string       `json:"ca,omitempty"` // the content address, for paths added by content
+	// Shared is the bytes of its files that are stored once with other paths (store info only).
+	Shared int64 `json:"shared,omitempty"`
 }
 
 func pathInfo(st *store.Store, info *store.PathInfo) *PathInfo {
@@ -189,7 +193,94 @@ func (s *Service) StoreInfo(ctx context.Context, c *Call, req *PathRequest) (*Pa
 	if err != nil {
 		return nil, err
 	}
-	return pathInfo(st, info), nil
+	j := pathInfo(st, info)
+	if j.Shared, err = st.SharedBytes(p); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// StoreStatsRequest asks what the store holds.
+type StoreStatsRequest struct{}
+
+// StoreStats is what the store holds, and what storing files once saves.
+type StoreStats struct {
+	Root  string `json:"root"`  // the store root
+	Paths int    `json:"paths"` // valid paths
+	Size  int64  `json:"size"`  // the bytes of their regular files, as copies would take
+	// Disk is Size less Links.Saved: what the paths' files take on disk.
+	Disk        int64           `json:"disk"`
+	FilesOnce   bool            `json:"store_files_once"` // new paths have their files stored once
+	Links       store.LinkStats `json:"links"`
+	Substitutes []string        `json:"substituters"`
+}
+
+// StoreStats counts the store's paths and bytes, and what storing files once saves.
+func (s *Service) StoreStats(ctx context.Context, c *Call, req *StoreStatsRequest) (*StoreStats, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	infos, _, err := st.All()
+	if err != nil {
+		return nil, err
+	}
+	res := &StoreStats{Root: st.Root(), FilesOnce: st.LinkFilesOnce(), Substitutes: slices.Clone(st.Config().Substituters)}
+	if res.Substitutes == nil {
+		res.Substitutes = []string{}
+	}
+	for p, info := range infos {
+		if st.IsValid(p) {
+			res.Paths++
+			res.Size += info.Size
+		}
+	}
+	links, err := st.Links(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Links = *links
+	res.Disk = res.Size - links.Saved
+	return res, nil
+}
+
+// OptimiseRequest asks to store the files of the store's paths once.
+type OptimiseRequest struct{}
+
+// OptimiseResult is what an optimise did, and what storing files once saves now.
+type OptimiseResult struct {
+	store.OptimiseResult
+	Links store.LinkStats `json:"links"`
+}
+
+// Optimise stores identical files of the store's paths once (hard links into links/), for paths
+// registered before the store did it or while its config said not to.
+func (s *Service) Optimise(ctx context.Context, c *Call, req *OptimiseRequest) (*OptimiseResult, error) {
+	st, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	status := c.IO.Status
+	if status != nil {
+		status.Begin("storing identical files once")
+		defer status.End()
+	}
+	res, err := st.Optimise(ctx, func(done, total int) {
+		if status != nil {
+			status.Write([]byte(fmt.Sprintf("%d of %d paths\n", done, total)))
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.wrote.Store(true)
+	links, err := st.Links(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &OptimiseResult{OptimiseResult: *res, Links: *links}, nil
 }
 
 // VerifyRequest asks to check the store (or the named paths).

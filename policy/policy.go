@@ -61,6 +61,8 @@ var Roles = map[string][]app.Role{
 	"proposal.show":       {app.Operator},
 	"store.ls":            {app.Operator},
 	"store.info":          {app.Operator},
+	"store.stats":         {app.Operator},
+	"store.optimise":      {app.Operator},
 	"store.verify":        {app.Operator},
 	"store.sign":          {app.Operator},
 	"store.add":           {app.Operator},

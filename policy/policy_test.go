@@ -125,6 +125,8 @@ func requests() map[string]any {
 		"store.ls":            &app.StoreListRequest{},
 		"store.info":          &app.PathRequest{Path: "00000000000000000000000000000000-x"},
 		"store.verify":        &app.VerifyRequest{},
+		"store.stats":         &app.StoreStatsRequest{},
+		"store.optimise":      &app.OptimiseRequest{},
 		"store.sign":          &app.SignRequest{},
 		"store.add":           &app.StoreAddRequest{Dir: "/etc/hostname"},
 		"root.add":            &app.RootAddRequest{Name: "x", Path: "00000000000000000000000000000000-x"},

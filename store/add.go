@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -163,7 +164,8 @@ func (s *Store) AddText(ctx context.Context, name string, data []byte, refs []Pa
 // p's lock and has checked that p is not valid. Steps, each durable before the
 // next, so a crash anywhere leaves p complete or absent:
 //
-//  1. clamp mtimes, scan (hash) the tree, fsync it, all still in staging;
+//  1. clamp mtimes, scan (hash) the tree, store its files once (links.go),
+//     fsync it, all still in staging;
 //  2. rename it into store/ and fsync store/: the bytes are in place but p is
 //     not valid yet (no record), so a crash here leaves debris that the next
 //     add of p, or gc, removes;
@@ -192,6 +194,13 @@ func (s *Store) register(ctx context.Context, p Path, out string, opts AddOption
 		}
 	}
 	failpointFor("add-scanned", p.Name())
+	if s.LinkFilesOnce() {
+		// Still in staging: the manifest was made from these bytes just now.
+		if _, err := s.linkTree(ctx, out, m, true); err != nil {
+			return nil, err
+		}
+		failpointFor("add-linked", p.Name())
+	}
 	if err := syncOutput(out); err != nil {
 		return nil, err
 	}
@@ -340,7 +349,7 @@ func (s *Store) trash(name string) error {
 	if err := os.Rename(name, dst); err != nil {
 		return fmt.Errorf("move %s to trash: %w", name, err)
 	}
-	if err := removeTree(dst); err != nil {
+	if err := removeTree(dst, nil); err != nil {
 		// Whatever removeTree did not expect (a directory it may not
 		// write, say) is os.RemoveAll's to judge.
 		if err := os.RemoveAll(dst); err != nil {
@@ -353,7 +362,10 @@ func (s *Store) trash(name string) error {
 // removeTree removes the directory dir and everything in it, by the types its
 // entries have in the directory listing: unlike os.RemoveAll, it makes no
 // attempt that fails (unlink of a directory, rmdir of a full one) on the way.
-func removeTree(dir string) error {
+//
+// If freed is not nil, the size of each regular file whose last link goes is
+// added to it (a file stored once with other paths frees nothing).
+func removeTree(dir string, freed *atomic.Int64) error {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -366,10 +378,20 @@ func removeTree(dir string) error {
 	}
 	for _, e := range ents {
 		if e.IsDir() {
-			err = removeTree(filepath.Join(dir, e.Name()))
-		} else {
-			err = unix.Unlinkat(fd, e.Name(), 0)
+			err = removeTree(filepath.Join(dir, e.Name()), freed)
+			if err != nil {
+				f.Close()
+				return err
+			}
+			continue
 		}
+		if freed != nil && e.Type().IsRegular() {
+			var st unix.Stat_t
+			if unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink == 1 {
+				freed.Add(st.Size)
+			}
+		}
+		err = unix.Unlinkat(fd, e.Name(), 0)
 		if err != nil {
 			f.Close()
 			return err

@@ -18,7 +18,7 @@ const FailpointEnv = "SHED_FAILPOINT"
 
 // Failpoints lists the steps of adding a path, of gc and of a repair, in order.
 var Failpoints = []string{
-	"add-staged", "add-clamped", "add-scanned", "add-synced", "add-renamed",
+	"add-staged", "add-clamped", "add-scanned", "add-linked", "add-synced", "add-renamed",
 	"add-manifest-written", "add-provenance-written", "add-registered",
 	"gc-unregistered", "gc-trashed",
 	"repair-synced", "repair-exchanged",

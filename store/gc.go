@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,7 +26,14 @@ type GCOptions struct {
 // GCResult says what a collection removed (or would remove, in a dry run).
 type GCResult struct {
 	Deleted []Path `json:"deleted"` // the paths deleted (or, in a dry run, that would be)
-	Freed   int64  `json:"freed"`   // bytes freed
+	// Size is the bytes of regular files the deleted paths had (their records' sizes); MaxFreed
+	// counts these.
+	Size int64 `json:"size"`
+	// Freed is the bytes freed on disk: Size, less what is still stored once for paths that stay
+	// (links.go). A dry run cannot tell, and says Size.
+	Freed int64 `json:"freed"`
+	// Links counts the entries of links/ removed because no path used them any more.
+	Links int `json:"links"`
 	// Swept counts debris removed: unregistered bytes, dead staging directories, trash.
 	Swept int `json:"swept"`
 }
@@ -79,10 +87,10 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	res := &GCResult{Deleted: []Path{}}
 	n := 0
 	for _, id := range dead {
-		if opts.MaxFreed > 0 && res.Freed >= opts.MaxFreed {
+		if opts.MaxFreed > 0 && res.Size >= opts.MaxFreed {
 			break
 		}
-		res.Freed += g.size[id]
+		res.Size += g.size[id]
 		n++
 	}
 	dead = dead[:n]
@@ -90,6 +98,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		for _, id := range dead {
 			res.Deleted = append(res.Deleted, g.paths[id])
 		}
+		res.Freed = res.Size
 		return res, nil
 	}
 	others, err := s.listByHash(dirLogs, dirLocks)
@@ -100,7 +109,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Freed = 0
+	res.Size = 0
 	for start := 0; start < len(dead); start += gcBatch {
 		if err := checkCtx(ctx); err != nil {
 			return res, err
@@ -120,18 +129,29 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (*GCResult, error) {
 		failpoint("gc-unregistered")
 		for _, id := range batch {
 			res.Deleted = append(res.Deleted, g.paths[id])
-			res.Freed += g.size[id]
+			res.Size += g.size[id]
 		}
 	}
 	// Every record of what is deleted is durably gone: the files go in any
 	// order, so in that of store/'s listing (its hash order on ext4), in which
 	// consecutive unlinks change the same directory blocks; in the graph's
 	// order they land on blocks at random, each another block for the journal.
-	if err := s.removeDead(ctx, g, inListingOrder(g, dead, names), others); err != nil {
+	var freed atomic.Int64
+	err = s.removeDead(ctx, g, inListingOrder(g, dead, names), others, &freed)
+	res.Freed = freed.Load()
+	if err != nil {
 		return res, err
 	}
 	n, err = s.sweep(ctx, g, temp, names)
 	res.Swept = n
+	if err != nil {
+		return res, err
+	}
+	// Last, so that the links the deleted paths held are gone: an entry only links/ holds is
+	// freed now.
+	links, linksFreed, err := s.sweepLinks(ctx)
+	res.Links = links
+	res.Freed += linksFreed
 	return res, err
 }
 
@@ -171,7 +191,7 @@ func inListingOrder(g *graph, dead []int32, names []string) []int32 {
 // verify lists as debris, and the next gc or add of the path removes. The
 // rename cost a third of the time of each deletion here, and every
 // cross-directory rename of a filesystem takes one lock.
-func (s *Store) removeDead(ctx context.Context, g *graph, batch []int32, others map[string][]string) error {
+func (s *Store) removeDead(ctx context.Context, g *graph, batch []int32, others map[string][]string, freed *atomic.Int64) error {
 	work := make(chan int32)
 	var mu sync.Mutex
 	var first error
@@ -182,7 +202,7 @@ func (s *Store) removeDead(ctx context.Context, g *graph, batch []int32, others 
 			defer wg.Done()
 			for id := range work {
 				p := g.paths[id]
-				err := removeInPlace(s.Location(p))
+				err := removeInPlace(s.Location(p), freed)
 				files := []string{s.manifestFile(p)}
 				if g.prov[id] {
 					files = append(files, s.provenanceFile(p))
@@ -218,18 +238,26 @@ func (s *Store) removeDead(ctx context.Context, g *graph, batch []int32, others 
 	return ctx.Err()
 }
 
-// removeInPlace removes a store path's bytes: a file, or a tree by removeTree.
-func removeInPlace(loc string) error {
-	fi, err := os.Lstat(loc)
-	if errors.Is(err, fs.ErrNotExist) {
+// removeInPlace removes a store path's bytes: a file, or a tree by removeTree,
+// adding to freed the bytes of the files whose last link went.
+func removeInPlace(loc string, freed *atomic.Int64) error {
+	var st unix.Stat_t
+	err := unix.Lstat(loc, &st)
+	if errors.Is(err, unix.ENOENT) {
 		return nil
 	} else if err != nil {
-		return err
+		return &os.PathError{Op: "lstat", Path: loc, Err: err}
 	}
-	if !fi.IsDir() {
-		return os.Remove(loc)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if err := os.Remove(loc); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 {
+			freed.Add(st.Size)
+		}
+		return nil
 	}
-	if err := removeTree(loc); err != nil {
+	if err := removeTree(loc, freed); err != nil {
 		return os.RemoveAll(loc) // what removeTree did not expect is os.RemoveAll's to judge
 	}
 	return nil

@@ -65,6 +65,13 @@ func (s *Store) Repair(ctx context.Context, p Path, epoch int64, build BuildFunc
 		}
 		return err
 	}
+	if s.LinkFilesOnce() {
+		// A damaged file that was stored once is damaged in links/ too: linkTree finds its entry
+		// does not hash and puts the repaired file in its place.
+		if _, err := s.linkTree(ctx, out, got, true); err != nil {
+			return err
+		}
+	}
 	if err := SyncTree(out); err != nil {
 		return err
 	}

@@ -60,6 +60,8 @@ const (
 
 var layoutDirs = []string{dirStore, dirDB, dirRoots, dirTempRoots, dirLocks, dirTmp, dirTrash, dirLogs}
 
+// dirLinks (links.go) is not in layoutDirs: a store made before it gets it on first use.
+
 // Config is the store's config.toml.
 type Config struct {
 	// StoreDir is the logical store directory that path hashes are bound to.
@@ -83,6 +85,10 @@ type Config struct {
 	// branch (package upper), preallocated so that a full host disk never fails them: 0 is a quarter of
 	// the store's free space, from 1 to 16 GiB. An image once made keeps its size.
 	UppersSize int64 `toml:"uppers_size,omitempty"`
+	// StoreFilesOnce makes identical files of different paths one file on disk (hard links into
+	// links/, as `nix-store --optimise` does), without changing any path's content hash. On unless
+	// set to false; `shed store optimise` does it for paths registered while it was off.
+	StoreFilesOnce *bool `toml:"store_files_once,omitempty"`
 }
 
 // Config returns the store's configuration as it was when the store was opened.

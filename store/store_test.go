@@ -467,6 +467,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 			if ents, _ := os.ReadDir(filepath.Join(s.Root(), "locks")); len(ents) != 1 {
 				t.Errorf("after gc, locks/ holds %d entries, want gc.lock alone", len(ents))
 			}
+			if left := linkEntries(t, s); len(left) != 0 {
+				t.Errorf("after gc, links/ holds %v", left)
+			}
 		})
 	}
 }

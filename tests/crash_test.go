@@ -11,7 +11,7 @@ import (
 )
 
 // addSteps are the store's failpoints of adding a path (store.Failpoints).
-var addSteps = []string{"add-staged", "add-clamped", "add-scanned", "add-synced", "add-renamed", "add-manifest-written", "add-registered"}
+var addSteps = []string{"add-staged", "add-clamped", "add-scanned", "add-linked", "add-synced", "add-renamed", "add-manifest-written", "add-registered"}
 
 // TestBuildCrashAtEveryStep kills `shed realize` with SIGKILL at each step of
 // registering a fetched .deb ("*.deb") and a built layer ("apt-*"): the store verifies after each

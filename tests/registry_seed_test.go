@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
@@ -192,6 +193,24 @@ func TestRegistrySeed(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(j2.Layers[1], "usr/bin/jq")); err != nil {
 		t.Errorf("jq over the image: %v", err)
 	}
+	// The images' seeds are two paths that each hold the base's files: on disk, one copy
+	// (and the Debian seed the base was made from is a third holder of it).
+	var bash1, bash2 syscall.Stat_t
+	syscall.Lstat(filepath.Join(j.Layers[0], "usr/bin/bash"), &bash1)
+	syscall.Lstat(filepath.Join(j2.Layers[0], "usr/bin/bash"), &bash2)
+	if bash1.Ino == 0 || bash1.Ino != bash2.Ino || bash1.Nlink < 4 {
+		t.Errorf("usr/bin/bash of the two image seeds: inodes %d and %d, %d links; want one file", bash1.Ino, bash2.Ino, bash1.Nlink)
+	}
+	var stats struct {
+		Size, Disk int64
+		Links      struct{ Saved int64 }
+	}
+	if err := json.Unmarshal([]byte(mustShed(t, root, "--json", "store", "info").stdout), &stats); err != nil {
+		t.Fatal(err)
+	}
+	if stats.Links.Saved < 2*bash1.Size || stats.Disk != stats.Size-stats.Links.Saved {
+		t.Errorf("store info: %+v; want at least two copies of bash saved", stats)
+	}
 
 	// A lock edited to build other layers under the first image's digest: the manifest, fetched by
 	// that digest, says otherwise.
@@ -217,7 +236,7 @@ func TestRegistrySeed(t *testing.T) {
 	if r := mustShed(t, root, "bench", "run", "--offline", "-f", file2, "--", "cat", "/etc/task-id"); r.stdout != "task 2\n" {
 		t.Errorf("bench run: %q", r.stdout)
 	}
-	mustShed(t, root, "store", "verify")
+	mustShed(t, root, "store", "verify", "--check-contents")
 }
 
 // TestRegistrySeedHostile: a registry that lies, and references that must not be used. Each is one

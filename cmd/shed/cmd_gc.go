@@ -47,7 +47,17 @@ func cmdGC() *cli.Command {
 			for _, l := range res.Locations {
 				fmt.Fprintf(c.App.Writer, "%s %s\n", verb, l)
 			}
-			fmt.Fprintf(c.App.Writer, "%s %d paths, %s freed", verb, len(res.Deleted), formatSize(res.Freed))
+			if req.DryRun {
+				fmt.Fprintf(c.App.Writer, "would delete %d paths, %s of files", len(res.Deleted), formatSize(res.Size))
+			} else {
+				fmt.Fprintf(c.App.Writer, "deleted %d paths, %s freed", len(res.Deleted), formatSize(res.Freed))
+				if shared := res.Size - res.Freed; shared > 0 {
+					fmt.Fprintf(c.App.Writer, " (%s of their files stay, stored once for paths that stay)", formatSize(shared))
+				}
+			}
+			if res.Links > 0 {
+				fmt.Fprintf(c.App.Writer, ", %d unused stored-once files removed", res.Links)
+			}
 			if res.Swept > 0 {
 				fmt.Fprintf(c.App.Writer, ", %d debris swept", res.Swept)
 			}

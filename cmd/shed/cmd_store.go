@@ -37,11 +37,17 @@ func cmdStore() *cli.Command {
 			},
 			{
 				Name:      "info",
-				Usage:     "show what the store records about a path",
-				ArgsUsage: "PATH",
+				Usage:     "show what the store records about a path, or what the store holds",
+				ArgsUsage: "[PATH]",
+				Description: "With a PATH, shows its record: content hash, size, references, and how many of its\n" +
+					"bytes are stored once with other paths. Without one, counts the store's paths and bytes,\n" +
+					"and what storing identical files once saves (docs/architecture.md, \"Files stored once\").",
 				Action: func(c *cli.Context) error {
+					if c.NArg() == 0 {
+						return storeStats(c)
+					}
 					if c.NArg() != 1 {
-						return usageError("store info wants one PATH")
+						return usageError("store info wants one PATH, or none")
 					}
 					j, err := call[app.PathInfo](c, "store.info", &app.PathRequest{Path: c.Args().First()})
 					if err != nil {
@@ -54,6 +60,9 @@ func cmdStore() *cli.Command {
 					fmt.Fprintf(w, "path:         %s\n", j.Location)
 					fmt.Fprintf(w, "content hash: %s\n", j.ContentHash)
 					fmt.Fprintf(w, "size:         %s (%d bytes)\n", formatSize(j.Size), j.Size)
+					if j.Shared > 0 {
+						fmt.Fprintf(w, "stored once:  %s of it with other paths\n", formatSize(j.Shared))
+					}
 					fmt.Fprintf(w, "registered:   %s\n", j.Registered.Format(time.RFC3339))
 					if j.CA != "" {
 						fmt.Fprintf(w, "addressed by: %s\n", j.CA)
@@ -75,6 +84,32 @@ func cmdStore() *cli.Command {
 							}
 						}
 					}
+					return nil
+				},
+			},
+			{
+				Name:  "optimise",
+				Usage: "store identical files of the store's paths once",
+				Description: "Makes identical files of different store paths one file on disk (hard links into the\n" +
+					"store's links/ directory, as `nix-store --optimise` does). No path's content hash\n" +
+					"changes: a file is linked only with files that have the same bytes, mode, owner,\n" +
+					"mtime and extended attributes. New paths are stored so as they are registered unless\n" +
+					"the store's config.toml says store_files_once = false; this command does it for paths\n" +
+					"registered before. Every file is hashed before it is shared. Safe while Benches run:\n" +
+					"each file is replaced by an identical one in one rename.",
+				Action: func(c *cli.Context) error {
+					if c.NArg() > 0 {
+						return usageError("store optimise takes no arguments")
+					}
+					res, err := call[app.OptimiseResult](c, "store.optimise", &app.OptimiseRequest{})
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return printJSON(c, res)
+					}
+					fmt.Fprintf(c.App.Writer, "linked %d files in %d paths, %s freed; files stored once now save %s\n",
+						res.Linked, res.Paths, formatSize(res.Saved), formatSize(res.Links.Saved))
 					return nil
 				},
 			},
@@ -209,4 +244,28 @@ func cmdStore() *cli.Command {
 func keyName(k string) string {
 	name, _, _ := strings.Cut(k, ":")
 	return name
+}
+
+// storeStats prints what the store holds (store info without a PATH).
+func storeStats(c *cli.Context) error {
+	j, err := call[app.StoreStats](c, "store.stats", &app.StoreStatsRequest{})
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c, j)
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "root:         %s\n", j.Root)
+	fmt.Fprintf(w, "paths:        %d, %s of files\n", j.Paths, formatSize(j.Size))
+	fmt.Fprintf(w, "on disk:      %s\n", formatSize(j.Disk))
+	once := "on"
+	if !j.FilesOnce {
+		once = "off (store_files_once = false in config.toml)"
+	}
+	fmt.Fprintf(w, "stored once:  %d files, %s; saves %s (new paths: %s)\n", j.Links.Files, formatSize(j.Links.Bytes), formatSize(j.Links.Saved), once)
+	if j.Links.Unused > 0 {
+		fmt.Fprintf(w, "              %d no longer used; `shed gc` removes them\n", j.Links.Unused)
+	}
+	return nil
 }
