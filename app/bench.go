@@ -444,6 +444,9 @@ func (s *Service) BenchExec(ctx context.Context, c *Call, req *BenchExecRequest)
 	if err != nil {
 		return nil, err
 	}
+	if req.Cwd == "" && rec.Workdir != "" {
+		dir = rec.Workdir // the Workshop's workdir, as E2B's envd starts commands in a template's
+	}
 	er := sandbox.ExecRequest{Argv: argv, Dir: dir, UID: acct.UID, GID: acct.GID}
 	res := &ExecResult{}
 	// The Bench's memory cgroup's OOM kills, before and after: an exec'd command killed at the limit

@@ -137,6 +137,10 @@ type Record struct {
 	// declares beside root: what a request's user selects among (Account).
 	User     string    `json:"user,omitempty"`
 	Accounts []Account `json:"accounts,omitempty"`
+	// Env and Workdir are the Workshop's [env] and workdir: every command of the Bench gets the
+	// variables, and starts in Workdir unless it names a directory ("": its user's home).
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"`
 	// Disk says that its upper is on the uppers filesystem (UpperName): it can be paused,
 	// snapshotted, forked and reset. From is what that upper was branched from ("snapshot:ID",
 	// "fork:BENCH-ID"; "" for an empty one).
@@ -266,9 +270,14 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		}
 	}
 	rec.User, rec.Accounts = accountsOf(r)
+	rec.Env, rec.Workdir = r.Environ(), r.Workdir
 	acct, err := rec.Account(opts.User)
 	if err != nil {
 		return 0, err
+	}
+	cwd := acct.Home
+	if rec.Workdir != "" {
+		cwd = rec.Workdir
 	}
 	for _, g := range grants {
 		rec.Grants = append(rec.Grants, g.Grant)
@@ -276,8 +285,9 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 	spec := &sandbox.Spec{
 		Hostname: name,
 		Argv:     opts.Argv,
-		Env:      mergeEnv(benchEnv(opts), accountEnv(acct)),
-		Dir:      acct.Home,
+		Env:      mergeEnv(mergeEnv(mergeEnv(benchEnv(Options{}), rec.Env), opts.Env), accountEnv(acct)),
+		Dir:      cwd,
+		MakeDir:  rec.Workdir != "",
 		UID:      acct.UID,
 		GID:      acct.GID,
 		Limits:   opts.Limits,
@@ -800,7 +810,7 @@ func ExecRecord(ctx context.Context, s *store.Store, rec *Record, req sandbox.Ex
 		return 0, fmt.Errorf("bench %s is not running (it exited %s)", rec.Name, exitString(rec.Exit))
 	}
 	// The Bench's environment, as its command got it, then the request's own variables (TERM).
-	env := benchEnv(Options{})
+	env := mergeEnv(benchEnv(Options{}), rec.Env)
 	if rec.Net == "recipe" {
 		env = append(env, proxyEnv()...)
 	}

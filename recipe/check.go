@@ -55,7 +55,7 @@ func (c *checker) line(f field) int { return c.doc.line(c.doc.offset(f)) }
 
 // Keys of each table, in the order the documentation lists them.
 var (
-	topKeys     = []string{"name", "seed", "user", "apt", "pip", "network", "grant", "account"}
+	topKeys     = []string{"name", "seed", "user", "workdir", "env", "apt", "pip", "network", "grant", "account"}
 	aptKeys     = []string{"mirror", "packages", "source"}
 	sourceKeys  = []string{"url", "suite", "components", "key"}
 	pipKeys     = []string{"index", "packages"}
@@ -106,6 +106,16 @@ func (c *checker) recipe() *Recipe {
 	}
 	c.grants(root, top, r)
 	c.accounts(root, top, r)
+	if s, f, ok := c.str(root, top, "workdir", `workdir = "/work"`, false); ok {
+		if e := checkWorkdir(s); e != nil {
+			c.failErr(f, e)
+		} else {
+			r.Workdir = s
+		}
+	}
+	if t, f, ok := c.table(root, top, "env"); ok {
+		c.env(t, f, r)
+	}
 	return r
 }
 

@@ -40,6 +40,11 @@ type Recipe struct {
 	User string
 	// Accounts are the accounts the recipe declares ([[account]]), beside root.
 	Accounts []Account
+	// Workdir is the directory a Bench's commands start in ("": the user's home); the Bench makes it
+	// if its layers lack it. Env are the variables they get ([env]), sorted by name. Both shape
+	// Benches, not what is built.
+	Workdir string
+	Env     []EnvVar
 
 	// lines holds the line of each string the file set, by the field's name as errors give it
 	// ("seed", "apt.packages[1]"): what realize finds wrong later is reported at its line.

@@ -38,7 +38,7 @@ const (
 // initProto is the version of what shed and its init say on the sync socket (the config frame,
 // message): shed-init is a binary of its own, so one from another build can meet this one. Bump it
 // on any change of initConfig or message; init refuses a version it does not know.
-const initProto = 4
+const initProto = 5
 
 // message is one JSON value from init on the sync socket (the config goes the other way as a frame
 // of its own, encodeConfig).
@@ -543,6 +543,19 @@ func setup(cfg *initConfig, pre *early) *SetupError {
 	dir := s.Dir
 	if dir == "" {
 		dir = "/"
+	}
+	if s.MakeDir {
+		// As the sandbox's root, inside its root (pivoted: a symlink of a layer resolves within it),
+		// so what it makes is the sandbox root's, in the upper: task state.
+		e := asSandboxRoot(cfg.IDBase, func() *SetupError {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return &SetupError{Op: "mkdir", Path: dir, Err: err}
+			}
+			return nil
+		})
+		if e != nil {
+			return e
+		}
 	}
 	if err := unix.Chdir(dir); err != nil {
 		return &SetupError{Op: "chdir", Path: dir, Err: err}

@@ -32,8 +32,10 @@ type Spec struct {
 	Argv []string
 	// Env is exactly the environment of the command: nothing is inherited from the host.
 	Env []string
-	// Dir is the working directory inside the sandbox; "" means "/".
-	Dir string
+	// Dir is the working directory inside the sandbox; "" means "/". MakeDir makes it (and its
+	// parents, root's, 0755) in the upper if the layers lack it, as a Dockerfile's WORKDIR does.
+	Dir     string
+	MakeDir bool
 	// UID and GID are the credentials the command runs with, ids of the sandbox's own user namespace
 	// (0 is its root, which has every capability over the sandbox's files and none over the host's);
 	// below IDsPerSandbox. Supplementary groups are always cleared.

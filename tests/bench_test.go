@@ -805,3 +805,38 @@ func commandCgroups(t *testing.T, root, name string) string {
 	}
 	return string(b)
 }
+
+// TestWorkdirAndEnv: a recipe's workdir and [env] are what a Bench's commands start with (made in
+// the upper when the layers lack the directory), over shed's variables and under the command's; a
+// command that names a directory gets it. Nothing of them reaches a layer.
+func TestWorkdirAndEnv(t *testing.T) {
+	parallel(t)
+	requireRoot(t)
+	root := sharedRoot(t)
+	file := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), "name = \"workdir-env\"\nseed = \"debian/bookworm\"\n"+
+		"workdir = \"/testbed/app\"\n[env]\nGREETING = \"hi there\"\nLANG = \"C\"\n")
+	r := mustShed(t, root, "bench", "run", "-f", file, "--", "sh", "-c", `pwd; echo "$GREETING|$LANG|$HOME"; stat -c %U /testbed/app`)
+	if r.stdout != "/testbed/app\nhi there|C|/root\nroot\n" {
+		t.Errorf("a Bench of a recipe with workdir and env: %q", r.stdout)
+	}
+	cmd := shedCmd(t, root, "bench", "run", "-f", file, "--name", "wd-env", "--", "sleep", "1014")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if shed(t, root, nil, "bench", "exec", "wd-env", "--", "true").code == 0 {
+			break
+		}
+	}
+	if r := mustShed(t, root, "bench", "exec", "-e", "GREETING=mine", "wd-env", "--", "sh", "-c", `pwd; echo "$GREETING"`); r.stdout != "/testbed/app\nmine\n" {
+		t.Errorf("bench exec: %q, want the workdir and the command's own variable", r.stdout)
+	}
+	if r := mustShed(t, root, "bench", "exec", "-w", "/tmp", "wd-env", "--", "pwd"); r.stdout != "/tmp\n" {
+		t.Errorf("bench exec -w /tmp: %q", r.stdout)
+	}
+	j := realize(t, root, file)
+	if _, err := os.Lstat(filepath.Join(j.Layers[len(j.Layers)-1], "testbed")); err == nil {
+		t.Error("the workdir was made in a layer")
+	}
+}
