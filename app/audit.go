@@ -22,7 +22,7 @@ func init() {
 // reads are the operations that change nothing: not audited (everything else is, refusals too).
 var reads = map[string]bool{
 	"bench.ls": true, "workshop.ls": true, "workshop.show": true, "workshop.log": true, "workshop.diff": true,
-	"workshop.launchable": true, "key.show": true, "store.ls": true, "store.info": true, "store.stats": true, "root.ls": true,
+	"workshop.launchable": true, "workshop.tags": true, "key.show": true, "store.ls": true, "store.info": true, "store.stats": true, "root.ls": true,
 	"why": true, "diff": true, "log": true, "bench.logs": true, "proposal.show": true, "bench.read_file": true,
 	"bench.list_files": true, "bench.stat_file": true, "bench.watch_dir": true, "bench.metrics": true, "audit.ls": true, "audit.verify": true, "agent.key_ls": true, "store.verify": true,
 	"bench.network": true, "bench.watcher_create": true, "bench.watcher_events": true, "bench.watcher_remove": true,
@@ -33,10 +33,10 @@ var reads = map[string]bool{
 // keys, API keys, locks, the store's paths, roots and signatures (add, sign, import, copy, gc, and
 // store.verify when it repairs). They must not act unrecorded: each is written to the audit log,
 // durably, before it acts (an intent), and refused if that cannot be done; its outcome follows. It
-// is every operation only operators may call that is not a read, and bench.propose (policy's tests
-// check this against its table). docs/supervisor.md lists them.
+// is every operation only operators may call that is not a read, and bench.propose and
+// workshop.submit (a proposal, or an operator's version; policy's tests check this against its table). docs/supervisor.md lists them.
 var authority = map[string]bool{
-	"init": true, "lock": true, "instantiate": true, "workshop.add": true, "workshop.allow": true, "workshop.promote": true,
+	"init": true, "lock": true, "instantiate": true, "workshop.add": true, "workshop.submit": true, "workshop.rm": true, "workshop.tag": true, "workshop.allow": true, "workshop.promote": true,
 	"bench.propose": true, "key.rotate": true, "key.trust": true, "key.untrust": true, "agent.key_create": true,
 	"agent.key_rm": true, "store.add": true, "store.sign": true, "store.verify": true, "root.add": true, "root.rm": true,
 	"store.optimise": true, "gc": true, "copy": true, "import": true,

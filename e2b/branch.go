@@ -354,9 +354,9 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteTemplate is DELETE /templates/{id}, the SDK's deleteSnapshot: 204 when a snapshot of the
-// caller's by that id or name was removed, 404 when there is none (the SDK's false). A Workshop's
-// name is refused: templates are Workshop records, which `shed workshop` keeps.
+// deleteTemplate is DELETE /templates/{id}, the SDK's deleteSnapshot and Template.delete: 204 when a
+// snapshot of the caller's by that id or name was removed, or (an operator's key) the Workshop
+// record of that name was retired; 404 when there is neither (the SDK's false).
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	c := s.authorized(w, r)
 	if c == nil {
@@ -372,11 +372,17 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if s.launchable(r, c, id) {
-		writeError(w, http.StatusNotImplemented, "DELETE %s: templates are Workshop records: `shed workshop` makes and removes them (docs/agents.md lists what shed serves)", r.URL.Path)
+	// A Workshop record: an operator's key retires it (workshop.rm); another's is refused by policy.
+	name, _ := splitName(id)
+	if _, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "workshop.log", &app.WorkshopRequest{Name: name}); err == nil {
+		if _, err := s.Service.Do(r.Context(), &app.Call{Caller: c}, "workshop.rm", &app.WorkshopRemoveRequest{Name: name}); err != nil {
+			writeAppError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	writeError(w, http.StatusNotFound, "snapshot %q not found", id)
+	writeError(w, http.StatusNotFound, "template or snapshot %q not found", id)
 }
 
 // launchable says whether name is a Workshop record the caller may launch.

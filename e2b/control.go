@@ -154,6 +154,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		}
 		timeout = *req.Timeout
 	}
+	// "name:tag" launches the record when the tag names its current version (templates.go).
+	if name, msg := s.launchTag(r, c, req.TemplateID); msg != "" {
+		writeError(w, http.StatusBadRequest, "%s", msg)
+		return
+	} else if name != req.TemplateID && records.IsName(name) {
+		req.TemplateID = name
+	}
 	call := &app.Call{Caller: c}
 	// Forget the caller's sandboxes that ended (their timeout, `shed bench rm`): the table holds only
 	// what may still be asked for.

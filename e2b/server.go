@@ -67,7 +67,11 @@ type Server struct {
 	lim     *limits
 
 	mu        sync.Mutex
-	sandboxes map[string]*sandbox // by id (the Bench's name)
+	sandboxes map[string]*sandbox       // by id (the Bench's name)
+	builds    map[string]*templateBuild // template builds, by build id (templates.go)
+
+	// baseCtx is Serve's: template builds run in it, past the request that triggered them.
+	baseCtx context.Context
 }
 
 // sandbox is what the server holds of a sandbox it made: the Bench, its owner's key, its access
@@ -128,6 +132,18 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.createSnapshot)
 	mux.HandleFunc("GET /snapshots", s.listSnapshots)
 	mux.HandleFunc("DELETE /templates/{id}", s.deleteTemplate)
+	// The Template API (templates.go).
+	// GET /templates/aliases/{alias} and GET /templates/{templateID}/tags overlap (aliases/tags):
+	// one pattern, by its first segment.
+	mux.HandleFunc("GET /templates/{templateID}/{what}", s.templateGet)
+	mux.HandleFunc("POST /v3/templates", s.requestBuild)
+	mux.HandleFunc("POST /v2/templates", s.requestBuild)
+	mux.HandleFunc("GET /templates/{templateID}/files/{hash}", s.fileUploadLink)
+	mux.HandleFunc("POST /v2/templates/{templateID}/builds/{buildID}", s.triggerBuild)
+	mux.HandleFunc("GET /templates/{templateID}/builds/{buildID}/status", s.buildStatus)
+	mux.HandleFunc("POST /templates/tags", s.assignTags)
+	mux.HandleFunc("DELETE /templates/tags", s.removeTags)
+
 	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	s.refuse(mux) // refusals.go: what shed does not serve, each with its reason
@@ -152,6 +168,7 @@ func (s *Server) Handler() http.Handler {
 
 // Serve answers on ln until ctx ends; the sandboxes' Benches end with the supervisor's context.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.baseCtx = ctx
 	s.restore() // the sandboxes paused when the supervisor last stopped
 	return s.serve(ctx, ln, s.Handler())
 }

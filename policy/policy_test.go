@@ -121,6 +121,10 @@ func requests() map[string]any {
 		"workshop.log":        &app.WorkshopRequest{Name: "tools"},
 		"workshop.diff":       &app.WorkshopDiffRequest{Name: "tools"},
 		"workshop.promote":    &app.PromoteRequest{ID: "0123456789abcdef", DiffSHA256: strings.Repeat("0", 64)},
+		"workshop.submit":     &app.WorkshopSubmitRequest{Name: "tools", Recipe: "name = \"other\"\nseed = \"debian/bookworm\"\n"},
+		"workshop.rm":         &app.WorkshopRemoveRequest{Name: "gone"},
+		"workshop.tag":        &app.WorkshopTagRequest{Name: "tools", Tags: []string{"v1"}},
+		"workshop.tags":       &app.WorkshopRequest{Name: "tools"},
 		"proposal.show":       &app.ProposalRequest{ID: "0123456789abcdef"},
 		"store.ls":            &app.StoreListRequest{},
 		"store.info":          &app.PathRequest{Path: "00000000000000000000000000000000-x"},
@@ -167,7 +171,7 @@ func TestEveryOperationHasRoles(t *testing.T) {
 }
 
 // TestFailClosed: every operation only operators may call that changes something, and
-// bench.propose, must not act unrecorded (app.FailsClosed): an operator's action changes authority.
+// bench.propose and workshop.submit, must not act unrecorded (app.FailsClosed): an operator's action changes authority.
 func TestFailClosed(t *testing.T) {
 	for op, roles := range Roles {
 		o, _ := app.Lookup(op)
@@ -176,7 +180,8 @@ func TestFailClosed(t *testing.T) {
 			r.Repair = true // a repair changes the store; a check is a read
 		}
 		operatorOnly := len(roles) == 1 && roles[0] == app.Operator
-		if want := (operatorOnly || op == "bench.propose") && app.Audited(op, req); app.FailsClosed(op, req) != want {
+		// workshop.submit records a version (an operator's) or makes a proposal (anyone else's).
+		if want := (operatorOnly || op == "bench.propose" || op == "workshop.submit") && app.Audited(op, req); app.FailsClosed(op, req) != want {
 			t.Errorf("%s: FailsClosed %v, want %v", op, !want, want)
 		}
 	}
@@ -243,7 +248,8 @@ func wantDenied(op string, c *app.Caller) bool {
 	case "realize", "bench.run", "bench.create", "why":
 		return c.User != "alice" // the record allows alice
 	case "diff", "bench.ls", "workshop.ls", "workshop.show", "workshop.log", "workshop.diff", "key.show", "workshop.launchable",
-		"snapshot.ls", "snapshot.rm": // their own (none here: an empty list, nothing removed)
+		"snapshot.ls", "snapshot.rm", // their own (none here: an empty list, nothing removed)
+		"workshop.submit", "workshop.tags": // a user's submit is a proposal; tags are read like a record's log
 		return false
 	}
 	return true // every other operation, and another user's Bench

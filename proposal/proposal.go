@@ -35,10 +35,14 @@ import (
 //	<root>/proposals/<id>/workshop.toml, workshop.lock, proposal.json, diff (and the recipe's key files)
 //	<root>/proposals/<id>/used          created when it is promoted: a confirmation is single-use
 type Proposal struct {
-	ID       string    `json:"id"`
-	Workshop string    `json:"workshop"`
-	Base     int       `json:"base"` // the record version it applies to (0: a new record)
-	Bench    string    `json:"bench"`
+	ID       string `json:"id"`
+	Workshop string `json:"workshop"`
+	Base     int    `json:"base"` // the record version it applies to (0: a new record)
+	Bench    string `json:"bench"`
+	// From is what made it when no Bench did: "e2b template build ID" (ProposeRecipe), and Proposer
+	// who: a new record promoted from it allows them.
+	From     string    `json:"from,omitempty"`
+	Proposer string    `json:"proposer,omitempty"`
 	Created  time.Time `json:"created"`
 	// Widens lists what the proposal opens that the base did not: network destinations, grants.
 	Widens []string `json:"widens,omitempty"`
@@ -180,12 +184,79 @@ func (sv *Proposals) Propose(ctx context.Context, nameOrID string) (*Proposal, s
 	if len(p.Added) == 0 && len(p.Widens) == 0 {
 		return nil, "", fmt.Errorf("%w (bench %s)", ErrNothing, rec.Name)
 	}
+	diff, err := sv.write(ctx, p, files, text, baseFile, update)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, diff, nil
+}
 
+// ProposeRecipe proposes text as the next version of the record name (or its first), on behalf of
+// from (what made it: "e2b template build ID"): locked, diffed against the current version, written
+// as a proposal an operator promotes. extra are the files the recipe refers to (keys).
+func (sv *Proposals) ProposeRecipe(ctx context.Context, name string, text []byte, extra map[string][]byte, from, proposer string) (*Proposal, string, error) {
+	p := &Proposal{ID: randomID(), Workshop: name, From: from, Proposer: proposer, Created: time.Now().UTC().Truncate(time.Second)}
+	files, baseFile := &records.Files{Extra: extra}, ""
+	var base *recipe.Recipe
+	if cur, err := sv.Records.Current(name); err == nil {
+		baseFile, p.Base = sv.Records.File(cur.Name, cur.N), cur.N
+		if base, err = recipe.Load(baseFile, recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}}); err != nil {
+			return nil, "", err
+		}
+		if files, err = records.ReadFiles(base); err != nil {
+			return nil, "", err
+		}
+	} else if !errors.Is(err, records.ErrNoRecord) {
+		return nil, "", err
+	}
+	next, err := recipe.Parse("workshop.toml", text, recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
+	if err != nil {
+		return nil, "", err
+	}
+	if next.Name != name {
+		return nil, "", fmt.Errorf("the proposed recipe is named %q, not %q", next.Name, name)
+	}
+	var update []string
+	for _, a := range next.Apt.Packages {
+		if base == nil || !slicesHasApt(base.Apt.Packages, a.Name) {
+			p.Added, update = append(p.Added, "apt "+a.String()), append(update, a.Name)
+		}
+	}
+	for _, q := range next.Pip.Packages {
+		if base == nil || !slices.ContainsFunc(base.Pip.Packages, func(b recipe.PipPackage) bool {
+			return recipe.NormalizePipName(b.Name) == recipe.NormalizePipName(q.Name)
+		}) {
+			p.Added, update = append(p.Added, "pip "+q.String()), append(update, q.Name)
+		}
+	}
+	for _, h := range next.Network.Allow {
+		if base == nil || !slices.ContainsFunc(base.Network.Allow, func(b recipe.Host) bool { return b.String() == h.String() }) {
+			p.Widens = append(p.Widens, "network: "+h.String())
+		}
+	}
+	if base != nil && next.Network.Profile != base.Network.Profile {
+		p.Widens = append(p.Widens, "network profile: "+next.Network.Profile)
+	}
+	diff, err := sv.write(ctx, p, &records.Files{Recipe: files.Recipe, Lock: files.Lock, Extra: extra}, text, baseFile, update)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, diff, nil
+}
+
+func slicesHasApt(ps []recipe.AptPackage, name string) bool {
+	return slices.ContainsFunc(ps, func(a recipe.AptPackage) bool { return a.Name == name })
+}
+
+// write writes proposal p: text as its recipe (files: the base version's, whose lock it starts
+// from and whose diff it shows; baseFile "" for a new record), locked with update re-resolved.
+func (sv *Proposals) write(ctx context.Context, p *Proposal, files *records.Files, text []byte, baseFile string, update []string) (string, error) {
+	baseN := p.Base
 	// Write it, lock it (the new packages at the versions the Bench installed, the others kept). Every
 	// file is durable before proposal.json, which makes the proposal exist (Get).
 	dir := sv.proposalDir(p.ID)
 	if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	ok := false
 	defer func() {
@@ -195,37 +266,39 @@ func (sv *Proposals) Propose(ctx context.Context, nameOrID string) (*Proposal, s
 	}()
 	for rel, b := range files.Extra {
 		if !filepath.IsLocal(rel) || slices.Contains(ownFiles, strings.Split(rel, "/")[0]) {
-			return nil, "", fmt.Errorf("the recipe's file %q: not a plain relative path, or one of the proposal's own", rel)
+			return "", fmt.Errorf("the recipe's file %q: not a plain relative path, or one of the proposal's own", rel)
 		}
 		if err := atomicfile.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o700); err != nil {
-			return nil, "", err
+			return "", err
 		}
 		if err := atomicfile.WriteFile(filepath.Join(dir, rel), b, 0o644); err != nil {
-			return nil, "", err
+			return "", err
 		}
 	}
 	file := filepath.Join(dir, "workshop.toml")
 	if err := atomicfile.WriteFile(file, text, 0o644); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	next, err := recipe.Load(file, recipe.Options{ForbiddenPaths: []string{sv.Store.Root()}})
 	if err != nil {
-		return nil, "", fmt.Errorf("the proposed recipe: %w", err)
+		return "", fmt.Errorf("the proposed recipe: %w", err)
 	}
-	old, err := recipe.LoadLock(recipe.LockFile(baseFile))
-	if err != nil {
-		return nil, "", err
+	var old *recipe.Lock
+	if baseFile != "" {
+		if old, err = recipe.LoadLock(recipe.LockFile(baseFile)); err != nil {
+			return "", err
+		}
 	}
 	lock, err := sv.Builder.Lock(ctx, next, builder.LockOptions{Old: old, Update: update})
 	if err != nil {
-		return nil, "", fmt.Errorf("lock the proposal: %w", err)
+		return "", fmt.Errorf("lock the proposal: %w", err)
 	}
 	lockBytes, err := lock.Encode()
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	if err := atomicfile.WriteFile(recipe.LockFile(file), lockBytes, 0o644); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	// A new record is diffed against nothing: the Bench's recipe it started from was never reviewed,
 	// so every line of what will be recorded is shown.
@@ -236,17 +309,17 @@ func (sv *Proposals) Propose(ctx context.Context, nameOrID string) (*Proposal, s
 	diff := sv.diff(p, shownBase, &records.Files{Recipe: text, Lock: lockBytes, Extra: files.Extra})
 	p.DiffSHA256 = sha(diff)
 	if err := atomicfile.WriteFile(filepath.Join(dir, "diff"), []byte(diff), 0o644); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	meta, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, "proposal.json"), append(meta, '\n'), 0o644); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	ok = true
-	return p, diff, nil
+	return diff, nil
 }
 
 // ownFiles are the names of a proposal's directory that are not the recipe's files: an extra file
@@ -260,7 +333,14 @@ var ownFiles = []string{"workshop.toml", "workshop.lock", "diff", "proposal.json
 // computes it again from the files on disk.
 func (sv *Proposals) diff(p *Proposal, old, new *records.Files) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "proposal %s for Workshop %s, version %d, from Bench %s\n", p.ID, p.Workshop, p.Base, p.Bench)
+	if p.From != "" {
+		fmt.Fprintf(&b, "proposal %s for Workshop %s, version %d, from %s\n", p.ID, p.Workshop, p.Base, p.From)
+	} else {
+		fmt.Fprintf(&b, "proposal %s for Workshop %s, version %d, from Bench %s\n", p.ID, p.Workshop, p.Base, p.Bench)
+	}
+	if p.Base == 0 && p.Proposer != "" {
+		fmt.Fprintf(&b, "allows: %s (a new record: its proposer may launch it)\n", p.Proposer)
+	}
 	if len(p.Widens) > 0 {
 		fmt.Fprintf(&b, "WIDENS ACCESS: %s\n", strings.Join(p.Widens, "; "))
 	}
@@ -383,6 +463,9 @@ func (sv *Proposals) Promote(ctx context.Context, id, confirmed, by string) (*re
 	base := p.Base
 	old := &records.Files{}
 	var users []string
+	if base == 0 && p.Proposer != "" {
+		users = []string{p.Proposer} // shown in the diff confirmed: "allows: USER"
+	}
 	if base > 0 {
 		bv, err := sv.Records.Get(p.Workshop, base)
 		if err != nil {

@@ -105,3 +105,107 @@ func arraySpan(data []byte, off int) (int, int, error) {
 	}
 	return 0, 0, fmt.Errorf("unterminated array")
 }
+
+// SetString returns data with the string table.key (table "" for a top-level key) set to value,
+// changing nothing else, as SetArray does. A missing top-level key is added before the first table;
+// a missing key of a table under it (the table at the end if it is missing too).
+func SetString(data []byte, table, key, value string) ([]byte, error) {
+	doc, perr := decode(data)
+	if perr != nil {
+		return nil, fmt.Errorf("%s", perr.Msg)
+	}
+	f, tf := field{}.key(key), field{}
+	if table != "" {
+		tf = field{}.key(table)
+		f = tf.key(key)
+	}
+	quoted := []byte(strconv.Quote(value))
+	if off := doc.offset(f); off >= 0 {
+		lb, rb, err := stringSpan(data, off)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", f.name, err)
+		}
+		return concat(data[:lb], quoted, data[rb:]), nil
+	}
+	line := concat([]byte(tomlKey(key)+" = "), quoted, []byte("\n"))
+	if table == "" {
+		// Before the first table header: a top-level key after one would belong to that table.
+		at := len(data)
+		for i := 0; i < len(data); {
+			j := i
+			for j < len(data) && (data[j] == ' ' || data[j] == '\t') {
+				j++
+			}
+			if j < len(data) && data[j] == '[' {
+				at = i
+				break
+			}
+			eol := bytes.IndexByte(data[i:], '\n')
+			if eol < 0 {
+				break
+			}
+			i += eol + 1
+		}
+		if at == len(data) && len(data) > 0 && data[len(data)-1] != '\n' {
+			line = concat([]byte("\n"), line)
+		}
+		return concat(data[:at], line, data[at:]), nil
+	}
+	if off := doc.offset(tf); off >= 0 {
+		eol := bytes.IndexByte(data[off:], '\n')
+		if eol < 0 {
+			return concat(data, []byte("\n"), line), nil
+		}
+		at := off + eol + 1
+		return concat(data[:at], line, data[at:]), nil
+	}
+	sep := []byte("\n")
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		sep = []byte("\n\n")
+	}
+	return concat(data, sep, []byte("["+table+"]\n"), line), nil
+}
+
+// tomlKey writes a key bare when TOML allows it, else quoted.
+func tomlKey(k string) string {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return strconv.Quote(k)
+		}
+	}
+	if k == "" {
+		return `""`
+	}
+	return k
+}
+
+// stringSpan finds the string value of the key at off: the offsets of its opening quote and just
+// after its closing one (a basic or a literal string, on one line).
+func stringSpan(data []byte, off int) (int, int, error) {
+	eq := bytes.IndexByte(data[off:], '=')
+	if eq < 0 {
+		return 0, 0, fmt.Errorf("no '='")
+	}
+	i := off + eq + 1
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t') {
+		i++
+	}
+	if i >= len(data) || (data[i] != '"' && data[i] != '\'') {
+		return 0, 0, fmt.Errorf("not a string")
+	}
+	q, lb := data[i], i
+	if bytes.HasPrefix(data[i:], []byte{q, q, q}) {
+		return 0, 0, fmt.Errorf("a multi-line string: write it on one line")
+	}
+	for i++; i < len(data) && data[i] != '\n'; i++ {
+		if q == '"' && data[i] == '\\' {
+			i++
+			continue
+		}
+		if data[i] == q {
+			return lb, i + 1, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("unterminated string")
+}

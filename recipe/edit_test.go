@@ -1,6 +1,7 @@
 package recipe_test
 
 import (
+	"strings"
 	"testing"
 
 	"toolshed.dev/shed/recipe"
@@ -71,5 +72,25 @@ packages = ["attrs==23.1.0"]
 		if _, err := recipe.Parse("w.toml", got, recipe.Options{}); err != nil {
 			t.Errorf("%s.%s: the result does not parse: %v", c.table, c.key, err)
 		}
+	}
+}
+
+func TestSetString(t *testing.T) {
+	in := "# mine\nname = 'old'\nseed = \"debian/bookworm\"\n\n[apt]\npackages = [\"jq\"]\n"
+	out, err := recipe.SetString([]byte(in), "", "name", "new")
+	if err != nil || string(out) != "# mine\nname = \"new\"\nseed = \"debian/bookworm\"\n\n[apt]\npackages = [\"jq\"]\n" {
+		t.Fatalf("replace: %q, %v", out, err)
+	}
+	out, err = recipe.SetString(out, "", "workdir", "/testbed")
+	if err != nil || !strings.Contains(string(out), "seed = \"debian/bookworm\"\n\nworkdir = \"/testbed\"\n[apt]") {
+		t.Fatalf("add top-level: %q, %v", out, err)
+	}
+	out, err = recipe.SetString(out, "env", "A_B", "x \"y\"")
+	if err != nil || !strings.HasSuffix(string(out), "\n[env]\nA_B = \"x \\\"y\\\"\"\n") {
+		t.Fatalf("add a table's key: %q, %v", out, err)
+	}
+	r, err := recipe.Parse("workshop.toml", out, recipe.Options{})
+	if err != nil || r.Name != "new" || r.Workdir != "/testbed" || len(r.Env) != 1 || r.Env[0].Value != "x \"y\"" || len(r.Apt.Packages) != 1 {
+		t.Fatalf("parse the result: %+v, %v\n%s", r, err, out)
 	}
 }

@@ -106,3 +106,57 @@ func TestAddWritesWhole(t *testing.T) {
 		t.Errorf("the record's directory holds %q, want [1 2 current]", names)
 	}
 }
+
+// TestTagsAndRemove: tags name versions (default is always the current one), move when set again,
+// refuse bad names and default; a removed record no longer lists nor resolves, its versions kept.
+func TestTagsAndRemove(t *testing.T) {
+	rs := Open(t.TempDir())
+	ctx := context.Background()
+	if _, err := rs.Add(ctx, Version{Name: "tools", By: "op"}, files(recipeV1, "l\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rs.SetTags("tools", 0, []string{"v1", "stable"}, nil); err != nil || n != 1 {
+		t.Fatalf("tag: %d %v", n, err)
+	}
+	if _, err := rs.Add(ctx, Version{Name: "tools", Base: 1, By: "op"}, files(recipeV1+"# 2\n", "l\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.SetTags("tools", 2, []string{"stable"}, []string{"v1"}); err != nil {
+		t.Fatal(err)
+	}
+	tags, err := rs.Tags("tools")
+	if err != nil || len(tags) != 2 || tags["stable"].Version != 2 || tags[DefaultTag].Version != 2 {
+		t.Errorf("tags: %v %v", tags, err)
+	}
+	if v, err := rs.Resolve("tools", "stable"); err != nil || v.N != 2 {
+		t.Errorf("resolve stable: %+v %v", v, err)
+	}
+	for _, bad := range []string{"default", "Bad", "../x", ""} {
+		if _, err := rs.SetTags("tools", 0, []string{bad}, nil); err == nil {
+			t.Errorf("tag %q was set", bad)
+		}
+	}
+	if _, err := rs.SetTags("tools", 7, []string{"x"}, nil); !errors.Is(err, ErrNoRecord) {
+		t.Errorf("a tag of version 7: %v", err)
+	}
+	if err := rs.Remove("tools"); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := rs.Names(); len(names) != 0 {
+		t.Errorf("names after remove: %v", names)
+	}
+	if _, err := rs.Current("tools"); !errors.Is(err, ErrNoRecord) {
+		t.Errorf("current after remove: %v", err)
+	}
+	kept, _ := filepath.Glob(filepath.Join(rs.dir, ".removed", "tools-*", "2", "workshop.toml"))
+	if len(kept) != 1 {
+		t.Errorf("the removed record's versions: %v", kept)
+	}
+	if err := rs.Remove("tools"); !errors.Is(err, ErrNoRecord) {
+		t.Errorf("a second remove: %v", err)
+	}
+	// A name may be recorded again.
+	if v, err := rs.Add(ctx, Version{Name: "tools", By: "op"}, files(recipeV1, "l\n"), nil); err != nil || v.N != 1 {
+		t.Errorf("add after remove: %+v %v", v, err)
+	}
+}

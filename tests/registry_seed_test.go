@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -113,6 +114,34 @@ func pushImageAs(t *testing.T, cred auth.Credential, ref string, layers ...testL
 	return md.Digest.String()
 }
 
+// debianLayers holds the Debian seed as an image layer, made once per run (a tar and a gzip of the
+// seed: seconds).
+var debianLayers struct {
+	once  sync.Once
+	layer testLayer
+	err   error
+}
+
+// debianLayer is the shared store's Debian seed (debian/bookworm) as a gzipped image layer: the base
+// the tests' task images are made over, as SWE-bench's are over one base image.
+func debianLayer(t *testing.T, root string) testLayer {
+	t.Helper()
+	debianLayers.once.Do(func() {
+		seedRecipe := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), "name = \"oci-source\"\nseed = \"debian/bookworm\"\n")
+		seed := realize(t, root, seedRecipe).Layers[0]
+		raw, err := exec.Command("tar", "-C", seed, "--numeric-owner", "--xattrs", "--xattrs-include=security.capability", "-cf", "-", ".").Output()
+		if err != nil {
+			debianLayers.err = err
+			return
+		}
+		debianLayers.layer = gzipLayer(t, raw)
+	})
+	if debianLayers.err != nil {
+		t.Fatal(debianLayers.err)
+	}
+	return debianLayers.layer
+}
+
 // blobFile is where docker-registry keeps a blob's bytes.
 func (r *registry) blobFile(d string) string {
 	h := strings.TrimPrefix(d, "sha256:")
@@ -128,13 +157,7 @@ func TestRegistrySeed(t *testing.T) {
 	parallel(t) // see parallelTests in main_test.go
 	requireRoot(t)
 	root := sharedRoot(t)
-	seedRecipe := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), "name = \"oci-source\"\nseed = \"debian/bookworm\"\n")
-	seed := realize(t, root, seedRecipe).Layers[0]
-	raw, err := exec.Command("tar", "-C", seed, "--numeric-owner", "--xattrs", "--xattrs-include=security.capability", "-cf", "-", ".").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := gzipLayer(t, raw)
+	base := debianLayer(t, root)
 	task := func(n int) testLayer {
 		return tarLayer(t,
 			&tar.Header{Name: "etc/task-id", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: fmt.Sprintf("task %d\n", n)},
