@@ -39,6 +39,8 @@
 # https://127.0.0.1 (the one address; the certificate names the IP), so that only the ports' tests need the
 # names. Without libnss-myhostname the port tests fail (fetch failed) and the script says why at the start.
 # Needs openssl for the certificate.
+#   template E2B's template project (tests/template), as the server run: the Template API (docs/agents.md,
+#            "Templates"); a build whose steps are not declarations fails there by design.
 #   offline  the files that mock the API with msw or test the SDK alone (OFFLINE below), with only a placeholder
 #            E2B_API_KEY: their mocks answer for https://api.e2b.app, so shed's URLs would make them miss.
 set -euo pipefail
@@ -89,6 +91,11 @@ if [ "${E2B_SDK_TESTS_STAGE:-}" = netns ]; then
 		E2B_DOMAIN="$DOMAIN" E2B_API_KEY="$KEY" NODE_EXTRA_CA_CERTS="$RUN/tls/ca.pem" \
 		"$CACHE/node_modules/.bin/vitest" run --config vitest.config.mts --testNamePattern "^(?!.*($SKIP_NAMES))" \
 		--reporter=default --reporter=json --outputFile.json="$OUT/report-server.json" --passWithNoTests "$@" || status=1
+	echo "== template run: $(wc -l <template.txt) files, E2B's template project, against shed as the server run"
+	SHED_E2B_TESTS=template.txt E2B_API_URL="https://127.0.0.1" E2B_SANDBOX_URL="https://127.0.0.1" \
+		E2B_DOMAIN="$DOMAIN" E2B_API_KEY="$KEY" NODE_EXTRA_CA_CERTS="$RUN/tls/ca.pem" \
+		"$CACHE/node_modules/.bin/vitest" run --config vitest.template.mts \
+		--reporter=default --reporter=json --outputFile.json="$OUT/report-template.json" --passWithNoTests "$@" || status=1
 	echo "== offline run: $(wc -l <offline.txt) files, mocked or SDK-only"
 	SHED_E2B_TESTS=offline.txt E2B_API_KEY="e2b_$(printf '0%.0s' $(seq 40))" \
 		"$CACHE/node_modules/.bin/vitest" run --config vitest.config.mts \
@@ -154,6 +161,8 @@ echo "SDK $(node -p 'require(process.argv[1]).version' "$sdk/package.json"), vit
 printf '%s\n' "${OFFLINE[@]}" | sort >"$RUN/offline-listed.txt"
 comm -12 "$RUN/all.txt" "$RUN/offline-listed.txt" >"$RUN/offline.txt"
 comm -23 "$RUN/all.txt" "$RUN/offline-listed.txt" >"$RUN/server.txt"
+# E2B's "template" project: the Template API's tests, against shed as the server run, with its timeout.
+(cd "$sdk" && find tests/template -name '*.test.ts' | sort) >"$RUN/template.txt"
 cat >"$RUN/vitest.config.mts" <<'EOF'
 // E2B's "unit" project (packages/js-sdk/vitest.config.mts), on the files listed in SHED_E2B_TESTS.
 import { readFileSync } from 'node:fs'
@@ -174,6 +183,7 @@ export default defineConfig({
   },
 })
 EOF
+sed -e "s/name: 'unit'/name: 'template'/" -e 's/testTimeout: 30_000/testTimeout: 180_000/' "$RUN/vitest.config.mts" >"$RUN/vitest.template.mts"
 
 # The E2B address's certificate (see Ports above): a CA of this run, and a server certificate it signs.
 mkdir -p "$RUN/tls"
@@ -236,7 +246,7 @@ E2B_SDK_TESTS_STAGE=netns SHED="$SHED" STORE="$STORE" KEY="$KEY" CACHE="$CACHE" 
 node - "$OUT" "$(($(date +%s) - start))" <<'EOF'
 const fs = require('node:fs')
 const [out, secs] = process.argv.slice(2)
-const runs = ['server', 'offline'].map((run) => [run, JSON.parse(fs.readFileSync(`${out}/report-${run}.json`, 'utf8'))])
+const runs = ['server', 'template', 'offline'].filter((run) => fs.existsSync(`${out}/report-${run}.json`)).map((run) => [run, JSON.parse(fs.readFileSync(`${out}/report-${run}.json`, 'utf8'))])
 const merged = { ...runs[0][1], testResults: [] }
 for (const k of Object.keys(merged)) if (typeof merged[k] === 'number' && k !== 'startTime') merged[k] = runs.reduce((n, [, r]) => n + r[k], 0)
 merged.success = runs.every(([, r]) => r.success)

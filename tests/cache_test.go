@@ -25,7 +25,7 @@ type registry struct {
 
 // registryConfig writes a config for a registry on 127.0.0.1:port storing in
 // dir, with htpasswd auth if htpasswd is not "".
-func registryConfig(t *testing.T, dir string, port int, htpasswd string) string {
+func registryConfig(t testing.TB, dir string, port int, htpasswd string) string {
 	t.Helper()
 	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%d\n  secret: shed-tests\n", filepath.Join(dir, "data"), port)
 	if htpasswd != "" {
@@ -34,7 +34,7 @@ func registryConfig(t *testing.T, dir string, port int, htpasswd string) string 
 	return writeFile(t, filepath.Join(dir, fmt.Sprintf("config-%d.yml", port)), cfg)
 }
 
-func startRegistry(t *testing.T, htpasswd string) *registry {
+func startRegistry(t testing.TB, htpasswd string) *registry {
 	t.Helper()
 	if _, err := exec.LookPath("docker-registry"); err != nil {
 		t.Fatalf("Debian's docker-registry is needed (apt-get install docker-registry): %v", err)

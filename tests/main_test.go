@@ -218,7 +218,7 @@ func realize(t testing.TB, root, recipe string, extra ...string) realizeJSON {
 	return j
 }
 
-func newRoot(t *testing.T) string {
+func newRoot(t testing.TB) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "root")
 	mustShed(t, root, "init")

@@ -35,9 +35,10 @@ import (
 type testLayer struct {
 	gz     []byte
 	diffID digest.Digest
+	size   int64 // of the uncompressed tar
 }
 
-func gzipLayer(t *testing.T, plain []byte) testLayer {
+func gzipLayer(t testing.TB, plain []byte) testLayer {
 	t.Helper()
 	var gz bytes.Buffer
 	w, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
@@ -45,11 +46,11 @@ func gzipLayer(t *testing.T, plain []byte) testLayer {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return testLayer{gz: gz.Bytes(), diffID: digest.FromBytes(plain)}
+	return testLayer{gz: gz.Bytes(), diffID: digest.FromBytes(plain), size: int64(len(plain))}
 }
 
 // tarLayer is a layer of the given entries, written as an attacker or an image tool would.
-func tarLayer(t *testing.T, hdrs ...*tar.Header) testLayer {
+func tarLayer(t testing.TB, hdrs ...*tar.Header) testLayer {
 	t.Helper()
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
@@ -73,12 +74,12 @@ func tarLayer(t *testing.T, hdrs ...*tar.Header) testLayer {
 
 // pushImage pushes an image of the layers to ref (HOST/REPO:TAG) with oras-go and returns its
 // manifest's digest.
-func pushImage(t *testing.T, ref string, layers ...testLayer) string {
+func pushImage(t testing.TB, ref string, layers ...testLayer) string {
 	t.Helper()
 	return pushImageAs(t, auth.EmptyCredential, ref, layers...)
 }
 
-func pushImageAs(t *testing.T, cred auth.Credential, ref string, layers ...testLayer) string {
+func pushImageAs(t testing.TB, cred auth.Credential, ref string, layers ...testLayer) string {
 	t.Helper()
 	ctx := context.Background()
 	repo, err := remote.NewRepository(ref)
@@ -124,7 +125,7 @@ var debianLayers struct {
 
 // debianLayer is the shared store's Debian seed (debian/bookworm) as a gzipped image layer: the base
 // the tests' task images are made over, as SWE-bench's are over one base image.
-func debianLayer(t *testing.T, root string) testLayer {
+func debianLayer(t testing.TB, root string) testLayer {
 	t.Helper()
 	debianLayers.once.Do(func() {
 		seedRecipe := writeFile(t, filepath.Join(t.TempDir(), "workshop.toml"), "name = \"oci-source\"\nseed = \"debian/bookworm\"\n")
