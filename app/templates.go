@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,6 +65,7 @@ func (s *Service) WorkshopSubmit(ctx context.Context, c *Call, req *WorkshopSubm
 		}
 	}
 	var extra map[string][]byte
+	var baseLock []byte
 	if req.Base != "" {
 		cur, err := s.Records().Current(req.Base)
 		if err != nil {
@@ -76,7 +79,7 @@ func (s *Service) WorkshopSubmit(ctx context.Context, c *Call, req *WorkshopSubm
 		if err != nil {
 			return nil, err
 		}
-		extra = files.Extra
+		extra, baseLock = files.Extra, files.Lock
 	}
 	st, err := s.openStore()
 	if err != nil {
@@ -84,12 +87,15 @@ func (s *Service) WorkshopSubmit(ctx context.Context, c *Call, req *WorkshopSubm
 	}
 	defer st.Close()
 	if c.Caller.Role != Operator {
+		if err := s.checkProposedRecipe(req); err != nil {
+			return nil, err
+		}
 		if len(req.Tags) > 0 {
 			return nil, fail(CodeDenied, fmt.Errorf("%w: tags name recorded versions, and only an operator records one", ErrDenied),
 				"build without tags; an operator tags the version once the proposal is promoted")
 		}
 		sv := proposal.New(st, s.newBuilder(c, st, false))
-		p, diff, err := sv.ProposeRecipe(ctx, req.Name, []byte(req.Recipe), extra, req.From, c.Caller.User)
+		p, diff, err := sv.ProposeRecipe(ctx, req.Name, []byte(req.Recipe), extra, baseLock, req.From, c.Caller.User)
 		if err != nil {
 			return nil, err
 		}
@@ -115,6 +121,12 @@ func (s *Service) WorkshopSubmit(ctx context.Context, c *Call, req *WorkshopSubm
 	}
 	if err := os.WriteFile(file, []byte(req.Recipe), 0o644); err != nil {
 		return nil, err
+	}
+	if len(baseLock) > 0 {
+		// The base's pins, kept: locking resolves only what the recipe adds (nothing: no mirror).
+		if err := os.WriteFile(recipe.LockFile(file), baseLock, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	r, err := s.plans.recipe(file, []byte(req.Recipe), recipe.Options{ForbiddenPaths: []string{s.Root}})
 	if err != nil {
@@ -160,6 +172,64 @@ func (s *Service) WorkshopSubmit(ctx context.Context, c *Call, req *WorkshopSubm
 	return res, nil
 }
 
+// checkProposedRecipe refuses what a non-operator's recipe may not make the supervisor do before a
+// human has read it: locking it reads its seed and asks its mirror, index and registry, as root. So
+// its seed is Debian's or an image in a registry that is not this machine's or its network's (an
+// image directory is a host path), and its mirror, sources, index and grants are its base record's
+// (the defaults for a new one): what the translation of a template's steps leaves them.
+func (s *Service) checkProposedRecipe(req *WorkshopSubmitRequest) error {
+	r, err := recipe.Parse("workshop.toml", []byte(req.Recipe), recipe.Options{ForbiddenPaths: []string{s.Root}})
+	if err != nil {
+		return err
+	}
+	base := &recipe.Recipe{Apt: recipe.Apt{Mirror: recipe.DefaultMirror}, Pip: recipe.Pip{Index: recipe.DefaultIndex}}
+	if req.Base != "" {
+		cur, err := s.Records().Current(req.Base)
+		if err != nil {
+			return err
+		}
+		if base, err = recipe.Load(s.Records().File(cur.Name, cur.N), recipe.Options{ForbiddenPaths: []string{s.Root}}); err != nil {
+			return err
+		}
+	}
+	refuse := func(what string) error {
+		return fail(CodeDenied, fmt.Errorf("%w: %s: an operator's key may build it, or record it (`shed workshop add`)", ErrDenied, what),
+			"build from a Workshop record (fromTemplate), Debian's images, or an image of a public registry; mirrors, indexes, sources and grants are an operator's")
+	}
+	switch {
+	case r.Seed.Kind == "oci" && !r.Seed.IsRegistry() && r.Seed.Raw != base.Seed.Raw:
+		return refuse("a seed from an image directory (" + r.Seed.Raw + ") is a path of the host")
+	case r.Seed.IsRegistry() && r.Seed.Raw != base.Seed.Raw && privateHost(r.Seed.Ref):
+		return refuse("an image of a registry on this machine or its network (" + r.Seed.Ref + ")")
+	case r.Apt.Mirror != base.Apt.Mirror:
+		return refuse("another apt mirror (" + r.Apt.Mirror + ")")
+	case r.Pip.Index != base.Pip.Index:
+		return refuse("another pip index (" + r.Pip.Index + ")")
+	case !slices.EqualFunc(r.Apt.Sources, base.Apt.Sources, func(a, b recipe.AptSource) bool {
+		return a.URL == b.URL && a.Suite == b.Suite && a.Key == b.Key && slices.Equal(a.Components, b.Components)
+	}):
+		return refuse("other apt sources")
+	case !slices.Equal(r.Grants, base.Grants):
+		return refuse("other grants")
+	}
+	return nil
+}
+
+// privateHost says whether a registry reference's host is this machine or a private network's:
+// localhost, or an address literal that is loopback, private, link-local or unspecified.
+func privateHost(ref string) bool {
+	host, _, _ := strings.Cut(ref, "/")
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && (ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsUnspecified())
+}
+
 // WorkshopRemoveRequest names a record to retire.
 type WorkshopRemoveRequest struct {
 	Name string `json:"name"`
@@ -172,8 +242,8 @@ type WorkshopRemoveResult struct {
 }
 
 // WorkshopRemove retires a record: it no longer lists nor launches; its versions are kept aside
-// (workshops/.removed/), and its store paths stay until gc finds no root of them (its name's root is
-// removed, the versions' roots stay with their Benches).
+// (workshops/.removed/). Its name's root is removed; its versions' roots stay, since a kept Bench of
+// one holds no root of its own.
 func (s *Service) WorkshopRemove(ctx context.Context, c *Call, req *WorkshopRemoveRequest) (*WorkshopRemoveResult, error) {
 	cur, err := s.Records().Current(req.Name)
 	if err != nil {
@@ -188,10 +258,9 @@ func (s *Service) WorkshopRemove(ctx context.Context, c *Call, req *WorkshopRemo
 		return nil, err
 	}
 	defer st.Close()
+	// Its name's root goes; the versions' roots (workshop-NAME-vN) stay with what still uses them
+	// (a kept Bench holds no root of its own): `shed root rm` frees them.
 	_ = st.RemoveRoot(req.Name)
-	for n := 1; n <= cur.N; n++ {
-		_ = st.RemoveRoot(fmt.Sprintf("workshop-%s-v%d", req.Name, n))
-	}
 	return &WorkshopRemoveResult{Name: req.Name, Version: cur.N}, nil
 }
 

@@ -30,6 +30,13 @@ import (
 // maxBuilds bounds the builds whose status the server keeps: the oldest finished go first.
 const maxBuilds = 256
 
+// maxBuildsRunning bounds the builds that run at once, of one user and in all: each locks and
+// realizes a recipe, which holds a core and the store's disk.
+const (
+	maxBuildsRunning     = 8
+	maxUserBuildsRunning = 2
+)
+
 // maxLogEntries bounds a build's log, and maxLogPage a status answer's page of it (E2B's 100).
 const (
 	maxLogEntries = 10_000
@@ -212,6 +219,10 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// cpuCount and memoryMB size a sandbox in E2B; here a Bench's limits are set at create.
+	if s.buildsWaiting(c.User) >= maxBuilds/4 {
+		writeError(w, http.StatusTooManyRequests, "%s has %d template builds requested and not triggered: trigger or abandon them first", c.User, maxBuilds/4)
+		return
+	}
 	b := &templateBuild{id: newUUID(), name: name, tags: tags, user: c.User, created: time.Now().UTC(), status: "waiting"}
 	b.log("info", "build %s of template %s requested by %s", b.id, name, c.User)
 	s.addBuild(b)
@@ -242,6 +253,38 @@ func (s *Server) addBuild(b *templateBuild) {
 		delete(s.builds, oldest.id)
 	}
 	s.builds[b.id] = b
+}
+
+// buildsWaiting counts user's builds requested and not triggered.
+func (s *Server) buildsWaiting(user string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, b := range s.builds {
+		b.mu.Lock()
+		if b.status == "waiting" && b.user == user {
+			n++
+		}
+		b.mu.Unlock()
+	}
+	return n
+}
+
+// buildsRunning counts the builds that run, in all and of user.
+func (s *Server) buildsRunning(user string) (all, mine int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.builds {
+		b.mu.Lock()
+		if b.status == "building" {
+			all++
+			if b.user == user {
+				mine++
+			}
+		}
+		b.mu.Unlock()
+	}
+	return all, mine
 }
 
 // buildOf is the caller's build of templateID by id, or nil after answering 404.
@@ -280,6 +323,10 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 	var spec templateSpec
 	if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&spec); err != nil {
 		writeError(w, http.StatusBadRequest, "request body: %v", err)
+		return
+	}
+	if all, mine := s.buildsRunning(c.User); all >= maxBuildsRunning || mine >= maxUserBuildsRunning {
+		writeError(w, http.StatusTooManyRequests, "%d template builds are running (%d of them %s's; at most %d at once, %d a user): trigger this one when one has ended", all, mine, c.User, maxBuildsRunning, maxUserBuildsRunning)
 		return
 	}
 	b.mu.Lock()

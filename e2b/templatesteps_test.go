@@ -96,3 +96,36 @@ func TestTranslateRefusals(t *testing.T) {
 		t.Errorf("registry credentials: %v", err)
 	}
 }
+
+// TestTranslateHostile: steps crafted to slip TOML into the recipe (a grant of a host path, a
+// network allow) through a package, a variable, a user, a workdir or an image are refused, or end
+// up as data: no recipe made has a grant, a network allow or a profile.
+func TestTranslateHostile(t *testing.T) {
+	inject := "x\"\n[[grant]]\npath = \"/etc\"\nmode = \"rw\"\n[network]\nprofile = \"debian\"\n#"
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	for _, js := range []string{
+		`{"fromImage":"debian:bookworm","steps":[{"type":"ENV","args":[` + q(inject) + `,"v"]}]}`,
+		`{"fromImage":"debian:bookworm","steps":[{"type":"ENV","args":["A",` + q(inject) + `]}]}`,
+		`{"fromImage":"debian:bookworm","steps":[{"type":"USER","args":[` + q(inject) + `]}]}`,
+		`{"fromImage":"debian:bookworm","steps":[{"type":"WORKDIR","args":[` + q("/x"+inject) + `]}]}`,
+		`{"fromImage":"debian:bookworm","steps":[{"type":"RUN","args":[` + q("apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y jq"+inject) + `,"root"]}]}`,
+		`{"fromImage":"debian:bookworm","steps":[{"type":"RUN","args":[` + q("pip install requests"+inject) + `,"root"]}]}`,
+		`{"fromImage":` + q("127.0.0.1:5000/x:1"+inject) + `}`,
+		`{"fromImage":` + q("debian:bookworm"+inject) + `}`,
+		`{"fromTemplate":"../../etc"}`,
+		`{"fromImage":"debian:bookworm","steps":[{"type":"ENV","args":["PATH","/tmp/evil:/usr/bin","http_proxy","http://127.0.0.1:1"]}]}`,
+	} {
+		tr, err := translate("x", spec(t, js), func(name string) (string, error) {
+			if strings.ContainsAny(name, "/.") {
+				return "", errors.New("no such Workshop record")
+			}
+			return noBase(name)
+		})
+		if err == nil {
+			r, perr := recipe.Parse("workshop.toml", []byte(tr.recipe), recipe.Options{})
+			if perr != nil || len(r.Grants) > 0 || len(r.Network.Allow) > 0 || r.Network.Profile != "none" {
+				t.Errorf("%s: made a recipe with grants or network:\n%s", js, tr.recipe)
+			}
+		}
+	}
+}

@@ -194,9 +194,12 @@ func (sv *Proposals) Propose(ctx context.Context, nameOrID string) (*Proposal, s
 // ProposeRecipe proposes text as the next version of the record name (or its first), on behalf of
 // from (what made it: "e2b template build ID"): locked, diffed against the current version, written
 // as a proposal an operator promotes. extra are the files the recipe refers to (keys).
-func (sv *Proposals) ProposeRecipe(ctx context.Context, name string, text []byte, extra map[string][]byte, from, proposer string) (*Proposal, string, error) {
+//
+// A new record starts from baseLock, if given (the lock of the record the recipe was made from): what
+// it pins stays pinned, and a recipe that adds nothing to it is locked without the mirror.
+func (sv *Proposals) ProposeRecipe(ctx context.Context, name string, text []byte, extra map[string][]byte, baseLock []byte, from, proposer string) (*Proposal, string, error) {
 	p := &Proposal{ID: randomID(), Workshop: name, From: from, Proposer: proposer, Created: time.Now().UTC().Truncate(time.Second)}
-	files, baseFile := &records.Files{Extra: extra}, ""
+	files, baseFile := &records.Files{Extra: extra, Lock: baseLock}, ""
 	var base *recipe.Recipe
 	if cur, err := sv.Records.Current(name); err == nil {
 		baseFile, p.Base = sv.Records.File(cur.Name, cur.N), cur.N
@@ -234,14 +237,36 @@ func (sv *Proposals) ProposeRecipe(ctx context.Context, name string, text []byte
 			p.Widens = append(p.Widens, "network: "+h.String())
 		}
 	}
-	if base != nil && next.Network.Profile != base.Network.Profile {
+	if (base == nil && next.Network.Profile != "none") || (base != nil && next.Network.Profile != base.Network.Profile) {
 		p.Widens = append(p.Widens, "network profile: "+next.Network.Profile)
+	}
+	// What else the whole recipe a proposer wrote may open: host paths, root through sudo.
+	for _, g := range next.Grants {
+		if base == nil || !slices.Contains(base.Grants, g) {
+			p.Widens = append(p.Widens, fmt.Sprintf("grant: %s (%s)", g.Path, g.Mode))
+		}
+	}
+	for _, a := range next.Accounts {
+		if a.Sudo && (base == nil || !slices.ContainsFunc(base.Accounts, func(b recipe.Account) bool { return b.Name == a.Name && b.Sudo })) {
+			p.Widens = append(p.Widens, "sudo: account "+a.Name+" may run anything as root")
+		}
+	}
+	if base != nil && next.Seed.Raw != base.Seed.Raw {
+		p.Widens = append(p.Widens, "seed: "+next.Seed.Raw)
 	}
 	diff, err := sv.write(ctx, p, &records.Files{Recipe: files.Recipe, Lock: files.Lock, Extra: extra}, text, baseFile, update)
 	if err != nil {
 		return nil, "", err
 	}
 	return p, diff, nil
+}
+
+// compareLock is Lock.Compare, false for no lock.
+func compareLock(l *recipe.Lock, r *recipe.Recipe) (inputs, accounts bool, err error) {
+	if l == nil {
+		return false, false, nil
+	}
+	return l.Compare(r)
 }
 
 func slicesHasApt(ps []recipe.AptPackage, name string) bool {
@@ -284,14 +309,23 @@ func (sv *Proposals) write(ctx context.Context, p *Proposal, files *records.File
 		return "", fmt.Errorf("the proposed recipe: %w", err)
 	}
 	var old *recipe.Lock
-	if baseFile != "" {
+	switch {
+	case baseFile != "":
 		if old, err = recipe.LoadLock(recipe.LockFile(baseFile)); err != nil {
 			return "", err
 		}
+	case len(files.Lock) > 0:
+		if old, err = recipe.ParseLock("the base's workshop.lock", files.Lock); err != nil {
+			return "", err
+		}
 	}
-	lock, err := sv.Builder.Lock(ctx, next, builder.LockOptions{Old: old, Update: update})
-	if err != nil {
-		return "", fmt.Errorf("lock the proposal: %w", err)
+	lock := old
+	if inputs, accounts, err := compareLock(old, next); err != nil {
+		return "", err
+	} else if !inputs || !accounts {
+		if lock, err = sv.Builder.Lock(ctx, next, builder.LockOptions{Old: old, Update: update}); err != nil {
+			return "", fmt.Errorf("lock the proposal: %w", err)
+		}
 	}
 	lockBytes, err := lock.Encode()
 	if err != nil {

@@ -21,7 +21,7 @@ var envNameRe = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 // envOwned are the variables a Bench's network profile and account set: a recipe setting one would
 // be overridden, or would send clients past the proxy that the profile routes them through.
 var envOwned = []string{"HOME", "USER", "LOGNAME", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY",
-	"no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"}
+	"no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "OWN"}
 
 // env reads [env]: NAME = "value" lines.
 func (c *checker) env(t map[string]any, tf field, r *Recipe) {
@@ -32,7 +32,7 @@ func (c *checker) env(t map[string]any, tf field, r *Recipe) {
 			c.fail(f, fmt.Sprintf("%.64q is not a variable name", k), "a name is letters, digits and _, not starting with a digit, e.g. PYTHONPATH")
 			continue
 		case slices.Contains(envOwned, k):
-			c.fail(f, k+" is set by the Bench", "HOME, USER and LOGNAME are the account's (user = ...); the proxy variables are the network profile's")
+			c.fail(f, k+" is set by the Bench", "HOME, USER and LOGNAME are the account's (user = ...); the proxy variables are the network profile's; OWN is shed's file helpers'")
 			continue
 		}
 		s, _, ok := c.str(t, tf, k, k+` = "value"`, true)
@@ -43,10 +43,16 @@ func (c *checker) env(t map[string]any, tf field, r *Recipe) {
 	}
 }
 
-// checkWorkdir checks `workdir`: the directory a Bench's commands start in.
+// checkWorkdir checks `workdir`: the directory a Bench's commands start in. /proc, /sys and /dev are
+// the kernel's, mounted afresh in every Bench: no command's home.
 func checkWorkdir(s string) *Error {
 	if !strings.HasPrefix(s, "/") || path.Clean(s) != s {
 		return &Error{Msg: fmt.Sprintf("workdir %q is not a clean absolute path", s), Hint: `write it like this: workdir = "/work"`}
+	}
+	for _, d := range []string{"/proc", "/sys", "/dev"} {
+		if s == d || strings.HasPrefix(s, d+"/") {
+			return &Error{Msg: fmt.Sprintf("workdir %q is in %s, which every Bench mounts afresh", s, d), Hint: `name a directory of the Workshop's own, e.g. workdir = "/work"`}
+		}
 	}
 	return nil
 }

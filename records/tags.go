@@ -35,7 +35,9 @@ type Tag struct {
 	Time    time.Time `json:"time"`
 }
 
-func (rs *Workshops) tagsFile(name string) string { return filepath.Join(rs.nameDir(name), "tags.json") }
+func (rs *Workshops) tagsFile(name string) string {
+	return filepath.Join(rs.nameDir(name), "tags.json")
+}
 
 // Tags returns name's tags, DefaultTag among them (the current version).
 func (rs *Workshops) Tags(name string) (map[string]Tag, error) {

@@ -545,21 +545,56 @@ func setup(cfg *initConfig, pre *early) *SetupError {
 		dir = "/"
 	}
 	if s.MakeDir {
-		// As the sandbox's root, inside its root (pivoted: a symlink of a layer resolves within it),
-		// so what it makes is the sandbox root's, in the upper: task state.
-		e := asSandboxRoot(cfg.IDBase, func() *SetupError {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return &SetupError{Op: "mkdir", Path: dir, Err: err}
-			}
-			return nil
-		})
-		if e != nil {
+		// As the sandbox's root, in its root's own file system only (no mount crossed: a grant's host
+		// directory is never written with the capabilities this takes), so what it makes is the
+		// sandbox root's, in the upper: task state.
+		if e := asSandboxRoot(cfg.IDBase, func() *SetupError { return makeDirIn(dir) }); e != nil {
 			return e
 		}
 	}
-	if err := unix.Chdir(dir); err != nil {
+	// Never through a magic link (/proc/self/fd/N of a descriptor this process still holds, which
+	// an image's symlink could name): a plain symlink resolves within the pivoted root.
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
 		return &SetupError{Op: "chdir", Path: dir, Err: err}
 	}
+	defer unix.Close(fd)
+	if err := unix.Fchdir(fd); err != nil {
+		return &SetupError{Op: "chdir", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// makeDirIn makes the absolute directory dir and those above it that are missing, 0755, one
+// component at a time from the root, crossing no mount and following no magic link.
+func makeDirIn(dir string) *SetupError {
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS}
+	if fd, err := unix.Openat2(unix.AT_FDCWD, dir, how); err == nil {
+		unix.Close(fd) // there already, wherever it is (a grant's directory too): nothing to make
+		return nil
+	}
+	how.Resolve |= unix.RESOLVE_NO_XDEV
+	cur, err := unix.Openat2(unix.AT_FDCWD, "/", how)
+	if err != nil {
+		return &SetupError{Op: "mkdir", Path: "/", Err: err}
+	}
+	for _, name := range strings.Split(strings.Trim(dir, "/"), "/") {
+		if name == "" {
+			continue
+		}
+		next, err := unix.Openat2(cur, name, how)
+		if errors.Is(err, unix.ENOENT) {
+			if err = unix.Mkdirat(cur, name, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+				next, err = unix.Openat2(cur, name, how)
+			}
+		}
+		unix.Close(cur)
+		if err != nil {
+			return &SetupError{Op: "mkdir", Path: dir, Detail: "the workdir is made in the Bench's own files only, not under a mount", Err: err}
+		}
+		cur = next
+	}
+	unix.Close(cur)
 	return nil
 }
 

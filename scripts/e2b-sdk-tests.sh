@@ -12,6 +12,8 @@
 #   E2B_SDK_TESTS_CACHE   where npm installs the SDK's runtime deps and vitest (default ~/.cache/shed-e2b-sdk-tests)
 #   E2B_SDK_TESTS_OUT     where report.json (vitest's JSON report, both runs merged) and the logs go (default CACHE/out)
 #   E2B_SDK_TESTS_USER    the user the test key acts as (default nobody); the Workshop record `base` allows it
+#   E2B_SDK_TESTS_TEMPLATE_USER  the user the template run's key acts as (default root: an operator records
+#                         templates; another user's builds are proposals)
 #
 # Needs: root (a store and Benches), node >= 20 and npm (the npm registry), Debian's mirror the first time a
 # store builds the `base` Workshop (python3 python-is-python3 git sudo procps curl, and E2B's account `user`: about 45 s), unshare, ip, openssl and
@@ -58,6 +60,7 @@ OFFLINE=(
 	tests/sandbox/git/validation.test.ts tests/sandbox/iam.test.ts tests/sandbox/lifecycleRequest.test.ts
 	tests/sandbox/networkTransform.test.ts tests/sandbox/rpcHeaders.test.ts tests/sandbox/urls.test.ts
 	tests/secret/secret.test.ts tests/volume/file.test.ts tests/volume/volume.test.ts
+	tests/template/abortSignal.test.ts tests/template/boundOpts.test.ts tests/template/stacktrace.test.ts
 )
 SKIP_NAMES='internet access (enabled|default)$'
 PORT=443 # the namespace is ours: no other listener there
@@ -93,7 +96,7 @@ if [ "${E2B_SDK_TESTS_STAGE:-}" = netns ]; then
 		--reporter=default --reporter=json --outputFile.json="$OUT/report-server.json" --passWithNoTests "$@" || status=1
 	echo "== template run: $(wc -l <template.txt) files, E2B's template project, against shed as the server run"
 	SHED_E2B_TESTS=template.txt E2B_API_URL="https://127.0.0.1" E2B_SANDBOX_URL="https://127.0.0.1" \
-		E2B_DOMAIN="$DOMAIN" E2B_API_KEY="$KEY" NODE_EXTRA_CA_CERTS="$RUN/tls/ca.pem" \
+		E2B_DOMAIN="$DOMAIN" E2B_API_KEY="$TEMPLATE_KEY" NODE_EXTRA_CA_CERTS="$RUN/tls/ca.pem" \
 		"$CACHE/node_modules/.bin/vitest" run --config vitest.template.mts \
 		--reporter=default --reporter=json --outputFile.json="$OUT/report-template.json" --passWithNoTests "$@" || status=1
 	echo "== offline run: $(wc -l <offline.txt) files, mocked or SDK-only"
@@ -119,6 +122,7 @@ MYHOSTNAME=$(ldconfig -p | grep -o '/.*libnss_myhostname\.so\.2' | head -1 || tr
 CACHE=${E2B_SDK_TESTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shed-e2b-sdk-tests}
 OUT=${E2B_SDK_TESTS_OUT:-$CACHE/out}
 USER_=${E2B_SDK_TESTS_USER:-nobody}
+TEMPLATE_USER=${E2B_SDK_TESTS_TEMPLATE_USER:-root}
 mkdir -p "$CACHE" "$OUT"
 CACHE=$(cd "$CACHE" && pwd) OUT=$(cd "$OUT" && pwd)
 # A run directory of its own: two runs at once (of two checkouts) must not share one.
@@ -162,7 +166,9 @@ printf '%s\n' "${OFFLINE[@]}" | sort >"$RUN/offline-listed.txt"
 comm -12 "$RUN/all.txt" "$RUN/offline-listed.txt" >"$RUN/offline.txt"
 comm -23 "$RUN/all.txt" "$RUN/offline-listed.txt" >"$RUN/server.txt"
 # E2B's "template" project: the Template API's tests, against shed as the server run, with its timeout.
-(cd "$sdk" && find tests/template -name '*.test.ts' | sort) >"$RUN/template.txt"
+(cd "$sdk" && find tests/template -name '*.test.ts' | sort) >"$RUN/template-all.txt"
+comm -23 "$RUN/template-all.txt" "$RUN/offline-listed.txt" >"$RUN/template.txt"
+comm -12 "$RUN/template-all.txt" "$RUN/offline-listed.txt" >>"$RUN/offline.txt"
 cat >"$RUN/vitest.config.mts" <<'EOF'
 // E2B's "unit" project (packages/js-sdk/vitest.config.mts), on the files listed in SHED_E2B_TESTS.
 import { readFileSync } from 'node:fs'
@@ -227,8 +233,13 @@ fi
 made=$("$SHED" --root "$STORE" --json agent key create "$USER_")
 KEY=$(node -p 'JSON.parse(process.argv[1]).key' "$made")
 key_id=$(node -p 'JSON.parse(process.argv[1]).id' "$made")
+# The template run's key: a template build is an operator's act (another key's build is a proposal).
+made=$("$SHED" --root "$STORE" --json agent key create "$TEMPLATE_USER")
+TEMPLATE_KEY=$(node -p 'JSON.parse(process.argv[1]).key' "$made")
+template_key_id=$(node -p 'JSON.parse(process.argv[1]).id' "$made")
 cleanup() {
 	"$SHED" --root "$STORE" agent key rm "$key_id" >/dev/null || true
+	"$SHED" --root "$STORE" agent key rm "$template_key_id" >/dev/null || true
 	[ -z "${tmp:-}" ] || rm -rf "$tmp"
 	rm -rf "$RUN"
 }
@@ -238,7 +249,7 @@ trap cleanup EXIT
 echo "store $STORE, key $key_id of $USER_, $(wc -l <"$RUN/server.txt") server files, $(wc -l <"$RUN/offline.txt") offline files"
 start=$(date +%s)
 status=0
-E2B_SDK_TESTS_STAGE=netns SHED="$SHED" STORE="$STORE" KEY="$KEY" CACHE="$CACHE" OUT="$OUT" RUN="$RUN" \
+E2B_SDK_TESTS_STAGE=netns SHED="$SHED" STORE="$STORE" KEY="$KEY" TEMPLATE_KEY="$TEMPLATE_KEY" CACHE="$CACHE" OUT="$OUT" RUN="$RUN" \
 	SOCKDIR="/run/shed-e2b-sdk-tests.$$" MYHOSTNAME="$MYHOSTNAME" DOMAIN="$DOMAIN" unshare --net --mount -- bash "$0" "${VITEST_ARGS[@]}" || status=$?
 [ -f "$OUT/report-server.json" ] && [ -f "$OUT/report-offline.json" ] || die "vitest wrote no report (exit $status)"
 

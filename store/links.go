@@ -112,7 +112,6 @@ func (s *Store) linkTree(ctx context.Context, dir string, m *Manifest, trusted b
 		}
 	}
 	seen := make(map[Hash]bool)
-	touched := make(map[string]bool)
 	fh := fileHashers.Get().(*fileHasher)
 	defer fileHashers.Put(fh)
 	for i := range m.Entries {
@@ -135,17 +134,15 @@ func (s *Store) linkTree(ctx context.Context, dir string, m *Manifest, trusted b
 		if linked {
 			res.Linked++
 			res.Saved += saved
-			touched[path.Dir(e.Path)] = true
-		}
-	}
-	for d := range touched {
-		e := dirs[d]
-		if e == nil {
-			return res, fmt.Errorf("link files of %s: no manifest entry for directory %s", dir, d)
-		}
-		ts := []unix.Timespec{{Sec: e.Mtime}, {Sec: e.Mtime}}
-		if err := unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(dir, d), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return res, fmt.Errorf("link files of %s: restore the times of %s: %w", dir, d, err)
+			// At once, not at the end: an optimise stopped here leaves no directory changed.
+			d := dirs[path.Dir(e.Path)]
+			if d == nil {
+				return res, fmt.Errorf("link files of %s: no manifest entry for directory %s", dir, path.Dir(e.Path))
+			}
+			ts := []unix.Timespec{{Sec: d.Mtime}, {Sec: d.Mtime}}
+			if err := unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(dir, d.Path), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return res, fmt.Errorf("link files of %s: restore the times of %s: %w", dir, d.Path, err)
+			}
 		}
 	}
 	return res, nil
@@ -175,10 +172,10 @@ func (s *Store) linkOne(ctx context.Context, fh *fileHasher, name string, e *Ent
 				err = unix.Link(name, entry)
 			}
 			switch {
-			case err == nil, errors.Is(err, unix.EMLINK):
-				return false, 0, nil // name is the entry now (or stays apart)
 			case errors.Is(err, unix.EEXIST):
 				continue // another process made it first: use it
+			case err == nil, linkRefused(err):
+				return false, 0, nil // name is the entry now (or stays a copy)
 			}
 			return false, 0, fmt.Errorf("link files: %s: %w", name, err)
 		}
@@ -193,7 +190,7 @@ func (s *Store) linkOne(ctx context.Context, fh *fileHasher, name string, e *Ent
 			if !trusted && !s.hashes(ctx, fh, name, &fst, e) {
 				return false, 0, nil
 			}
-			if err := s.replaceWithLink(name, entry); err != nil {
+			if err := s.replaceWithLink(name, entry); err != nil && !linkRefused(err) && !errors.Is(err, unix.ENOENT) {
 				return false, 0, err
 			}
 			return false, 0, nil
@@ -210,14 +207,20 @@ func (s *Store) linkOne(ctx context.Context, fh *fileHasher, name string, e *Ent
 				saved = fst.Size
 			}
 			return true, saved, nil
-		case errors.Is(err, unix.EMLINK):
-			return false, 0, nil // the entry has all the links the filesystem allows
 		case errors.Is(err, unix.ENOENT):
 			continue // gc removed the entry in between: make it again
+		case linkRefused(err):
+			return false, 0, nil // stays a copy
 		}
 		return false, 0, err
 	}
 	return false, 0, nil
+}
+
+// linkRefused says that the file system will not make this link (the entry has all the links it
+// allows, another file system, an immutable file): the file stays a copy, which is no error.
+func linkRefused(err error) bool {
+	return errors.Is(err, unix.EMLINK) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)
 }
 
 // replaceWithLink replaces dst by a hard link of src, atomically: the link is
@@ -225,9 +228,6 @@ func (s *Store) linkOne(ctx context.Context, fh *fileHasher, name string, e *Ent
 func (s *Store) replaceWithLink(src, dst string) error {
 	tmp := filepath.Join(s.root, dirLinks, linkTmpPrefix+randomSuffix())
 	if err := unix.Link(src, tmp); err != nil {
-		if errors.Is(err, unix.EMLINK) || errors.Is(err, unix.ENOENT) {
-			return err
-		}
 		return fmt.Errorf("link files: %s: %w", src, err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
@@ -331,6 +331,12 @@ func (s *Store) optimisePath(ctx context.Context, p Path) (LinkResult, bool, err
 	lr, err := s.linkTree(ctx, s.Location(p), m, false)
 	if err != nil {
 		return lr, true, fmt.Errorf("optimise %s: %w", p, err)
+	}
+	if lr.Linked > 0 {
+		// The renames and times durable before the next path: a crash leaves this one whole.
+		if err := SyncTree(s.Location(p)); err != nil {
+			return lr, true, err
+		}
 	}
 	return lr, true, nil
 }

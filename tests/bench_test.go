@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"archive/tar"
 	"bufio"
 	"encoding/json"
 	"fmt"
@@ -839,4 +840,51 @@ func TestWorkdirAndEnv(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(j.Layers[len(j.Layers)-1], "testbed")); err == nil {
 		t.Error("the workdir was made in a layer")
 	}
+}
+
+// TestWorkdirMagicLinkRefused: an image's symlink /workN -> /proc/self/fd/N names, inside the
+// sandbox, a descriptor its init may hold of the host (the host's /proc while it sets up). A recipe
+// whose workdir goes through one is refused at launch (no magic link is followed to make or enter
+// the workdir), whichever descriptor it names; and a workdir under a mount (a grant) is not made.
+func TestWorkdirMagicLinkRefused(t *testing.T) {
+	parallel(t)
+	requireRoot(t)
+	root := sharedRoot(t)
+	var hdrs []*tar.Header
+	for n := 0; n <= 12; n++ {
+		hdrs = append(hdrs, &tar.Header{Name: fmt.Sprintf("work%d", n), Typeflag: tar.TypeSymlink, Linkname: fmt.Sprintf("/proc/self/fd/%d", n), Mode: 0o777})
+	}
+	reg := startRegistry(t, "")
+	image := fmt.Sprintf("127.0.0.1:%d/escape/workdir:v1", reg.port)
+	pushImage(t, image, debianLayer(t, root), tarLayer(t, hdrs...))
+	dir := t.TempDir()
+	for n := 0; n <= 12; n++ {
+		file := writeFile(t, filepath.Join(dir, strconv.Itoa(n), "workshop.toml"), fmt.Sprintf("name = \"escape-%d\"\nseed = \"oci://%s\"\nworkdir = \"/work%d\"\n", n, image, n))
+		r := shed(t, root, nil, "bench", "run", "-f", file, "--", "sh", "-c", "pwd -P; ls ../.. | wc -l")
+		if r.code == 0 || !strings.Contains(r.stderr, fmt.Sprintf("/work%d", n)) {
+			t.Errorf("workdir /work%d -> /proc/self/fd/%d: exit %d, stdout %q, stderr %q; want the launch refused", n, n, r.code, r.stdout, r.stderr)
+		}
+	}
+	// Under a grant (a bind mount of a host directory): entered if it is there, never made.
+	host := filepath.Join(t.TempDir(), "project")
+	os.MkdirAll(filepath.Join(host, "there"), 0o755)
+	chownTree(t, host, developer(t))
+	for _, c := range []struct {
+		workdir string
+		ok      bool
+	}{{"/mnt/data/there", true}, {"/mnt/data/new", false}} {
+		grant := writeFile(t, filepath.Join(dir, "grant"+strings.ReplaceAll(c.workdir, "/", "-"), "workshop.toml"),
+			fmt.Sprintf("name = \"grant-workdir\"\nseed = \"debian/bookworm\"\nworkdir = %q\n[[grant]]\npath = %q\nmode = \"rw\"\n", c.workdir, host))
+		r := shed(t, root, nil, "bench", "run", "-f", grant, "--grant", host+":/mnt/data:rw", "--", "pwd")
+		if c.ok && (r.code != 0 || r.stdout != c.workdir+"\n") {
+			t.Errorf("workdir %s in a grant, there: exit %d, %q %s", c.workdir, r.code, r.stdout, r.stderr)
+		}
+		if !c.ok && r.code == 0 {
+			t.Errorf("workdir %s in a grant, missing: launched (%q)", c.workdir, r.stdout)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(host, "new")); err == nil {
+		t.Error("the workdir was made in the granted host directory")
+	}
+	mustShed(t, root, "store", "verify")
 }
