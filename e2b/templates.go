@@ -82,16 +82,25 @@ func (b *templateBuild) finish(status string, reason *buildReason) {
 	b.status, b.reason = status, reason
 }
 
-// buildLog takes what a submit reports (notices, steps, the builds' own output) as log lines.
+// buildLog takes what a submit reports (notices, steps, the builds' own output) as log lines. It is
+// a builder.Status, written from the goroutines that copy a build's stdout and stderr at once.
 type buildLog struct {
 	b       *templateBuild
+	mu      sync.Mutex
 	partial []byte
 }
 
 func (l *buildLog) Begin(what string)   { l.b.log("info", "%s", what) }
 func (l *buildLog) Bytes(done, _ int64) {}
-func (l *buildLog) End()                { l.flush() }
+func (l *buildLog) End() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flush()
+}
+
 func (l *buildLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.partial = append(l.partial, p...)
 	for {
 		i := slices.Index(l.partial, '\n')
@@ -109,6 +118,7 @@ func (l *buildLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// flush logs what is left of a line; the caller holds mu.
 func (l *buildLog) flush() {
 	if len(l.partial) > 0 {
 		l.b.log("debug", "%s", l.partial)
@@ -366,7 +376,7 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) runBuild(ctx context.Context, c *app.Caller, b *templateBuild, tr *translated) {
 	l := &buildLog{b: b}
-	call := &app.Call{Caller: c, IO: &app.IO{Status: l, BuildOutput: l, Notice: func(n app.Notice) {
+	call := &app.Call{Caller: c, IO: &app.IO{Status: l, Notice: func(n app.Notice) {
 		level := "info"
 		if n.Kind == "warning" {
 			level = "warn"
@@ -376,7 +386,7 @@ func (s *Server) runBuild(ctx context.Context, c *app.Caller, b *templateBuild, 
 	res, err := s.Service.Do(ctx, call, "workshop.submit", &app.WorkshopSubmitRequest{
 		Name: b.name, Recipe: tr.recipe, Base: tr.base, Tags: b.tags, From: "e2b template build " + b.id,
 	})
-	l.flush()
+	l.End()
 	if err != nil {
 		e := app.Classify(err)
 		msg := e.Error()
