@@ -193,8 +193,8 @@ func (s *Service) checkProposedRecipe(req *WorkshopSubmitRequest) error {
 		}
 	}
 	refuse := func(what string) error {
-		return fail(CodeDenied, fmt.Errorf("%w: %s: an operator's key may build it, or record it (`shed workshop add`)", ErrDenied, what),
-			"build from a Workshop record (fromTemplate), Debian's images, or an image of a public registry; mirrors, indexes, sources and grants are an operator's")
+		return fail(CodeDenied, fmt.Errorf("%w: %s, in a recipe an operator has not read", ErrDenied, what),
+			"build from a Workshop record (fromTemplate), Debian's images, or an image of a public registry; an operator's key may build the rest, or record it (`shed workshop add`)")
 	}
 	switch {
 	case r.Seed.Kind == "oci" && !r.Seed.IsRegistry() && r.Seed.Raw != base.Seed.Raw:
