@@ -774,6 +774,9 @@ type CopyRequest struct {
 	Items []string `json:"items,omitempty"` // store paths, or Workshops (their realized layers)
 	// BuildInputs adds the paths the layers were built from (.debs, wheels) to what they need to run.
 	BuildInputs bool `json:"build_inputs,omitempty"`
+	// Image, if set, also pushes the one Workshop in Items as an OCI image tagged Image in the same
+	// repository: one layer per store path, each annotated with its path (docs/kubernetes.md).
+	Image string `json:"image,omitempty"`
 }
 
 // CopyResult is what was pushed.
@@ -782,6 +785,16 @@ type CopyResult struct {
 	Pushed  []string `json:"pushed"`  // paths pushed
 	Present []string `json:"present"` // paths already there with the same provenance
 	Bytes   int64    `json:"bytes"`   // compressed bytes of the trees pushed
+	// Image is the Workshop's image, when the request asked for one.
+	Image *CopiedImage `json:"image,omitempty"`
+}
+
+// CopiedImage is a Workshop pushed as an OCI image.
+type CopiedImage struct {
+	Ref    string `json:"ref"`    // REPO:TAG, what a pod's image names
+	Digest string `json:"digest"` // the manifest's digest (REPO@DIGEST pins it)
+	Layers int    `json:"layers"` // one per store path
+	Bytes  int64  `json:"bytes"`  // compressed bytes of the layers pushed now
 }
 
 // Copy pushes paths and their reference closures to a cache, one OCI artifact each.
@@ -794,6 +807,12 @@ func (s *Service) Copy(ctx context.Context, c *Call, req *CopyRequest) (*CopyRes
 	t, err := s.openTrust(st)
 	if err != nil {
 		return nil, err
+	}
+	var img *imageOf
+	if req.Image != "" {
+		if img, err = s.imageOf(ctx, c, st, req); err != nil {
+			return nil, err
+		}
 	}
 	paths, err := s.pathsOf(ctx, c, st, req.Items)
 	if err != nil {
@@ -810,7 +829,69 @@ func (s *Service) Copy(ctx context.Context, c *Call, req *CopyRequest) (*CopyRes
 	if err != nil {
 		return nil, err
 	}
-	return &CopyResult{Cache: req.To, Pushed: locations(st, res.Pushed), Present: locations(st, res.Present), Bytes: res.Bytes}, nil
+	out := &CopyResult{Cache: req.To, Pushed: locations(st, res.Pushed), Present: locations(st, res.Present), Bytes: res.Bytes}
+	if img != nil {
+		// After the paths: a node that pulls the image finds every path it names in the cache.
+		ir, err := cache.PushImage(ctx, st, cc, req.Image, img.layers, img.config)
+		if err != nil {
+			return nil, err
+		}
+		repo := strings.TrimPrefix(req.To, "oci://")
+		out.Image = &CopiedImage{Ref: repo + ":" + req.Image, Digest: ir.Digest.String(), Layers: ir.Layers, Bytes: ir.Bytes}
+	}
+	return out, nil
+}
+
+// imageOf is what a Workshop image is made of.
+type imageOf struct {
+	layers []store.Path
+	config cache.ImageConfig
+}
+
+// imageOf reads the one Workshop of a copy that asks for an image: its layers, bottom first, and
+// the config a pod runs it with (its [env], workdir and user, as a Bench would).
+func (s *Service) imageOf(ctx context.Context, c *Call, st *store.Store, req *CopyRequest) (*imageOf, error) {
+	if err := checkImageTag(req.Image); err != nil {
+		return nil, usage("a tag is up to 128 letters, digits, '_', '.' and '-', not starting with '.' or '-'", "%v", err)
+	}
+	items := req.Items
+	if len(items) == 0 {
+		items = []string{DefaultRecipe}
+	}
+	if len(items) != 1 {
+		return nil, usage("name the one Workshop the image is of", "--image makes an image of one Workshop, not of %d items", len(items))
+	}
+	if _, err := parsePath(st, items[0]); err == nil {
+		return nil, usage("name a Workshop (a record or a recipe file): its layers are the image's", "--image makes an image of a Workshop, not of the store path %s", items[0])
+	}
+	r, err := s.loadRecipe(c, items[0])
+	if err != nil {
+		return nil, err
+	}
+	plan, _, err := s.lockedPlan(ctx, c, st, r, true)
+	if err != nil {
+		return nil, err
+	}
+	cfg := cache.ImageConfig{
+		Env:        append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}, r.Environ()...),
+		WorkingDir: r.Workdir,
+		User:       r.User,
+		Cmd:        []string{"/bin/sh"},
+	}
+	return &imageOf{layers: plan.Layers, config: cfg}, nil
+}
+
+// checkImageTag applies the OCI distribution spec's grammar of a tag.
+func checkImageTag(tag string) error {
+	if len(tag) > 128 || tag == "" || tag[0] == '.' || tag[0] == '-' {
+		return fmt.Errorf("bad image tag %q", tag)
+	}
+	for _, r := range tag {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+			return fmt.Errorf("bad image tag %q", tag)
+		}
+	}
+	return nil
 }
 
 // pathsOf turns items into store paths: a store path as itself, a Workshop as its realized layers.

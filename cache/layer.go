@@ -71,6 +71,11 @@ const (
 // On an early return (ctx, or w failing) umoci's generator goroutine stops
 // at its next write; it only reads src.
 func WriteLayer(ctx context.Context, w io.Writer, src string) error {
+	return writeTree(ctx, w, src, LayerRoot)
+}
+
+// writeTree writes the tree at src to w as a tar stream whose entries are under target.
+func writeTree(ctx context.Context, w io.Writer, src, target string) error {
 	// umoci's CleanPath turns a relative "../x" into "x".
 	src, err := filepath.Abs(src)
 	if err != nil {
@@ -83,7 +88,7 @@ func WriteLayer(ctx context.Context, w io.Writer, src string) error {
 	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
 		return fmt.Errorf("write layer %s: not a directory or regular file", src)
 	}
-	rc := layer.GenerateInsertLayer(src, LayerRoot, false, &layer.RepackOptions{OnDiskFormat: onDisk()})
+	rc := layer.GenerateInsertLayer(src, target, false, &layer.RepackOptions{OnDiskFormat: onDisk()})
 	defer rc.Close() // on an early return, makes the generator's writes fail so it stops
 	// Every byte goes to w as umoci wrote it, and is read as tar on its way.
 	stream := io.TeeReader(rc, ctxWriter{ctx, w})

@@ -16,7 +16,10 @@ set -euo pipefail
 # real agent clients (the official MCP TypeScript SDK), which the tests install from npm into
 # /var/cache/toolshed-ci/npm. bash-completion, zsh and fish are the shells whose completion of shed
 # tests/completion_test.go drives. btrfs-progs (mkfs.btrfs) makes the btrfs that branchable Benches'
-# uppers live in (package upper).
+# uppers live in (package upper). containerd, runc, crun and the CNI plugins are a Kubernetes node's
+# runtime as tests/containerd_test.go drives it with crictl (its CRI client, built from Go source
+# below, as Debian 12 has none), over `shed snapshotter` (docs/kubernetes.md); the package's own
+# service is stopped, the tests start a containerd of their own.
 need=()
 command -v make >/dev/null || need+=(make)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
@@ -37,6 +40,10 @@ command -v npm >/dev/null || need+=(npm)
 command -v zsh >/dev/null || need+=(zsh)
 command -v fish >/dev/null || need+=(fish)
 command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+command -v crun >/dev/null || need+=(crun)
+[ -x /usr/lib/cni/loopback ] || need+=(containernetworking-plugins)
 /usr/bin/python3 -c 'import setuptools' 2>/dev/null || need+=(python3-setuptools)
 /usr/bin/python3 -c 'import wheel' 2>/dev/null || need+=(python3-wheel)
 ls /usr/share/python-wheels/pip-*.whl >/dev/null 2>&1 || need+=(python3-pip-whl)
@@ -44,4 +51,12 @@ ls /usr/share/python-wheels/setuptools-*.whl >/dev/null 2>&1 || need+=(python3-s
 if [ ${#need[@]} -gt 0 ]; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+# containerd's package starts its service where systemd runs; the tests use their own.
+if command -v systemctl >/dev/null && systemctl is-active -q containerd 2>/dev/null; then
+	systemctl disable --now containerd >/dev/null 2>&1 || true
+fi
+# crictl, the CRI client kubelets' operators use (cri-tools), at the version docs/kubernetes.md names.
+if ! command -v crictl >/dev/null; then
+	GOBIN=/usr/local/bin go install sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0
 fi

@@ -81,6 +81,18 @@ func pushImage(t testing.TB, ref string, layers ...testLayer) string {
 
 func pushImageAs(t testing.TB, cred auth.Credential, ref string, layers ...testLayer) string {
 	t.Helper()
+	return pushImageWith(t, cred, ref, ispec.ImageConfig{}, nil, layers...)
+}
+
+// pushImageConfig is pushImage with the image's config.
+func pushImageConfig(t testing.TB, ref string, cfg ispec.ImageConfig, layers ...testLayer) string {
+	t.Helper()
+	return pushImageWith(t, auth.EmptyCredential, ref, cfg, nil, layers...)
+}
+
+// pushImageWith is pushImageAs with the image's config and each layer's annotations (nil: none).
+func pushImageWith(t testing.TB, cred auth.Credential, ref string, cfg ispec.ImageConfig, annotations []map[string]string, layers ...testLayer) string {
+	t.Helper()
 	ctx := context.Background()
 	repo, err := remote.NewRepository(ref)
 	if err != nil {
@@ -99,11 +111,15 @@ func pushImageAs(t testing.TB, cred auth.Credential, ref string, layers ...testL
 		}
 		return d
 	}
-	config := ispec.Image{Platform: ispec.Platform{OS: "linux", Architecture: runtime.GOARCH}, RootFS: ispec.RootFS{Type: "layers"}}
+	config := ispec.Image{Platform: ispec.Platform{OS: "linux", Architecture: runtime.GOARCH}, Config: cfg, RootFS: ispec.RootFS{Type: "layers"}}
 	m := ispec.Manifest{Versioned: imeta.Versioned{SchemaVersion: 2}, MediaType: ispec.MediaTypeImageManifest}
-	for _, l := range layers {
+	for i, l := range layers {
 		config.RootFS.DiffIDs = append(config.RootFS.DiffIDs, l.diffID)
-		m.Layers = append(m.Layers, push(ispec.MediaTypeImageLayerGzip, l.gz))
+		d := push(ispec.MediaTypeImageLayerGzip, l.gz)
+		if i < len(annotations) {
+			d.Annotations = annotations[i]
+		}
+		m.Layers = append(m.Layers, d)
 	}
 	cj, _ := json.Marshal(config)
 	m.Config = push(ispec.MediaTypeImageConfig, cj)

@@ -21,10 +21,14 @@ func cmdCopy() *cli.Command {
 			"SHED_REGISTRY_PASSWORD or the Docker credentials file, never from the recipe.\n" +
 			"A path's closure is what it needs at run time (a layer and the layers below it);\n" +
 			"--with-build-inputs adds the .debs and wheels they were built from, for a mirror or to\n" +
-			"rebuild elsewhere a version gone upstream.",
+			"rebuild elsewhere a version gone upstream.\n" +
+			"--image TAG also pushes the one WORKSHOP as an OCI image tagged TAG in the same repository:\n" +
+			"one layer per store path, annotated with its path, so that any runtime can pull and run it\n" +
+			"and containerd with `shed snapshotter` takes its layers from the node's store (docs/kubernetes.md).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "to", Required: true, Usage: "the `CACHE`: oci://HOST[:PORT]/REPO or oci-layout:DIR"},
 			withBuildInputsFlag,
+			&cli.StringFlag{Name: "image", Usage: "also push the Workshop as an OCI image tagged `TAG`"},
 		},
 		Action: func(c *cli.Context) error { return copyTo(c, c.String("to")) },
 	}
@@ -49,7 +53,7 @@ func cmdExport() *cli.Command {
 var withBuildInputsFlag = &cli.BoolFlag{Name: "with-build-inputs", Usage: "also push what the layers were built from (.debs, wheels)"}
 
 func copyTo(c *cli.Context, to string) error {
-	res, err := call[app.CopyResult](c, "copy", &app.CopyRequest{To: to, Items: c.Args().Slice(), BuildInputs: c.Bool("with-build-inputs")})
+	res, err := call[app.CopyResult](c, "copy", &app.CopyRequest{To: to, Items: c.Args().Slice(), BuildInputs: c.Bool("with-build-inputs"), Image: c.String("image")})
 	if err != nil {
 		return err
 	}
@@ -57,6 +61,9 @@ func copyTo(c *cli.Context, to string) error {
 		return printJSON(c, res)
 	}
 	fmt.Fprintf(c.App.Writer, "pushed %d paths (%s compressed) to %s; %d were there\n", len(res.Pushed), formatSize(res.Bytes), to, len(res.Present))
+	if res.Image != nil {
+		fmt.Fprintf(c.App.Writer, "pushed image %s@%s (%d layers, %s compressed now)\n", res.Image.Ref, res.Image.Digest, res.Image.Layers, formatSize(res.Image.Bytes))
+	}
 	return nil
 }
 

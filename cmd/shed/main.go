@@ -361,6 +361,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdKey(),
 			cmdWorkshop(),
 			cmdDaemon(),
+			cmdSnapshotter(),
 			cmdMCP(),
 			cmdAudit(),
 			cmdAgent(),
