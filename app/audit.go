@@ -25,7 +25,7 @@ var reads = map[string]bool{
 	"workshop.launchable": true, "workshop.tags": true, "key.show": true, "store.ls": true, "store.info": true, "store.stats": true, "root.ls": true,
 	"why": true, "diff": true, "log": true, "bench.logs": true, "proposal.show": true, "bench.read_file": true,
 	"bench.list_files": true, "bench.stat_file": true, "bench.watch_dir": true, "bench.metrics": true, "audit.ls": true, "audit.verify": true, "agent.key_ls": true, "store.verify": true,
-	"bench.network": true, "bench.watcher_create": true, "bench.watcher_events": true, "bench.watcher_remove": true,
+	"bench.network": true, "k8s.manifests": true, "bench.watcher_create": true, "bench.watcher_events": true, "bench.watcher_remove": true,
 }
 
 // authority are the operations that change what the supervisor trusts or keeps: the store itself,

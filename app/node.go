@@ -8,6 +8,7 @@ import (
 
 	"toolshed.dev/shed/builder"
 	"toolshed.dev/shed/cache"
+	"toolshed.dev/shed/internal/hint"
 	"toolshed.dev/shed/store"
 )
 
@@ -56,7 +57,7 @@ func (n *NodeStore) Layer(ctx context.Context, full string) error {
 		return nil
 	}
 	if n.sub == nil {
-		return fmt.Errorf("%s is not in this node's store, and the store has no substituters (`substituters` in its config.toml)", full)
+		return hint.Wrap(fmt.Errorf("%s is not in this node's store, which has no substituters", full), "name the registry CI pushes to in `substituters` of the store's config.toml")
 	}
 	ok, err := n.sub.Pull(ctx, p, nil, nil)
 	if err != nil {

@@ -25,6 +25,7 @@ var Roles = map[string][]app.Role{
 	"instantiate":         {app.Operator},
 	"why":                 {app.Operator, app.User},
 	"diff":                {app.Operator, app.User},
+	"k8s.manifests":       {app.Operator},
 	"bench.run":           {app.Operator, app.User},
 	"bench.ls":            {app.Operator, app.User},
 	"bench.exec":          {app.Operator, app.User},

@@ -81,6 +81,7 @@ func requests() map[string]any {
 		"instantiate":         &app.InstantiateRequest{File: "/etc/shadow"},
 		"why":                 &app.WhyRequest{Workshop: "tools", File: "/usr/bin/jq"},
 		"diff":                &app.DiffRequest{A: "tools", B: "tools"},
+		"k8s.manifests":       &app.K8sManifestsRequest{Workshop: "tools", Image: "registry.example/shed:tools", Replicas: 1},
 		"bench.run":           &app.BenchRunRequest{Workshop: "tools", Argv: []string{"true"}, Offline: true},
 		"bench.ls":            &app.BenchListRequest{},
 		"bench.exec":          &app.BenchExecRequest{Bench: "someones", Argv: []string{"true"}},

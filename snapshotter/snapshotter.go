@@ -37,6 +37,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"toolshed.dev/shed/cache"
+	"toolshed.dev/shed/internal/hint"
 )
 
 // Labels containerd sets.
@@ -198,6 +199,10 @@ func (sn *Snapshotter) storeLayer(ctx context.Context, parent, ref, full string,
 	}
 	// Slow (a substitution, a first digest) and outside the lock: the records change after it.
 	if err := sn.Store.Layer(ctx, full); err != nil {
+		// containerd reports only the message: what to do rides in it.
+		if h := hint.Of(err); h != "" {
+			return status.Errorf(codes.FailedPrecondition, "layer %s: %v; to do: %s", full, err, h)
+		}
 		return status.Errorf(codes.FailedPrecondition, "layer %s: %v", full, err)
 	}
 	diffID, err := sn.diffID(ctx, full)

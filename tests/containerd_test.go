@@ -66,7 +66,7 @@ state = "{{dir}}/state"
   # This machine refuses a process a lower oom_score_adj than its own, even root's.
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "shed"
+    snapshotter = "{{snapshotter}}"
     disable_snapshot_annotations = false
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -90,6 +90,13 @@ var bridges struct {
 // startNode starts the snapshotter on the store at root and a containerd over it, pulling from reg.
 func startNode(t testing.TB, root string, reg *registry) *node {
 	t.Helper()
+	return startNodeWith(t, root, reg, "shed")
+}
+
+// startNodeWith is startNode with the CRI plugin's snapshotter named: "shed", or containerd's own
+// "overlayfs" (plain layers, downloaded and unpacked: what a node without shed does).
+func startNodeWith(t testing.TB, root string, reg *registry, snapshotter string) *node {
+	t.Helper()
 	for _, bin := range []string{"containerd", "crictl", "runc", "/usr/lib/cni/bridge"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("%s is needed (scripts/deps.sh installs it): %v", bin, err)
@@ -110,7 +117,7 @@ func startNode(t testing.TB, root string, reg *registry) *node {
 	t.Cleanup(n.stop)
 	n.startSnapshotter()
 	host := fmt.Sprintf("127.0.0.1:%d", reg.port)
-	cfg := strings.NewReplacer("{{dir}}", dir, "{{snap}}", n.snapSock, "{{registry}}", host).Replace(containerdConfig)
+	cfg := strings.NewReplacer("{{dir}}", dir, "{{snap}}", n.snapSock, "{{registry}}", host, "{{snapshotter}}", snapshotter).Replace(containerdConfig)
 	writeFile(t, filepath.Join(dir, "config.toml"), cfg)
 	writeFile(t, filepath.Join(dir, "cni", "10-shed-test.conflist"), fmt.Sprintf(`{
   "cniVersion": "1.0.0", "name": "shed-test",
@@ -440,6 +447,14 @@ packages = ["tree"]
 		r := mustShed(t, builder, "--json", "copy", "--to", cacheURL, "--image", tag, file)
 		if err := json.Unmarshal([]byte(r.stdout), &copied); err != nil || copied.Image.Ref != host+"/shed:"+tag || copied.Image.Layers != 2 {
 			t.Fatalf("copy --image %s: %v\n%s", tag, err, r.stdout)
+		}
+	}
+	// The agent-sandbox objects of the first, for kubectl apply (validated against the CRDs' schemas in
+	// package k8s's tests).
+	y := mustShed(t, builder, "k8s", "manifests", "--image", host+"/shed:one", "--runtime-class", "runc", "--replicas", "2", one).stdout
+	for _, want := range []string{"kind: SandboxTemplate", "kind: SandboxWarmPool", "image: " + host + "/shed:one", "workingDir: /work", "runtimeClassName: runc", "replicas: 2", "value: hello from a Workshop"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("k8s manifests: no %q in\n%s", want, y)
 		}
 	}
 	oneLayers, onePaths := imageLayers(t, reg, "shed", "one")

@@ -48,7 +48,7 @@ func TestCompleteCandidates(t *testing.T) {
 		words []string
 		want  string
 	}{
-		{[]string{""}, "init recipe instantiate lock realize log why bench snapshot diff store key workshop daemon mcp audit agent copy export import root gc completion man help"},
+		{[]string{""}, "init recipe instantiate lock realize log why bench snapshot diff store key workshop daemon snapshotter k8s mcp audit agent copy export import root gc completion man help"},
 		{[]string{"bench", "r"}, "run rm resume reset"},
 		{[]string{"bench", "fork", "-"}, "--count --lifetime --root --json --verbose --help -h"},
 		{[]string{"bench", "create", "--snapshot", ""}, ""},

@@ -362,6 +362,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdWorkshop(),
 			cmdDaemon(),
 			cmdSnapshotter(),
+			cmdK8s(),
 			cmdMCP(),
 			cmdAudit(),
 			cmdAgent(),
