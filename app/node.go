@@ -91,6 +91,19 @@ func (n *NodeStore) DiffID(ctx context.Context, full string) (string, error) {
 	return d.String(), err
 }
 
+// Content is the content hash of the valid path full.
+func (n *NodeStore) Content(full string) (string, error) {
+	p, err := n.path(full)
+	if err != nil {
+		return "", err
+	}
+	info, err := n.st.Info(p)
+	if err != nil {
+		return "", err
+	}
+	return info.ContentHash.String(), nil
+}
+
 // Hold makes name a gc root of the path full.
 func (n *NodeStore) Hold(ctx context.Context, name, full string) error {
 	p, err := n.path(full)

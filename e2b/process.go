@@ -337,10 +337,13 @@ func (s *Server) start(sb *sandbox, c *app.Caller, tag string, cfg *process.Proc
 			p.stdin = nil
 		}
 		p.mu.Unlock()
-		close(p.done)
+		// Out of the list before its end is sent: a client that saw the end and signals the command
+		// again finds no command (envd's answer), never the one that ended (CI under load caught a
+		// second kill of an ended pty succeed).
 		sb.mu.Lock()
 		delete(sb.procs, p.pid)
 		sb.mu.Unlock()
+		close(p.done)
 	}()
 	return p, first, nil
 }

@@ -144,14 +144,23 @@ func resources(cpu, memory string) (corev1.ResourceRequirements, error) {
 	return corev1.ResourceRequirements{Requests: list, Limits: list.DeepCopy()}, nil
 }
 
-// network is the template's egress: an IP literal the profile allows is an ipBlock of one address
-// (with its port); a host name cannot be named by a NetworkPolicy, so with an egress proxy the
-// policy lets the pods reach only the proxy and its env points the usual clients at it, and
-// without one the name is unreachable (reported). Ingress is left to the controller's default (the
-// sandbox router only). No rule for DNS: a pod resolves nothing itself when it reaches only
-// addresses and a proxy, which resolves names for it.
+// routerIngress lets agent-sandbox's sandbox router reach the pods: the rule of its controller's
+// default policy, which a template that gives a policy of its own replaces whole (ingress too).
+func routerIngress() networkingv1.NetworkPolicyIngressRule {
+	return networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "agent-sandbox-system"}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sandbox-router"}},
+	}}}
+}
+
+// network is the template's policy. Ingress: the sandbox router only. Egress: an IP literal the
+// profile allows is an ipBlock of one address (with its port); a host name cannot be named by a
+// NetworkPolicy, so with an egress proxy the policy lets the pods reach only the proxy and its env
+// points the usual clients at it, and without one the name is unreachable (reported). No rule for
+// DNS: a pod resolves nothing itself when it reaches only addresses and a proxy, which resolves
+// names for it.
 func network(allow []Host, egressProxy string) (*extv1beta1.NetworkPolicySpec, []corev1.EnvVar, []string, error) {
-	policy := &extv1beta1.NetworkPolicySpec{}
+	policy := &extv1beta1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{routerIngress()}}
 	var env []corev1.EnvVar
 	var names []string
 	for _, h := range allow {

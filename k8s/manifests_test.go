@@ -106,6 +106,11 @@ func TestManifestsValidate(t *testing.T) {
 	if len(objs.Unreachable) != 0 {
 		t.Errorf("unreachable with a proxy: %v", objs.Unreachable)
 	}
+	// The controller takes a template's policy whole: the sandbox router's ingress is in it.
+	if in := spec.NetworkPolicy.Ingress; len(in) != 1 || in[0].From[0].PodSelector.MatchLabels["app"] != "sandbox-router" ||
+		in[0].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "agent-sandbox-system" {
+		t.Errorf("ingress: %+v", in)
+	}
 	if *objs.WarmPool.Spec.Replicas != 3 || objs.WarmPool.Spec.TemplateRef.Name != "jq-tools" {
 		t.Errorf("warm pool: %+v", objs.WarmPool.Spec)
 	}
@@ -129,11 +134,11 @@ func TestManifestsNoProxy(t *testing.T) {
 		t.Errorf("egress: %+v", objs.Template.Spec.NetworkPolicy.Egress)
 	}
 	// A Workshop with no network: a policy with no egress rule at all (deny), not the controller's
-	// default (the public internet).
+	// default (the public internet); the router still reaches it.
 	w := workshop()
 	w.Allow = nil
 	objs, err = Manifests(w, Options{})
-	if err != nil || objs.Template.Spec.NetworkPolicy == nil || len(objs.Template.Spec.NetworkPolicy.Egress) != 0 {
+	if err != nil || objs.Template.Spec.NetworkPolicy == nil || len(objs.Template.Spec.NetworkPolicy.Egress) != 0 || len(objs.Template.Spec.NetworkPolicy.Ingress) != 1 {
 		t.Errorf("no network: %v %+v", err, objs.Template.Spec.NetworkPolicy)
 	}
 	for _, o := range []Options{{CPU: "two"}, {EgressProxy: "proxy.local:3128"}} {

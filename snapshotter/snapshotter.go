@@ -15,10 +15,10 @@ package snapshotter
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -50,8 +50,10 @@ const (
 type Store interface {
 	// Layer makes the store path named full valid (substituted from a trusted cache when missing).
 	Layer(ctx context.Context, full string) error
-	// DiffID is the digest of the valid path full as an image layer (cache.DiffID).
+	// DiffID is the digest of the valid path full as an image layer (cache.DiffID); Content is its
+	// content hash, what the digest is remembered by.
 	DiffID(ctx context.Context, full string) (string, error)
+	Content(full string) (string, error)
 	// Dir is the directory of the valid store path full.
 	Dir(full string) (string, error)
 	// Hold makes name a gc root of the path full; Release removes it; Held lists the roots whose
@@ -69,8 +71,10 @@ type Snapshotter struct {
 	Dir   string
 	Log   *slog.Logger // nil: silent
 
-	db *bolt.DB
-	mu sync.Mutex // one change of the records at a time, with what it does on disk
+	db       *bolt.DB
+	instance string          // this snapshotter's part of its gc roots' names (rootPrefix)
+	mu       sync.Mutex      // one change of the records at a time, with what it does on disk
+	pending  map[string]bool // gc roots held for snapshots not yet recorded
 }
 
 // record is one snapshot.
@@ -79,6 +83,7 @@ type record struct {
 	Kind    snapshotsapi.Kind `json:"kind"`
 	Parent  string            `json:"parent,omitempty"`
 	Path    string            `json:"path,omitempty"` // a store path's snapshot: its full name
+	Root    string            `json:"root,omitempty"` // and the gc root that holds it
 	Labels  map[string]string `json:"labels,omitempty"`
 	Created time.Time         `json:"created"`
 	Updated time.Time         `json:"updated"`
@@ -87,7 +92,7 @@ type record struct {
 var (
 	bucketSnapshots = []byte("snapshots") // key -> record
 	bucketMeta      = []byte("meta")      // its sequence: the next id
-	bucketDiffIDs   = []byte("diffids")   // a store path's full name -> its layer's diff ID
+	bucketDiffIDs   = []byte("diffids")   // a store path's full name and content hash -> its layer's diff ID
 )
 
 // Open opens (or makes) the snapshotter's records under dir.
@@ -99,19 +104,30 @@ func Open(st Store, dir string) (*Snapshotter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w (is another `shed snapshotter` running on it?)", filepath.Join(dir, "meta.db"), err)
 	}
+	var instance string
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketSnapshots, bucketMeta, bucketDiffIDs} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
-		return nil
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get([]byte("instance")); v != nil {
+			instance = string(v)
+			return nil
+		}
+		b := make([]byte, 4)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		instance = hex.EncodeToString(b)
+		return meta.Put([]byte("instance"), []byte(instance))
 	})
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	return &Snapshotter{Store: st, Dir: dir, db: db}, nil
+	return &Snapshotter{Store: st, Dir: dir, db: db, instance: instance, pending: map[string]bool{}}, nil
 }
 
 func (sn *Snapshotter) log() *slog.Logger {
@@ -157,12 +173,6 @@ func (sn *Snapshotter) workDir(id uint64) string {
 	return filepath.Join(sn.Dir, "snapshots", strconv.FormatUint(id, 10), "work")
 }
 
-// rootPrefix starts the names of the gc roots that hold store paths' snapshots.
-const rootPrefix = "containerd-snapshot-"
-
-// rootName is the gc root that holds a store path's snapshot.
-func rootName(id uint64) string { return rootPrefix + strconv.FormatUint(id, 10) }
-
 // chainID is the OCI chain ID of a layer with diffID over the chain parent ("" for the bottom).
 func chainID(parent, diffID string) string {
 	if parent == "" {
@@ -193,11 +203,31 @@ func (sn *Snapshotter) Prepare(ctx context.Context, req *snapshotsapi.PrepareSna
 
 // storeLayer commits the snapshot ref as the store path full over parent. Its error is
 // AlreadyExists when it did (or the snapshot was there): containerd then skips the layer.
+//
+// The slow parts (a substitution, a first digest, the gc root, which waits for a running gc) run
+// outside the lock; the root is held before the record commits, so no record is ever without one.
 func (sn *Snapshotter) storeLayer(ctx context.Context, parent, ref, full string, labels map[string]string) error {
-	if err := sn.db.View(func(tx *bolt.Tx) error { _, err := sn.get(tx, ref); return err }); err == nil {
-		return status.Errorf(codes.AlreadyExists, "snapshot %q already exists", ref)
+	var parentChain string
+	err := sn.db.View(func(tx *bolt.Tx) error {
+		if _, err := sn.get(tx, ref); err == nil {
+			return status.Errorf(codes.AlreadyExists, "snapshot %q already exists", ref)
+		}
+		if parent == "" {
+			return nil
+		}
+		p, err := sn.get(tx, parent)
+		if err != nil {
+			return err
+		}
+		if p.Kind != snapshotsapi.Kind_COMMITTED {
+			return status.Errorf(codes.InvalidArgument, "parent %q is not committed", parent)
+		}
+		parentChain = chainOf(parent, p)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	// Slow (a substitution, a first digest) and outside the lock: the records change after it.
 	if err := sn.Store.Layer(ctx, full); err != nil {
 		// containerd reports only the message: what to do rides in it.
 		if h := hint.Of(err); h != "" {
@@ -209,63 +239,105 @@ func (sn *Snapshotter) storeLayer(ctx context.Context, parent, ref, full string,
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "layer %s: %v", full, err)
 	}
-	if got := chainID(parent, diffID); got != ref {
+	if got := chainID(parentChain, diffID); got != ref {
 		return status.Errorf(codes.FailedPrecondition,
-			"layer %s: the image says its layer is the store path %s, whose layer digest here is %s; the image's chain over %q is %s, not %s: the image does not match the path it names",
-			ref, full, diffID, parent, ref, got)
+			"layer %s: the image says its layer is the store path %s, whose layer digest here is %s; over the chain %q that makes %s, not %s: the image does not match the path it names",
+			ref, full, diffID, parentChain, got, ref)
 	}
+	root, err := sn.newRoot()
+	if err != nil {
+		return err
+	}
+	defer sn.settled(root)
+	if err := sn.Store.Hold(ctx, root, full); err != nil {
+		return status.Errorf(codes.Internal, "hold %s: %v", full, err)
+	}
+	made := false
 	sn.mu.Lock()
-	defer sn.mu.Unlock()
-	// The transaction commits (its function returns nil), then containerd hears "already exists".
 	err = sn.db.Update(func(tx *bolt.Tx) error {
 		if _, err := sn.get(tx, ref); err == nil {
-			return nil // made meanwhile
+			return nil // made meanwhile, with a root of its own
 		}
 		if parent != "" {
-			p, err := sn.get(tx, parent)
-			if err != nil {
-				return err
-			}
-			if p.Kind != snapshotsapi.Kind_COMMITTED {
-				return status.Errorf(codes.InvalidArgument, "parent %q is not committed", parent)
+			if _, err := sn.get(tx, parent); err != nil {
+				return err // removed meanwhile
 			}
 		}
 		id, err := nextID(tx)
 		if err != nil {
 			return err
 		}
-		if err := sn.Store.Hold(ctx, rootName(id), full); err != nil {
-			return status.Errorf(codes.Internal, "hold %s: %v", full, err)
-		}
 		now := time.Now().UTC()
-		r := &record{ID: id, Kind: snapshotsapi.Kind_COMMITTED, Parent: parent, Path: full, Labels: labels, Created: now, Updated: now}
-		if err := put(tx, ref, r); err != nil {
-			sn.Store.Release(rootName(id))
-			return err
-		}
-		return nil
+		made = true
+		return put(tx, ref, &record{ID: id, Kind: snapshotsapi.Kind_COMMITTED, Parent: parent, Path: full, Root: root, Labels: labels, Created: now, Updated: now})
 	})
+	sn.mu.Unlock()
+	if err != nil || !made {
+		if rerr := sn.Store.Release(root); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
 	if err != nil {
 		return err
 	}
+	// The transaction committed; containerd hears "already exists" and skips the layer.
 	return status.Errorf(codes.AlreadyExists, "snapshot %q already exists", ref)
 }
 
-// diffID is the layer digest of the store path full, computed once per path (a path never changes).
+// chainOf is the chain ID of the committed snapshot key: the one containerd named it for (its
+// snapshot.ref label, or the last part of the name containerd's metadata gave it, "NS/N/CHAIN").
+func chainOf(key string, r *record) string {
+	if v := r.Labels[refLabel]; v != "" {
+		return v
+	}
+	return key[strings.LastIndex(key, "/")+1:]
+}
+
+// newRoot names a gc root for a snapshot about to be made: the instance's prefix and a random
+// part, pending (Cleanup leaves it alone) until settled.
+func (sn *Snapshotter) newRoot() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	name := sn.rootPrefix() + hex.EncodeToString(b)
+	sn.mu.Lock()
+	sn.pending[name] = true
+	sn.mu.Unlock()
+	return name, nil
+}
+
+func (sn *Snapshotter) settled(root string) {
+	sn.mu.Lock()
+	delete(sn.pending, root)
+	sn.mu.Unlock()
+}
+
+// rootPrefix starts the names of this snapshotter's gc roots: "containerd-", its instance (made
+// once with its records), "-". Two snapshotters on one store (two containerds on a node) keep
+// apart whose roots are whose.
+func (sn *Snapshotter) rootPrefix() string { return "containerd-" + sn.instance + "-" }
+
+// diffID is the layer digest of the store path full, computed once per path and content (a path
+// gc'd and substituted again from another cache may have other bytes under the same name).
 func (sn *Snapshotter) diffID(ctx context.Context, full string) (string, error) {
+	content, err := sn.Store.Content(full)
+	if err != nil {
+		return "", err
+	}
+	key := []byte(full + " " + content)
 	var d string
 	sn.db.View(func(tx *bolt.Tx) error {
-		d = string(tx.Bucket(bucketDiffIDs).Get([]byte(full)))
+		d = string(tx.Bucket(bucketDiffIDs).Get(key))
 		return nil
 	})
 	if d != "" {
 		return d, nil
 	}
-	d, err := sn.Store.DiffID(ctx, full)
-	if err != nil {
+	if d, err = sn.Store.DiffID(ctx, full); err != nil {
 		return "", err
 	}
-	return d, sn.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketDiffIDs).Put([]byte(full), []byte(d)) })
+	return d, sn.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketDiffIDs).Put(key, []byte(d)) })
 }
 
 // View makes a read-only snapshot over parent.
@@ -394,6 +466,7 @@ func (sn *Snapshotter) Mounts(ctx context.Context, req *snapshotsapi.MountsReque
 func (sn *Snapshotter) Commit(ctx context.Context, req *snapshotsapi.CommitSnapshotRequest) (*emptypb.Empty, error) {
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
+	var id uint64
 	err := sn.db.Update(func(tx *bolt.Tx) error {
 		r, err := sn.get(tx, req.Key)
 		if err != nil {
@@ -405,10 +478,7 @@ func (sn *Snapshotter) Commit(ctx context.Context, req *snapshotsapi.CommitSnaps
 		if _, err := sn.get(tx, req.Name); err == nil {
 			return status.Errorf(codes.AlreadyExists, "snapshot %q already exists", req.Name)
 		}
-		// The upper's work directory is overlay's scratch, not part of the layer.
-		if err := os.RemoveAll(sn.workDir(r.ID)); err != nil {
-			return err
-		}
+		id = r.ID
 		r.Kind, r.Updated = snapshotsapi.Kind_COMMITTED, time.Now().UTC()
 		if len(req.Labels) > 0 {
 			r.Labels = req.Labels
@@ -420,6 +490,10 @@ func (sn *Snapshotter) Commit(ctx context.Context, req *snapshotsapi.CommitSnaps
 	})
 	if err != nil {
 		return nil, err
+	}
+	// Once committed: the upper's work directory is overlay's scratch, not part of the layer.
+	if err := os.RemoveAll(sn.workDir(id)); err != nil {
+		return nil, status.Errorf(codes.Internal, "commit %q: %v", req.Name, err)
 	}
 	return &emptypb.Empty{}, nil
 }
@@ -449,8 +523,8 @@ func (sn *Snapshotter) Remove(ctx context.Context, req *snapshotsapi.RemoveSnaps
 	}
 	// After the record: a crash between leaves a directory Cleanup removes, or a root the next
 	// Cleanup releases, never a record whose bytes are gone.
-	if gone.Path != "" {
-		if err := sn.Store.Release(rootName(gone.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if gone.Root != "" {
+		if err := sn.Store.Release(gone.Root); err != nil {
 			return nil, status.Errorf(codes.Internal, "release %s: %v", gone.Path, err)
 		}
 	} else if err := os.RemoveAll(filepath.Dir(sn.fsDir(gone.ID))); err != nil {
@@ -585,13 +659,16 @@ func (sn *Snapshotter) Usage(ctx context.Context, req *snapshotsapi.UsageRequest
 func (sn *Snapshotter) Cleanup(ctx context.Context, req *snapshotsapi.CleanupRequest) (*emptypb.Empty, error) {
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
-	ids := map[string]bool{}
+	ids, roots := map[string]bool{}, map[string]bool{}
 	err := sn.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSnapshots).ForEach(func(k, v []byte) error {
 			var r record
-			if json.Unmarshal(v, &r) == nil {
-				ids[strconv.FormatUint(r.ID, 10)] = true
+			if err := json.Unmarshal(v, &r); err != nil {
+				// A record it cannot read might hold a root: nothing is released.
+				return status.Errorf(codes.DataLoss, "snapshot %q: damaged record: %v", k, err)
 			}
+			ids[strconv.FormatUint(r.ID, 10)] = true
+			roots[r.Root] = true
 			return nil
 		})
 	})
@@ -609,12 +686,12 @@ func (sn *Snapshotter) Cleanup(ctx context.Context, req *snapshotsapi.CleanupReq
 			}
 		}
 	}
-	roots, err := sn.Store.Held(rootPrefix)
+	held, err := sn.Store.Held(sn.rootPrefix())
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range roots {
-		if !ids[strings.TrimPrefix(name, rootPrefix)] {
+	for _, name := range held {
+		if !roots[name] && !sn.pending[name] {
 			if err := sn.Store.Release(name); err != nil {
 				return nil, err
 			}

@@ -44,6 +44,8 @@ func (p *paths) Dir(full string) (string, error) {
 
 func (p *paths) DiffID(ctx context.Context, full string) (string, error) { return p.have[full], nil }
 
+func (p *paths) Content(full string) (string, error) { return "blake3:" + p.have[full], nil }
+
 func (p *paths) Hold(ctx context.Context, name, full string) error {
 	p.roots[name] = full
 	return nil
@@ -75,12 +77,18 @@ func open(t *testing.T) (*Snapshotter, *paths) {
 		"/var/lib/toolshed/store/aaaa-seed": digestOf("seed"),
 		"/var/lib/toolshed/store/bbbb-jq":   digestOf("jq"),
 	}, roots: map[string]string{}}
+	return openOn(t, p), p
+}
+
+// openOn opens a snapshotter of its own (its own records) on the store p.
+func openOn(t *testing.T, p *paths) *Snapshotter {
+	t.Helper()
 	sn, err := Open(p, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sn.Close() })
-	return sn, p
+	return sn
 }
 
 func code(err error) codes.Code { return status.Code(err) }
@@ -106,6 +114,10 @@ func TestStoreLayers(t *testing.T) {
 	}
 	if len(p.roots) != 2 {
 		t.Errorf("roots held: %v, want one per store path's snapshot", p.roots)
+	}
+	// Cleanup keeps the roots its records name.
+	if _, err := sn.Cleanup(ctx, &snapshotsapi.CleanupRequest{}); err != nil || len(p.roots) != 2 {
+		t.Errorf("roots after a cleanup: %v %v", p.roots, err)
 	}
 	// A layer whose chain does not match the path it names: refused, nothing recorded or held.
 	if err := prepareLayer(sn, "extract-3", c1, chainID(c1, digestOf("other")), jq); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "does not match") {
@@ -183,7 +195,7 @@ func TestUnpackedLayers(t *testing.T) {
 	// directory, and a root no record names.
 	orphan := filepath.Join(sn.Dir, "snapshots", "999", "fs")
 	os.MkdirAll(orphan, 0o755)
-	p.roots[rootPrefix+"998"] = "/var/lib/toolshed/store/aaaa-seed"
+	p.roots[sn.rootPrefix()+"998"] = "/var/lib/toolshed/store/aaaa-seed"
 	if _, err := sn.Cleanup(ctx, &snapshotsapi.CleanupRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +207,57 @@ func TestUnpackedLayers(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(sn.Dir, "snapshots", "1", "fs", "pause")); err != nil {
 		t.Errorf("cleanup removed a recorded layer: %v", err)
+	}
+}
+
+// A store layer over a layer containerd unpacked: the parent's chain is the one containerd named it
+// for (its metadata names the backend's snapshot "NS/N/CHAIN"), not its name.
+func TestStoreLayerOverUnpacked(t *testing.T) {
+	sn, _ := open(t)
+	ctx := context.Background()
+	plain := digestOf("plain layer")
+	if _, err := sn.Prepare(ctx, &snapshotsapi.PrepareSnapshotRequest{Key: "k8s.io/1/extract-1", Labels: map[string]string{refLabel: plain}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sn.Commit(ctx, &snapshotsapi.CommitSnapshotRequest{Key: "k8s.io/1/extract-1", Name: "k8s.io/2/" + plain}); err != nil {
+		t.Fatal(err)
+	}
+	ref := chainID(plain, digestOf("jq"))
+	if err := prepareLayer(sn, "k8s.io/3/extract-2", "k8s.io/2/"+plain, ref, "/var/lib/toolshed/store/bbbb-jq"); code(err) != codes.AlreadyExists {
+		t.Fatalf("a store layer over an unpacked one: %v", err)
+	}
+	// Without the label, the name's last part.
+	if got := chainOf("k8s.io/9/"+plain, &record{}); got != plain {
+		t.Errorf("chainOf: %s", got)
+	}
+}
+
+// Two snapshotters on one store (two containerds on a node): each holds and cleans up its own roots.
+func TestTwoSnapshottersOneStore(t *testing.T) {
+	a, p := open(t)
+	b := openOn(t, p)
+	seed := "/var/lib/toolshed/store/aaaa-seed"
+	c1 := chainID("", digestOf("seed"))
+	for _, sn := range []*Snapshotter{a, b} {
+		if err := prepareLayer(sn, "extract", "", c1, seed); code(err) != codes.AlreadyExists {
+			t.Fatal(err)
+		}
+	}
+	if len(p.roots) != 2 {
+		t.Fatalf("roots: %v, want one each", p.roots)
+	}
+	if _, err := b.Cleanup(context.Background(), &snapshotsapi.CleanupRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Remove(context.Background(), &snapshotsapi.RemoveSnapshotRequest{Key: c1}); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.roots) != 1 {
+		t.Fatalf("after b's cleanup and removal: %v, want a's root kept", p.roots)
+	}
+	for name := range p.roots {
+		if !strings.HasPrefix(name, a.rootPrefix()) {
+			t.Errorf("the root left is not a's: %s", name)
+		}
 	}
 }
