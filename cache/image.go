@@ -66,7 +66,8 @@ func WriteImageLayer(ctx context.Context, w io.Writer, src string) error {
 // PushImage pushes a Workshop as an OCI image tagged tag: one gzip layer per store path in layers
 // (bottom first), each annotated with its path, and a config with cfg. A plain runtime pulls and
 // runs it as any image; containerd with shed's snapshotter takes each layer from the node's store
-// instead. The manifest has no creation time, so the same Workshop gives the same image.
+// instead. The config has no creation time, so the same Workshop gives the same config and diff IDs
+// (the compressed layers' digests are the gzip writer's, the same for the same build).
 func PushImage(ctx context.Context, s *store.Store, c *Cache, tag string, layers []store.Path, cfg ImageConfig) (*ImageResult, error) {
 	res := &ImageResult{Layers: len(layers)}
 	var descs []ocispec.Descriptor

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -24,10 +25,15 @@ type registry struct {
 }
 
 // registryConfig writes a config for a registry on 127.0.0.1:port storing in
-// dir, with htpasswd auth if htpasswd is not "".
-func registryConfig(t testing.TB, dir string, port int, htpasswd string) string {
+// dir, with htpasswd auth if htpasswd is not "", and its access log on stdout
+// if accessLog.
+func registryConfig(t testing.TB, dir string, port int, htpasswd string, accessLog bool) string {
 	t.Helper()
-	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%d\n  secret: shed-tests\n", filepath.Join(dir, "data"), port)
+	access := "  accesslog:\n    disabled: true\n"
+	if accessLog {
+		access = ""
+	}
+	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\n%sstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%d\n  secret: shed-tests\n", access, filepath.Join(dir, "data"), port)
 	if htpasswd != "" {
 		cfg += fmt.Sprintf("auth:\n  htpasswd:\n    realm: shed-tests\n    path: %s\n", htpasswd)
 	}
@@ -35,6 +41,13 @@ func registryConfig(t testing.TB, dir string, port int, htpasswd string) string 
 }
 
 func startRegistry(t testing.TB, htpasswd string) *registry {
+	t.Helper()
+	return startRegistryWith(t, htpasswd, nil)
+}
+
+// startRegistryWith is startRegistry with its access log written to access (nil: none, its
+// errors on stderr; else its errors, each a 404 of a probe before a push, dropped).
+func startRegistryWith(t testing.TB, htpasswd string, access io.Writer) *registry {
 	t.Helper()
 	if _, err := exec.LookPath("docker-registry"); err != nil {
 		t.Fatalf("Debian's docker-registry is needed (apt-get install docker-registry): %v", err)
@@ -46,10 +59,13 @@ func startRegistry(t testing.TB, htpasswd string) *registry {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	r := &registry{dir: t.TempDir(), port: port}
-	r.config = registryConfig(t, r.dir, port, htpasswd)
+	r.config = registryConfig(t, r.dir, port, htpasswd, access != nil)
 	r.cmd = exec.Command("docker-registry", "serve", r.config)
 	r.cmd.SysProcAttr = dieWithTests()
 	r.cmd.Stdout, r.cmd.Stderr = os.Stderr, os.Stderr
+	if access != nil {
+		r.cmd.Stdout, r.cmd.Stderr = access, io.Discard
+	}
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

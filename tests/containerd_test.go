@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -177,17 +176,23 @@ func (n *node) startSnapshotter() {
 }
 
 func (n *node) stopSnapshotter() {
-	if n.snapshotter != nil && n.snapshotter.Process != nil {
-		n.snapshotter.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { n.snapshotter.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			n.snapshotter.Process.Kill()
-			<-done
-		}
-		n.snapshotter = nil
+	interrupt(n.snapshotter, 10*time.Second)
+	n.snapshotter = nil
+}
+
+// interrupt stops cmd as a service manager would: SIGINT, then SIGKILL after grace.
+func interrupt(cmd *exec.Cmd, grace time.Duration) {
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		cmd.Process.Kill()
+		<-done
 	}
 }
 
@@ -205,15 +210,7 @@ func (n *node) stop() {
 				n.crictl("rmp", "-f", id)
 			}
 		}
-		n.containerd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { n.containerd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			n.containerd.Process.Kill()
-			<-done
-		}
+		interrupt(n.containerd, 15*time.Second)
 		n.containerd = nil
 	}
 	n.stopSnapshotter()
@@ -325,35 +322,8 @@ func (a *accessLog) blobs(from int) (map[string]int64, int) {
 // startLoggedRegistry is startRegistry with its access log kept.
 func startLoggedRegistry(t testing.TB) (*registry, *accessLog) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &registry{dir: t.TempDir(), port: port}
-	r.config = writeFile(t, filepath.Join(r.dir, "config.yml"), fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%d\n  secret: shed-tests\n", filepath.Join(r.dir, "data"), port))
-	r.cmd = exec.Command("docker-registry", "serve", r.config)
-	r.cmd.SysProcAttr = dieWithTests()
 	log := &accessLog{}
-	r.cmd.Stdout, r.cmd.Stderr = log, io.Discard // its errors are each 404 (a probe before a push)
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.stop)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the registry did not come up: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return r, log
+	return startRegistryWith(t, "", log), log
 }
 
 // imageLayers reads an image's manifest from the registry: its layers' digests and the store paths
