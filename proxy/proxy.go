@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +40,10 @@ type Decision struct {
 	Bytes   int64     `json:"bytes"`            // bytes relayed back to the client
 	// Cut is set on an allowed exchange that a change of the network rules ended (SetFilter).
 	Cut bool `json:"cut,omitempty"`
+	// Brokered is set on a request inside a tunnel the broker terminated; Secret names the secret a
+	// refusal was for (never its value).
+	Brokered bool   `json:"brokered,omitempty"`
+	Secret   string `json:"secret,omitempty"`
 }
 
 // Config is what a Proxy allows and how it reaches the outside.
@@ -61,6 +67,9 @@ type Config struct {
 	Shared *Share
 	// Filter, if set, narrows Allow (the sandbox's own rules); SetFilter replaces it later.
 	Filter *Filter
+	// Broker, if set, puts credentials into the sandbox's requests to the destinations they are
+	// bound to (their CONNECTs terminated), and refuses a placeholder sent anywhere else.
+	Broker *Broker
 }
 
 const (
@@ -103,6 +112,7 @@ type Proxy struct {
 
 	maxConns int
 	shared   *Share
+	broker   *Broker
 
 	// Timeouts, fields so that internal tests can shorten them.
 	dialTimeout   time.Duration
@@ -124,6 +134,10 @@ func New(cfg Config) (*Proxy, error) {
 		tunnelIdle:    defaultTunnelIdle,
 		maxConns:      cfg.MaxConns,
 		shared:        cfg.Shared,
+		broker:        cfg.Broker,
+	}
+	if b := p.broker; b != nil && (b.CA == nil || b.Lookup == nil) {
+		return nil, errors.New("a broker needs a CA and a Lookup")
 	}
 	if p.maxConns <= 0 {
 		p.maxConns = DefaultMaxConns
@@ -363,10 +377,15 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener) error {
 		MaxIdleConnsPerHost: MaxIdle / 2,
 		IdleConnTimeout:     p.idleTimeout,
 	}
+	if p.broker != nil {
+		// The real servers of terminated destinations, verified as any client verifies them.
+		s.transport.TLSClientConfig = &tls.Config{RootCAs: p.broker.Roots, MinVersion: tls.VersionTLS12}
+	}
 	errorLog := p.serverLog
 	if errorLog == nil {
 		errorLog = log.New(io.Discard, "", 0) // libraries do not print
 	}
+	s.errorLog = errorLog
 	srv := &http.Server{
 		Handler:                      s,
 		ReadHeaderTimeout:            p.headerTimeout,
@@ -410,6 +429,7 @@ type server struct {
 	p         *Proxy
 	ctx       context.Context // Serve's: canceled when Serve stops
 	transport *http.Transport
+	errorLog  *log.Logger
 	// wg counts net/http connections until they close or are hijacked, handlers, and upstream dials.
 	// Each Add for a handler or dial happens while its connection is counted, so never from zero
 	// after Serve started waiting.
@@ -499,10 +519,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.denied(w, connect, t, &d)
 		return
 	}
-	if connect {
+	switch {
+	case connect && s.p.broker.terminates(t):
+		s.terminate(w, r, t, addrs, &d)
+	case connect:
 		s.tunnel(w, r, t, addrs, &d)
-	} else {
-		s.forward(w, r, t, addrs, &d)
+	default:
+		s.forwardTo(w, r, t, addrs, &d, "http")
 	}
 }
 
@@ -541,8 +564,9 @@ func removeHopHeaders(h http.Header) {
 	}
 }
 
-// forward relays a plain http request to the checked addresses and streams the response back.
-func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs []netip.Addr, d *Decision) {
+// forwardTo relays a request to the checked addresses over scheme ("http", or "https" from inside a
+// terminated tunnel) and streams the response back.
+func (s *server) forwardTo(w http.ResponseWriter, r *http.Request, t target, addrs []netip.Addr, d *Decision, scheme string) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	ex := &exchange{host: t.host, addrs: addrs, cut: func() { cancel(errCut) }}
@@ -556,8 +580,8 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs
 	out.RequestURI = ""
 	// The transport dials, and pools connections, by URL host: the canonical checked destination.
 	// The Host header stays what the client asked for (the same host, as it spelled it).
-	out.URL.Host = t.String()
-	out.Host = r.URL.Host
+	out.URL.Scheme, out.URL.Host = scheme, t.String()
+	out.Host = cmp.Or(r.URL.Host, r.Host)
 	out.Close = false
 	if r.ContentLength == 0 {
 		out.Body = nil
@@ -569,8 +593,26 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs
 		out.Body = b
 	}
 	removeHopHeaders(out.Header)
+	var q *request
+	if s.p.broker != nil {
+		q = &request{b: s.p.broker, t: t, tls: scheme == "https", creds: map[string]*Credential{}}
+		if ref := q.prepare(out); ref != nil {
+			d.Reason, d.Secret = ref.why, ref.secret
+			w.Header().Set("Connection", "close")
+			http.Error(w, "shed proxy: "+ref.Error(), http.StatusForbidden)
+			return
+		}
+	}
 
 	resp, err := s.transport.RoundTrip(out)
+	var ref *refusal
+	if errors.As(err, &ref) {
+		// A placeholder in the body that may not go there: the body stopped before it.
+		d.Reason, d.Secret = ref.why, ref.secret
+		w.Header().Set("Connection", "close")
+		http.Error(w, "shed proxy: "+ref.Error(), http.StatusForbidden)
+		return
+	}
 	if err != nil {
 		d.Reason = "upstream: " + err.Error()
 		if s.ctx.Err() != nil {
@@ -586,6 +628,9 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, t target, addrs
 	defer resp.Body.Close()
 	d.Allowed = true
 	removeHopHeaders(resp.Header)
+	if q != nil {
+		q.mask(resp)
+	}
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
