@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/proposal"
 	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
@@ -273,6 +274,11 @@ type BenchCreateRequest struct {
 	// it (E2B's autoPause), to be resumed later, "pause-cold" ends its processes and keeps its files
 	// (E2B's autoPause with autoPauseMemory false): a resume launches it again over them.
 	OnTimeout string `json:"on_timeout,omitempty"`
+	// Secrets are the supervisor's secrets the Bench may use, by name, beside its recipe's, and Inject
+	// the headers its proxy sets on its requests to a host (E2B's network transforms; a value may
+	// name a secret as ${e2b.secrets.NAME}). Only the caller's own secrets (an operator's: any).
+	Secrets []string          `json:"secrets,omitempty"`
+	Inject  []proxy.Injection `json:"inject,omitempty"`
 
 	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
 	slot *Slot
@@ -341,6 +347,10 @@ func (s *Service) BenchCreate(ctx context.Context, c *Call, req *BenchCreateRequ
 		return nil, err
 	}
 	if err := checkLayers(ctx, c, w, false); err != nil {
+		w.st.Close()
+		return nil, err
+	}
+	if opts.Secrets, err = s.benchSecrets(c.Caller, append(slices.Clone(req.Secrets), w.r.Network.Secrets...), req.Inject); err != nil {
 		w.st.Close()
 		return nil, err
 	}

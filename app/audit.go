@@ -26,6 +26,7 @@ var reads = map[string]bool{
 	"why": true, "diff": true, "log": true, "bench.logs": true, "proposal.show": true, "bench.read_file": true,
 	"bench.list_files": true, "bench.stat_file": true, "bench.watch_dir": true, "bench.metrics": true, "audit.ls": true, "audit.verify": true, "agent.key_ls": true, "store.verify": true,
 	"bench.network": true, "k8s.manifests": true, "bench.watcher_create": true, "bench.watcher_events": true, "bench.watcher_remove": true,
+	"secret.ls": true,
 }
 
 // authority are the operations that change what the supervisor trusts or keeps: the store itself,
@@ -253,6 +254,12 @@ func entryOf(c *Call, op string, req, res any, err error) audit.Entry {
 		e.Detail = "for " + r.User
 	case *KeyRemoveRequest:
 		e.Detail = r.ID
+	case *SecretAddRequest:
+		e.Detail = "secret " + strings.ToLower(r.Name) // its name: never its value
+	case *SecretRequest:
+		e.Detail = "secret " + r.Name
+	case *SecretUpdateRequest:
+		e.Detail = "secret " + r.Name
 	}
 	switch r := res.(type) {
 	case *records.Version:

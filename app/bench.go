@@ -65,6 +65,9 @@ type BenchRunRequest struct {
 	// Metrics measures the Bench's use of cpu and memory while it runs (bench.metrics, `bench ls`);
 	// off by default for a one-shot run, whose launch it slows (a created Bench always has it).
 	Metrics bool `json:"metrics,omitempty"`
+	// Secrets are the supervisor's secrets the Bench may use, by name, beside its recipe's: it gets
+	// placeholders, its proxy the values (docs/secrets.md).
+	Secrets []string `json:"secrets,omitempty"`
 
 	// slot is the caller's Bench slot that the policy reserved for this launch (ReserveBench).
 	slot *Slot
@@ -135,6 +138,10 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 	if err := checkLayers(ctx, c, w, req.Verify); err != nil {
 		return nil, err
 	}
+	secrets, err := s.benchSecrets(c.Caller, append(slices.Clone(req.Secrets), w.r.Network.Secrets...), nil)
+	if err != nil {
+		return nil, err
+	}
 	oom := false
 	events := s.benchEvents(c, req.Workshop)
 	code, err := s.withStdio(ctx, c, req.TTY, req.Term, sandbox.Winsize{}, func(stdio sandbox.Stdio, env []string) (int, error) {
@@ -142,6 +149,7 @@ func (s *Service) BenchRun(ctx context.Context, c *Call, req *BenchRunRequest) (
 			Name: req.Name, Owner: c.Caller.User, Grants: grants, Net: req.Net, Keep: req.Keep,
 			Argv: req.Argv, User: req.User, Env: env, Limits: limits, Stdio: stdio, Init: pending, Event: events.hook(),
 			Metrics:  req.Metrics,
+			Secrets:  secrets,
 			Reserved: sl.bound,
 			Started:  func(*bench.Record) { sl.release() }, // its record counts from now
 			Ended:    func(_ int, oomKilled bool) { oom = oomKilled },

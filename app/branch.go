@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/secret"
 	"toolshed.dev/shed/recipe"
 	"toolshed.dev/shed/store"
 	"toolshed.dev/shed/upper"
@@ -246,7 +247,7 @@ func (s *Service) BenchResume(ctx context.Context, c *Call, req *BenchResumeRequ
 	}
 	// What its lifetime's end does is its record's, unless the request says (an autoPause sandbox
 	// resumed after a restart pauses again at its end).
-	d := &detached{w: w, workshop: rec.Workshop, life: life, onTimeout: cmp.Or(req.OnTimeout, rec.OnTimeout), opts: relaunchOptions(rec), warm: s.Pool.Take("")}
+	d := &detached{w: w, workshop: rec.Workshop, life: life, onTimeout: cmp.Or(req.OnTimeout, rec.OnTimeout), opts: s.relaunchOptions(rec), warm: s.Pool.Take("")}
 	out, expires, err := s.launchDetached(ctx, c, d)
 	if err != nil {
 		return nil, err
@@ -262,11 +263,28 @@ func (s *Service) setOnTimeout(st *store.Store, rec *bench.Record, v string) err
 	return bench.RecordOnTimeout(st, rec.ID, v)
 }
 
-// relaunchOptions launch the paused Bench rec again over its upper, as it was launched.
-func relaunchOptions(rec *bench.Record) bench.Options {
+// relaunchOptions launch the paused Bench rec again over its upper, as it was launched: with its
+// secrets too (new placeholders and a new CA: those of a launch die with it).
+func (s *Service) relaunchOptions(rec *bench.Record) bench.Options {
 	rules, _ := bench.NetworkRules(rec.NetAllow, rec.NetDeny) // its own, checked when they were set
-	return bench.Options{ID: rec.ID, Resume: true, Owner: rec.Owner, Net: rec.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: rec.Limits, OnTimeout: rec.OnTimeout,
+	o := bench.Options{ID: rec.ID, Resume: true, Owner: rec.Owner, Net: rec.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: rec.Limits, OnTimeout: rec.OnTimeout,
 		Workshop: rec.Workshop}
+	if len(rec.Secrets) > 0 || len(rec.Inject) > 0 {
+		// Checked against its launcher when it was first launched; still its owner's, or operators'
+		// (which an operator gave it then), at every request.
+		st := s.secrets()
+		o.Secrets = &bench.Secrets{Names: rec.Secrets, Inject: rec.Inject, Lookup: func(name string) (*secret.Secret, []byte, error) {
+			sec, v, err := st.Value(name)
+			if errors.Is(err, secret.ErrNotFound) || err == nil && sec.Owner != "" && sec.Owner != rec.Owner {
+				return nil, nil, nil
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			return &sec, v, nil
+		}}
+	}
+	return o
 }
 
 // realizeCopy realizes a Bench's own copy of its recipe (bench.RecipeOf, or a snapshot's), which
@@ -412,7 +430,7 @@ func (s *Service) BenchFork(ctx context.Context, c *Call, req *BenchForkRequest)
 		w.st.Close()
 		return nil, err
 	}
-	opts := relaunchOptions(parent)
+	opts := s.relaunchOptions(parent)
 	opts.Resume, opts.Owner = false, c.Caller.User
 	if live, ok := bench.Network(parent.ID); ok { // the rules in force, as set_network last set them
 		opts.Rules = live

@@ -653,6 +653,7 @@ func diffDeclarations(a, b *recipe.Recipe) []string {
 	scalar("network.profile", a.Network.Profile, b.Network.Profile)
 	list("network.allow", strs(len(a.Network.Allow), func(i int) string { return a.Network.Allow[i].String() }),
 		strs(len(b.Network.Allow), func(i int) string { return b.Network.Allow[i].String() }))
+	list("network.secrets", a.Network.Secrets, b.Network.Secrets)
 	list("grant", strs(len(a.Grants), func(i int) string { return a.Grants[i].Path + " " + a.Grants[i].Mode }),
 		strs(len(b.Grants), func(i int) string { return b.Grants[i].Path + " " + b.Grants[i].Mode }))
 	return out

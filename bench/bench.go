@@ -95,6 +95,8 @@ type Options struct {
 	// OnTimeout is what the end of its lifetime does, kept in its record for a launch again
 	// ("pause", "pause-cold" or "kill"; the caller keeps the lifetime).
 	OnTimeout string
+	// Secrets, if set, are the credentials the Bench uses through its proxy without holding them.
+	Secrets *Secrets
 	// Workshop, if set, is the Workshop its record names: a Bench launched from a copy of a recipe (a
 	// fork's child, a snapshot's Bench, a relaunch) names the one the copy is of, not the copy.
 	Workshop string
@@ -157,6 +159,13 @@ type Record struct {
 	// Bench launched again (resume, reset) gets them.
 	NetAllow []string `json:"net_allow,omitempty"`
 	NetDeny  []string `json:"net_deny,omitempty"`
+	// Secrets are the secrets it may use (names: never a value), and BrokerEnv the variables that
+	// hold their placeholders and point its clients at its proxy's CA: every command gets them.
+	Secrets   []string `json:"secrets,omitempty"`
+	BrokerEnv []string `json:"broker_env,omitempty"`
+	// Inject are the headers its proxy sets (E2B's network transforms): values as given, which name
+	// secrets as ${e2b.secrets.NAME}, never hold theirs.
+	Inject []proxy.Injection `json:"inject,omitempty"`
 	// Limits are the limits it was launched with: a Bench launched again or forked gets them.
 	Limits sandbox.Limits `json:"limits"`
 	// OnTimeout is what the end of its lifetime does ("pause", "pause-cold": it pauses; else it ends), for its
@@ -366,7 +375,18 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 			enc := json.NewEncoder(&capped{w: netLog, left: MaxNetworkLog})
 			// The Bench's share of the process's proxy connections (package fdbudget): its
 			// excess waits behind its own connections.
-			px, err = proxy.New(proxy.Config{Allow: rules, Filter: opts.Rules, MaxConns: fdbudget.Process().ProxyPerBench, Shared: proxyShare(), Log: func(d proxy.Decision) {
+			var broker *proxy.Broker
+			if opts.Secrets != nil && (len(opts.Secrets.Names) > 0 || len(opts.Secrets.Inject) > 0) {
+				var bundle []byte
+				broker, rec.BrokerEnv, bundle, err = opts.Secrets.broker(name, rules, s, layers)
+				if err != nil {
+					return 0, err
+				}
+				rec.Secrets, rec.Inject = opts.Secrets.Names, opts.Secrets.Inject
+				spec.Env = mergeEnv(spec.Env, rec.BrokerEnv)
+				spec.Files = append(spec.Files, sandbox.File{Path: CABundle, Data: bundle, Mode: 0o644})
+			}
+			px, err = proxy.New(proxy.Config{Allow: rules, Filter: opts.Rules, Broker: broker, MaxConns: fdbudget.Process().ProxyPerBench, Shared: proxyShare(), Log: func(d proxy.Decision) {
 				if opts.Event != nil {
 					ev := "net.refused"
 					switch {
@@ -374,6 +394,10 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 						ev = "net.cut"
 					case d.Allowed:
 						ev = "net.allowed"
+					}
+					if d.Secret != "" {
+						// The secret's name and the destination, never its value.
+						ev, d.Reason = "secret.refused", "secret "+d.Secret+": "+d.Reason
 					}
 					opts.Event(name, ev, net.JoinHostPort(d.Host, strconv.Itoa(d.Port)), d.Reason)
 				}
@@ -391,6 +415,10 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 		}
 	} else if err := within(opts.Rules, nil); err != nil {
 		return 0, err
+	}
+	if opts.Secrets != nil && len(opts.Secrets.Names) > 0 && px == nil {
+		return 0, hint.Wrap(fmt.Errorf("bench %s: secrets need a network: this Bench has none", name),
+			"launch with the recipe's network (not --net none), whose [network] allows the secrets' hosts")
 	}
 	live.px = px
 	nets.Store(id, live)
@@ -814,6 +842,7 @@ func ExecRecord(ctx context.Context, s *store.Store, rec *Record, req sandbox.Ex
 	if rec.Net == "recipe" {
 		env = append(env, proxyEnv()...)
 	}
+	env = mergeEnv(env, rec.BrokerEnv)
 	if a, ok := rec.accountOfUID(req.UID); ok {
 		env = mergeEnv(env, accountEnv(a))
 	}

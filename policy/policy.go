@@ -96,6 +96,11 @@ var Roles = map[string][]app.Role{
 	"snapshot.create": {app.Operator, app.User},
 	"snapshot.ls":     {app.Operator, app.User},
 	"snapshot.rm":     {app.Operator, app.User},
+	// Secrets (docs/secrets.md): a user's are their own; an agent never names one.
+	"secret.add":    {app.Operator, app.User},
+	"secret.ls":     {app.Operator, app.User},
+	"secret.rm":     {app.Operator, app.User},
+	"secret.update": {app.Operator, app.User},
 }
 
 var benchNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })

@@ -96,6 +96,10 @@ func requests() map[string]any {
 		"agent.key_create":    &app.KeyCreateRequest{User: "root"},
 		"agent.key_ls":        &app.Empty{},
 		"agent.key_rm":        &app.KeyRemoveRequest{ID: "user:root"},
+		"secret.add":          &app.SecretAddRequest{Name: "tok", Value: []byte("v"), Hosts: []string{"api.example.com"}, Place: "basic", Replace: true},
+		"secret.ls":           &app.Empty{},
+		"secret.rm":           &app.SecretRequest{Name: "someones"},
+		"secret.update":       &app.SecretUpdateRequest{Name: "someones", Value: []byte("v")},
 		"bench.stat_file":     &app.BenchPathRequest{Bench: "someones", Path: "/etc/shadow"},
 		"bench.make_dir":      &app.BenchPathRequest{Bench: "someones", Path: "/root/x"},
 		"bench.remove_file":   &app.BenchPathRequest{Bench: "someones", Path: "/root"},
@@ -250,7 +254,8 @@ func wantDenied(op string, c *app.Caller) bool {
 		return c.User != "alice" // the record allows alice
 	case "diff", "bench.ls", "workshop.ls", "workshop.show", "workshop.log", "workshop.diff", "key.show", "workshop.launchable",
 		"snapshot.ls", "snapshot.rm", // their own (none here: an empty list, nothing removed)
-		"workshop.submit", "workshop.tags": // a user's submit is a proposal; tags are read like a record's log
+		"workshop.submit", "workshop.tags", // a user's submit is a proposal; tags are read like a record's log
+		"secret.add", "secret.ls", "secret.rm", "secret.update": // a user's own secrets (another's is not found, not denied)
 		return false
 	}
 	return true // every other operation, and another user's Bench

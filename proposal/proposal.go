@@ -237,6 +237,11 @@ func (sv *Proposals) ProposeRecipe(ctx context.Context, name string, text []byte
 			p.Widens = append(p.Widens, "network: "+h.String())
 		}
 	}
+	for _, n := range next.Network.Secrets {
+		if base == nil || !slices.Contains(base.Network.Secrets, n) {
+			p.Widens = append(p.Widens, "secret: "+n) // a name: the value stays in the supervisor
+		}
+	}
 	if (base == nil && next.Network.Profile != "none") || (base != nil && next.Network.Profile != base.Network.Profile) {
 		p.Widens = append(p.Widens, "network profile: "+next.Network.Profile)
 	}

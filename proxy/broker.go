@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -70,8 +71,10 @@ type Place struct {
 	Query            string // a query parameter
 }
 
-// Injection sets Header to Value on every request to Host:Port (Port 0: 443 over TLS, 80 in plain
-// HTTP), replacing what the sandbox sent there.
+// Injection sets Header to Value on every HTTPS request to Host:Port (Port 0: 443), replacing what
+// the sandbox sent there. Host is a name, an IP literal, or "*.NAME" for NAME's subdomains at any
+// depth; as E2B's rules, an exact host's injections take precedence over wildcards', and the longest
+// matching wildcard's over the others', and those of different hosts are not merged.
 type Injection struct {
 	Host   string
 	Port   int
@@ -107,15 +110,38 @@ func (c *Credential) bound(t target) bool {
 	return false
 }
 
-func (in Injection) matches(t target, tls bool) bool {
-	port := in.Port
-	if port == 0 {
-		port = 80
-		if tls {
-			port = 443
+// match says how well in names t: 0 not at all, else the more the better (exact above wildcards,
+// a longer wildcard above a shorter one).
+func (in Injection) match(t target) int {
+	port := cmp.Or(in.Port, 443)
+	if port != t.port {
+		return 0
+	}
+	h := canonicalHost(in.Host)
+	if h == t.host {
+		return 1 << 16
+	}
+	if suffix, ok := strings.CutPrefix(h, "*"); ok && strings.HasSuffix(t.host, suffix) && len(t.host) > len(suffix) {
+		return len(suffix)
+	}
+	return 0
+}
+
+// injections are the injections of the host key that names t best.
+func (b *Broker) injections(t target) []Injection {
+	best, key := 0, ""
+	for _, in := range b.Inject {
+		if m := in.match(t); m > best {
+			best, key = m, in.Host
 		}
 	}
-	return canonicalHost(in.Host) == t.host && port == t.port
+	var out []Injection
+	for _, in := range b.Inject {
+		if best > 0 && in.Host == key && in.match(t) == best {
+			out = append(out, in)
+		}
+	}
+	return out
 }
 
 // terminates reports whether a CONNECT to t is terminated: a credential is bound to it, or an
@@ -124,10 +150,8 @@ func (b *Broker) terminates(t target) bool {
 	if b == nil {
 		return false
 	}
-	for _, in := range b.Inject {
-		if in.matches(t, true) {
-			return true
-		}
+	if len(b.injections(t)) > 0 {
+		return true
 	}
 	for _, s := range b.Secrets {
 		if c, err := b.Lookup(s.Name); err == nil && c != nil && c.bound(t) {
@@ -200,9 +224,9 @@ func (q *request) prepare(out *http.Request) *refusal {
 			q.used = append(q.used, c.Value)
 		}
 	}
-	for _, in := range q.b.Inject {
-		if !in.matches(q.t, q.tls) {
-			continue
+	for _, in := range q.b.injections(q.t) {
+		if !q.tls {
+			break // E2B's transforms are for HTTPS requests
 		}
 		v := in.Value
 		for _, name := range SecretRefs(in.Value) {

@@ -2,6 +2,7 @@ package recipe
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -59,7 +60,7 @@ var (
 	aptKeys     = []string{"mirror", "packages", "source"}
 	sourceKeys  = []string{"url", "suite", "components", "key"}
 	pipKeys     = []string{"index", "packages"}
-	networkKeys = []string{"profile", "allow"}
+	networkKeys = []string{"profile", "allow", "secrets"}
 	grantKeys   = []string{"path", "mode"}
 	accountKeys = []string{"name", "uid", "home", "shell", "sudo"}
 )
@@ -262,7 +263,25 @@ func (c *checker) network(t map[string]any, tf field, n *Network) {
 		seen[h] = fields[i]
 		n.Allow = append(n.Allow, h)
 	}
+	names, fields, _ := c.strList(t, tf, "secrets", `secrets = ["github-token"]`)
+	named := make(map[string]field)
+	for i, s := range names {
+		if !secretNameRE.MatchString(s) {
+			c.fail(fields[i], fmt.Sprintf("secret name %q: lowercase letters, digits, '-', '_' and '.'", s),
+				"name a secret of `shed secret ls`; the recipe holds names, never values")
+			continue
+		}
+		if prev, dup := named[s]; dup {
+			c.fail(fields[i], fmt.Sprintf("duplicate secret %q (also at line %d)", s, c.line(prev)), "list each secret once")
+			continue
+		}
+		named[s] = fields[i]
+		n.Secrets = append(n.Secrets, s)
+	}
 }
+
+// secretNameRE is package secret's name rule (recipe imports no package of the project).
+var secretNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
 func (c *checker) grants(root map[string]any, top field, r *Recipe) {
 	forbidden := c.forbidden

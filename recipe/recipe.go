@@ -123,6 +123,9 @@ func (p PipPackage) String() string {
 type Network struct {
 	Profile string // "none" or "debian"
 	Allow   []Host
+	// Secrets are the names of the supervisor's secrets a Bench may use through its proxy, never
+	// their values: it holds placeholders (docs/secrets.md).
+	Secrets []string
 }
 
 // Host is a network destination a Bench may reach.

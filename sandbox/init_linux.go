@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -38,7 +39,7 @@ const (
 // initProto is the version of what shed and its init say on the sync socket (the config frame,
 // message): shed-init is a binary of its own, so one from another build can meet this one. Bump it
 // on any change of initConfig or message; init refuses a version it does not know.
-const initProto = 5
+const initProto = 6
 
 // message is one JSON value from init on the sync socket (the config goes the other way as a frame
 // of its own, encodeConfig).
@@ -544,6 +545,11 @@ func setup(cfg *initConfig, pre *early) *SetupError {
 	if dir == "" {
 		dir = "/"
 	}
+	for _, f := range s.Files {
+		if e := asSandboxRoot(cfg.IDBase, func() *SetupError { return writeFileIn(f) }); e != nil {
+			return e
+		}
+	}
 	if s.MakeDir {
 		// As the sandbox's root, in its root's own file system only (no mount crossed: a grant's host
 		// directory is never written with the capabilities this takes), so what it makes is the
@@ -561,6 +567,50 @@ func setup(cfg *initConfig, pre *early) *SetupError {
 	defer unix.Close(fd)
 	if err := unix.Fchdir(fd); err != nil {
 		return &SetupError{Op: "chdir", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// writeFileIn writes f in the root's own file system: its directory is made as a workdir is, and the
+// file replaces what is there by a rename, so a symlink planted at its path is replaced, not followed.
+func writeFileIn(f File) *SetupError {
+	dir, name := path.Split(f.Path)
+	if e := makeDirIn(dir); e != nil {
+		return e
+	}
+	d, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+	if err != nil {
+		return &SetupError{Op: "write file", Path: f.Path, Detail: "files are written in the sandbox's own files only, not under a mount", Err: err}
+	}
+	defer unix.Close(d)
+	mode := f.Mode
+	if mode == 0 {
+		mode = 0o644
+	}
+	tmp := "." + name + ".shed-new"
+	fd, err := unix.Openat(d, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if errors.Is(err, unix.EEXIST) {
+		unix.Unlinkat(d, tmp, 0)
+		fd, err = unix.Openat(d, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	}
+	if err != nil {
+		return &SetupError{Op: "write file", Path: f.Path, Err: err}
+	}
+	for b := f.Data; len(b) > 0 && err == nil; {
+		var n int
+		n, err = unix.Write(fd, b)
+		b = b[n:]
+	}
+	if err == nil {
+		err = unix.Fchmod(fd, mode) // not the umask's
+	}
+	unix.Close(fd)
+	if err == nil {
+		err = unix.Renameat(d, tmp, d, name)
+	}
+	if err != nil {
+		unix.Unlinkat(d, tmp, 0)
+		return &SetupError{Op: "write file", Path: f.Path, Err: err}
 	}
 	return nil
 }

@@ -36,6 +36,11 @@ type Spec struct {
 	// parents, root's, 0755) in the upper if the layers lack it, as a Dockerfile's WORKDIR does.
 	Dir     string
 	MakeDir bool
+	// Files are written into the root's own file system (the upper) before the command starts, as the
+	// sandbox's root, replacing what a layer has there: small files of this launch alone, such as the
+	// CA bundle that makes a Bench trust its proxy. Missing directories above them are made; no mount
+	// is crossed and no magic link followed. Only with Lowers.
+	Files []File
 	// UID and GID are the credentials the command runs with, ids of the sandbox's own user namespace
 	// (0 is its root, which has every capability over the sandbox's files and none over the host's);
 	// below IDsPerSandbox. Supplementary groups are always cleared.
@@ -60,6 +65,13 @@ type Spec struct {
 	// shed without root, where the uid that owns a path is every sandbox's too. Only the creator's
 	// uid may connect to either (Exec).
 	Control string
+}
+
+// File is a file Start writes into the sandbox's root (Spec.Files).
+type File struct {
+	Path string // absolute, clean, inside the sandbox
+	Data []byte
+	Mode uint32 // permission bits; 0 is 0644
 }
 
 // ExecRequest is a command to run in a running sandbox (Exec). The fields mean what the Spec's fields
@@ -246,6 +258,23 @@ func (s *Spec) Validate() error {
 			return specErr(f+".target", "duplicate of binds[%d].target", j)
 		}
 		seen[b.Target] = i
+	}
+	for i, f := range s.Files {
+		field := fmt.Sprintf("files[%d].path", i)
+		if err := checkPath(field, f.Path); err != nil {
+			return err
+		}
+		if len(s.Root.Lowers) == 0 || (s.Root.Upper == "" && !s.Root.UpperTmpfs) {
+			return specErr(field, "files need a writable root of layers (lowers and an upper)")
+		}
+		for _, p := range []string{"/proc", "/sys", "/dev"} {
+			if within(f.Path, p) || f.Path == "/" {
+				return specErr(field, "must not be / or under %s", p)
+			}
+		}
+		if f.Mode&^0o777 != 0 {
+			return specErr(fmt.Sprintf("files[%d].mode", i), "permission bits only")
+		}
 	}
 	for i, a := range s.Network.Listen {
 		if err := checkListen(a); err != nil {

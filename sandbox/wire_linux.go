@@ -207,6 +207,12 @@ func encodeConfig(cfg *initConfig) []byte {
 	w.strs(s.Env)
 	w.str(s.Dir)
 	w.bool(s.MakeDir)
+	w.count(len(s.Files), s.Files == nil)
+	for _, f := range s.Files {
+		w.str(f.Path)
+		w.str(string(f.Data))
+		w.uint(uint64(f.Mode))
+	}
 	w.uint(uint64(s.UID))
 	w.uint(uint64(s.GID))
 	w.str(s.Hostname)
@@ -287,6 +293,12 @@ func decodeConfig(b []byte) (*initConfig, int, error) {
 	s.Env = r.strs()
 	s.Dir = r.str()
 	s.MakeDir = r.bool()
+	if n := r.count(); n >= 0 {
+		s.Files = make([]File, n)
+		for i := range s.Files {
+			s.Files[i] = File{Path: r.str(), Data: []byte(r.str()), Mode: r.u32()}
+		}
+	}
 	s.UID = r.u32()
 	s.GID = r.u32()
 	s.Hostname = r.str()

@@ -26,6 +26,7 @@ func cmdBench() *cli.Command {
 	runFlags := []cli.Flag{
 		&cli.StringSliceFlag{Name: "grant", Usage: "mount `HOSTPATH[:BENCHPATH][:ro|rw]`, within the recipe's [[grant]] bounds (repeatable)"},
 		&cli.StringFlag{Name: "net", Value: "recipe", Usage: "network `MODE`: recipe (the recipe's allowlist, through a proxy) or none (loopback only)"},
+		secretFlag,
 		&cli.BoolFlag{Name: "offline", Usage: "realize without touching the network (the Workshop must be in the store)"},
 		&cli.BoolFlag{Name: "keep", Usage: "keep the Bench's upper layer after the command exits (shed bench rm deletes it)"},
 		&cli.StringFlag{Name: "name", Usage: "the Bench's `NAME` (default: the Workshop's name and a random suffix)"},
@@ -233,7 +234,7 @@ func benchRun(c *cli.Context, argv []string) error {
 	req := &app.BenchRunRequest{
 		Workshop: c.String("file"), Argv: argv, Grants: c.StringSlice("grant"), Net: c.String("net"), Offline: c.Bool("offline"),
 		Keep: c.Bool("keep"), Name: c.String("name"), TTY: tty, Term: os.Getenv("TERM"), Substituters: c.StringSlice("substituter"),
-		Verify: c.Bool("verify"), User: c.String("user"), Metrics: c.Bool("metrics"),
+		Verify: c.Bool("verify"), User: c.String("user"), Metrics: c.Bool("metrics"), Secrets: c.StringSlice("secret"),
 	}
 	var err error
 	if req.MemoryBytes, err = memoryFlag(c, "memory"); err != nil {

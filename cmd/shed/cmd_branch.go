@@ -45,6 +45,7 @@ func benchCommands() []*cli.Command {
 				&cli.StringFlag{Name: "snapshot", Usage: "start from the snapshot `ID` (or name) of yours, not a Workshop"},
 				&cli.StringFlag{Name: "on-timeout", Value: "kill", Usage: "what the end of its lifetime does: `kill` (remove it), pause or pause-cold"},
 				&cli.StringFlag{Name: "net", Value: "recipe", Usage: "network `MODE`: recipe (the recipe's allowlist, through a proxy) or none (loopback only)"},
+				secretFlag,
 				&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE` with a unit: 512M, 4G (at least 16M; 0: none)"},
 				&cli.StringFlag{Name: "pids", Usage: "limit on the number of processes, `N` (at least 2)", DefaultText: "none"},
 			},
@@ -169,7 +170,7 @@ func benchCreate(c *cli.Context) error {
 	if c.NArg() != 0 {
 		return usageError("bench create takes no arguments (%q): name the Workshop with -f FILE or --workshop NAME", c.Args().First())
 	}
-	req := &app.BenchCreateRequest{Name: c.String("name"), Net: c.String("net"), Snapshot: c.String("snapshot"), OnTimeout: c.String("on-timeout")}
+	req := &app.BenchCreateRequest{Name: c.String("name"), Net: c.String("net"), Snapshot: c.String("snapshot"), OnTimeout: c.String("on-timeout"), Secrets: c.StringSlice("secret")}
 	switch {
 	case c.IsSet("file") && c.IsSet("workshop"):
 		return usageError("give -f FILE or --workshop NAME, not both")

@@ -88,6 +88,7 @@ func recipeJSON(r *recipe.Recipe) any {
 		Network struct {
 			Profile string   `json:"profile"`
 			Allow   []string `json:"allow"`
+			Secrets []string `json:"secrets,omitempty"`
 		} `json:"network"`
 		Grants []grant `json:"grants"`
 	}
@@ -103,7 +104,7 @@ func recipeJSON(r *recipe.Recipe) any {
 	for _, p := range r.Pip.Packages {
 		o.Pip.Packages = append(o.Pip.Packages, p.String())
 	}
-	o.Network.Profile, o.Network.Allow = r.Network.Profile, []string{}
+	o.Network.Profile, o.Network.Allow, o.Network.Secrets = r.Network.Profile, []string{}, r.Network.Secrets
 	for _, h := range r.Network.Allow {
 		o.Network.Allow = append(o.Network.Allow, h.String())
 	}

@@ -366,6 +366,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cmdMCP(),
 			cmdAudit(),
 			cmdAgent(),
+			cmdSecret(),
 			cmdCopy(),
 			cmdExport(),
 			cmdImport(),
