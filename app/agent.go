@@ -16,8 +16,8 @@ import (
 	"unicode/utf8"
 
 	"toolshed.dev/shed/bench"
-	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/proposal"
+	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/records"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"toolshed.dev/shed/bench"
-	"toolshed.dev/shed/secret"
 	"toolshed.dev/shed/recipe"
+	"toolshed.dev/shed/secret"
 	"toolshed.dev/shed/store"
 	"toolshed.dev/shed/upper"
 )
