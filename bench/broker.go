@@ -69,6 +69,9 @@ func (sc *Secrets) broker(name string, rules []proxy.Rule, s *store.Store, layer
 			return nil, nil, nil, hint.Wrap(fmt.Errorf("bench %s: secret %s is bound to %s, which this Bench's network allows none of", name, n, hostList(sec.Hosts)),
 				"add the host to the recipe's [network] allow, or bind the secret to a host it allows")
 		}
+		for _, h := range sec.Hosts {
+			b.Terminate = append(b.Terminate, proxy.Rule{Host: h.Name, Port: h.Port})
+		}
 		ph := secret.Placeholder()
 		b.Secrets = append(b.Secrets, proxy.Brokered{Name: n, Placeholder: ph})
 		env = append(env, sec.Env+"="+ph)

@@ -67,11 +67,12 @@ type (
 		Version int    `json:"version" jsonschema:"its current version"`
 	}
 	benchCreateIn struct {
-		Workshop  string `json:"workshop,omitempty" jsonschema:"a Workshop record's name (workshop_list); none with snapshot"`
-		Name      string `json:"name,omitempty" jsonschema:"the Bench's name (default: the Workshop's and a random suffix)"`
-		LifetimeS int64  `json:"lifetime_s,omitempty" jsonschema:"seconds after which the Bench is removed (default 3600, at most 86400)"`
-		Snapshot  string `json:"snapshot,omitempty" jsonschema:"start it from a snapshot of yours (snapshot_create's id, or its name): its files as they were then; workshop is then left empty"`
-		OnTimeout string `json:"on_timeout,omitempty" jsonschema:"what the end of its lifetime does: kill (the default: it is removed), pause (bench_resume resumes it) or pause-cold (its processes end, its files stay: bench_resume launches it again over them)"`
+		Workshop  string   `json:"workshop,omitempty" jsonschema:"a Workshop record's name (workshop_list); none with snapshot"`
+		Name      string   `json:"name,omitempty" jsonschema:"the Bench's name (default: the Workshop's and a random suffix)"`
+		LifetimeS int64    `json:"lifetime_s,omitempty" jsonschema:"seconds after which the Bench is removed (default 3600, at most 86400)"`
+		Snapshot  string   `json:"snapshot,omitempty" jsonschema:"start it from a snapshot of yours (snapshot_create's id, or its name): its files as they were then; workshop is then left empty"`
+		OnTimeout string   `json:"on_timeout,omitempty" jsonschema:"what the end of its lifetime does: kill (the default: it is removed), pause (bench_resume resumes it) or pause-cold (its processes end, its files stay: bench_resume launches it again over them)"`
+		Secrets   []string `json:"secrets,omitempty" jsonschema:"names of your secrets (shed secret ls) the Bench may use: it gets a placeholder in each one's variable, and its proxy puts the value in requests to the secret's hosts only"`
 		networkIn
 	}
 	// networkIn are a Bench's network rules (E2B's allowOut, denyOut and allowInternetAccess), which
@@ -297,7 +298,7 @@ func (s *Server) server() *sdk.Server {
 			}
 			return nil, out, nil
 		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "bench_create", Description: "Create a Bench (a sandbox) of a Workshop. It stays up for exec and files until removed or its lifetime ends. allow_out, deny_out and allow_internet_access narrow its network within the Workshop's network profile (bench_network changes them later)."},
+	sdk.AddTool(srv, &sdk.Tool{Name: "bench_create", Description: "Create a Bench (a sandbox) of a Workshop. It stays up for exec and files until removed or its lifetime ends. allow_out, deny_out and allow_internet_access narrow its network within the Workshop's network profile (bench_network changes them later). secrets names credentials it uses without holding them (placeholders in their variables)."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, in benchCreateIn) (*sdk.CallToolResult, benchCreateOut, error) {
 			// A Workshop is a record the caller may launch, never a file, as for the E2B API: an
 			// operator's agent must not have root read whatever file it names (a recipe's error
@@ -320,7 +321,7 @@ func (s *Server) server() *sdk.Server {
 			}
 			allow, deny := in.networkIn.rules()
 			res, err := call[app.BenchCreateResult](s, ctx, "bench.create", &app.BenchCreateRequest{Workshop: in.Workshop, Name: in.Name, LifetimeS: in.LifetimeS,
-				NetAllow: allow, NetDeny: deny, Snapshot: in.Snapshot, OnTimeout: in.OnTimeout})
+				NetAllow: allow, NetDeny: deny, Snapshot: in.Snapshot, OnTimeout: in.OnTimeout, Secrets: in.Secrets})
 			if err != nil {
 				return nil, benchCreateOut{}, err
 			}

@@ -45,6 +45,9 @@ type Broker struct {
 	Lookup func(name string) (*Credential, error)
 	// Roots verify the real servers; nil: the system's (SSL_CERT_FILE applies).
 	Roots *x509.CertPool
+	// Terminate are destinations terminated whatever Lookup says now (those the secrets were bound
+	// to at launch): a secret revoked since is refused there by name, not tunnelled unreplaced.
+	Terminate []Rule
 }
 
 // Brokered is a secret a sandbox may use, and the placeholder it holds for it.
@@ -153,6 +156,9 @@ func (b *Broker) terminates(t target) bool {
 	if len(b.injections(t)) > 0 {
 		return true
 	}
+	if (&Credential{Hosts: b.Terminate}).bound(t) {
+		return true
+	}
 	for _, s := range b.Secrets {
 		if c, err := b.Lookup(s.Name); err == nil && c != nil && c.bound(t) {
 			return true
@@ -208,8 +214,9 @@ func (q *request) may(name string, injected bool) (*Credential, *refusal) {
 
 // prepare rewrites out, a request to q.t, for the broker: each placeholder at its secret's place
 // becomes the value (a placeholder elsewhere in a request to a bound host goes as it is: it is
-// worthless there), the injections are set, and the body is checked as it streams. A placeholder of
-// a secret that may not go to the destination refuses the request.
+// worthless there), the injections are set, and the body is checked: read whole first when it is at
+// most MaxBrokeredBody long, else as it streams (a placeholder then stops it on its way). A
+// placeholder of a secret that may not go to the destination refuses the request.
 func (q *request) prepare(out *http.Request) *refusal {
 	for _, s := range q.b.Secrets {
 		ph := s.Placeholder
@@ -253,7 +260,9 @@ func (q *request) prepare(out *http.Request) *refusal {
 			replace = true
 		}
 	}
-	if replace {
+	if replace || out.ContentLength > 0 && out.ContentLength <= MaxBrokeredBody {
+		// Read whole and checked before a byte of the request leaves: a placeholder that may not go
+		// there refuses it before the destination hears of it.
 		return q.replaceBody(out)
 	}
 	out.Body = &scanner{src: out.Body, pats: pats, act: func(i int) ([]byte, error) {

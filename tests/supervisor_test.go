@@ -57,6 +57,13 @@ var daemonSeq atomic.Int64
 // log (stdout and stderr) goes to.
 func daemonWith(t testing.TB, root string, flags ...string) (string, string) {
 	t.Helper()
+	return daemonEnv(t, root, nil, flags...)
+}
+
+// daemonEnv is daemonWith with env added to the supervisor's environment (SSL_CERT_FILE: the roots
+// a brokered Bench's proxy verifies servers with).
+func daemonEnv(t testing.TB, root string, env []string, flags ...string) (string, string) {
+	t.Helper()
 	dir := fmt.Sprintf("/run/shed-test-%d-%d", os.Getpid(), daemonSeq.Add(1))
 	sock := filepath.Join(dir, "shed.sock")
 	t.Cleanup(func() { os.RemoveAll(dir) })
@@ -64,6 +71,9 @@ func daemonWith(t testing.TB, root string, flags ...string) (string, string) {
 		smallUppers(t, root)
 	}
 	cmd := exec.Command(shedBin, append([]string{"--root", root, "daemon", "--socket", sock}, flags...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = dieWithTests()
 	logPath := filepath.Join(t.TempDir(), "daemon.log")
 	log, err := os.Create(logPath)
