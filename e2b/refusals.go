@@ -36,8 +36,6 @@ var refusedRoutes = []refusal{
 	{"/v3/templates", "templates are Workshop records: the SDK's build, exists, tags and delete are served; `shed workshop ls` lists them"},
 	{"/volumes", "volumes are not supported: an operator grants directories in a Workshop's recipe"},
 	{"/volumes/", "volumes are not supported: an operator grants directories in a Workshop's recipe"},
-	{"/secrets", "secrets are not supported: a secret never enters a Bench (docs/agents.md)"},
-	{"/secrets/", "secrets are not supported: a secret never enters a Bench (docs/agents.md)"},
 	{"/teams", "teams are not supported: a key acts as its user (`shed agent key create USER`)"},
 	{"/teams/", "teams are not supported: a key acts as its user (`shed agent key create USER`)"},
 	{"/api-keys", "API keys are made by an operator: `shed agent key create USER`"},

@@ -1,6 +1,7 @@
 // Package e2b serves the E2B sandbox API over the supervisor's typed operations, so that the
 // unmodified `e2b` SDK (and the harnesses built on it) get Benches: the control plane (create, list,
-// get, kill, set the timeout of and read the metrics of sandboxes) and, on the same address, the data
+// get, kill, set the timeout of and read the metrics of sandboxes, and the secrets their proxies
+// inject, secrets.go) and, on the same address, the data
 // plane the SDK reaches inside a sandbox (envd's commands and filesystem, over Connect, and its /files
 // API).
 //
@@ -143,6 +144,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /templates/{templateID}/builds/{buildID}/status", s.buildStatus)
 	mux.HandleFunc("POST /templates/tags", s.assignTags)
 	mux.HandleFunc("DELETE /templates/tags", s.removeTags)
+	// Secrets (secrets.go): a sandbox uses them by its create's network.rules (network.go).
+	mux.HandleFunc("POST /secrets", s.createSecret)
+	mux.HandleFunc("GET /secrets", s.listSecrets)
+	mux.HandleFunc("GET /secrets/{secretID}", s.getSecret)
+	mux.HandleFunc("POST /secrets/{secretID}", s.updateSecret)
+	mux.HandleFunc("DELETE /secrets/{secretID}", s.deleteSecret)
 
 	mux.HandleFunc("/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
 	mux.HandleFunc("/v2/sandboxes/{id}/{what}", s.unsupportedSandboxRoute)
