@@ -283,3 +283,38 @@ func TestBrokerRefusals(t *testing.T) {
 		t.Errorf("%d refusals name a secret, want 3: %+v", len(refused), refused)
 	}
 }
+
+// TestBrokerImpostor: a bound host whose certificate the proxy's roots do not trust (an impostor: a
+// DNS answer or a path the attacker controls) never gets the request, nor the value.
+func TestBrokerImpostor(t *testing.T) {
+	var got seen
+	imp := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.add(r) }))
+	defer imp.Close()
+	host, port := hostPort(t, imp.URL)
+	bound := []proxy.Rule{{Host: host, Port: port}}
+	ca, _ := proxy.NewCA("test")
+	cred := &proxy.Credential{Value: []byte(brokerValue), Hosts: bound, Place: proxy.Place{Header: "Authorization", Template: "Bearer {}"}}
+	px := start(t, proxy.Config{Allow: bound, AllowPrivate: true, Broker: &proxy.Broker{
+		CA: ca, Roots: x509.NewCertPool(), Secrets: []proxy.Brokered{{Name: "tok", Placeholder: brokerPH}},
+		Lookup: func(string) (*proxy.Credential, error) { return cred, nil },
+	}})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM())
+	req, _ := http.NewRequest("GET", imp.URL+"/", nil)
+	req.Header.Set("Authorization", "Bearer "+brokerPH)
+	resp, err := clientVia(px.url, &tls.Config{RootCAs: pool}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("an untrusted bound host: %d, want 502", resp.StatusCode)
+	}
+	if got.holds("GET") {
+		t.Errorf("the impostor got the request: %s", got.all.String())
+	}
+	ds := px.rec.wait(t, 1)
+	if ds[0].Allowed || !strings.Contains(ds[0].Reason, "certificate") || strings.Contains(ds[0].Reason, brokerValue) {
+		t.Errorf("decision: %+v", ds[0])
+	}
+}
