@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
@@ -93,7 +92,7 @@ func (s *Service) SecretAdd(ctx context.Context, c *Call, req *SecretAddRequest)
 		return nil, fail(CodeConflict, fmt.Errorf("secret name %s is taken", sec.Name), "name yours otherwise")
 	}
 	out, err := st.Add(sec, req.Value, req.Replace)
-	if errors.Is(err, os.ErrExist) {
+	if errors.Is(err, secret.ErrExist) {
 		return nil, fail(CodeConflict, err, "--replace stores a new value (a new version) in its place")
 	}
 	if err != nil {

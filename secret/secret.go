@@ -195,8 +195,11 @@ func EnvOf(name string) string {
 	return strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(name))
 }
 
-// ErrNotFound is returned for a secret that is not there.
-var ErrNotFound = errors.New("no such secret")
+// ErrNotFound is returned for a secret that is not there, ErrExist by Add for one that is.
+var (
+	ErrNotFound = errors.New("no such secret")
+	ErrExist    = errors.New("already exists")
+)
 
 // Store is the directory of secrets.
 type Store struct{ dir string }
@@ -229,7 +232,7 @@ func (s *Store) Add(sec Secret, value []byte, replace bool) (Secret, error) {
 	sec.Created, sec.Updated, sec.Version = now, now, 1
 	if old, _, err := s.read(sec.Name); err == nil {
 		if !replace {
-			return Secret{}, fmt.Errorf("secret %s: %w", sec.Name, os.ErrExist)
+			return Secret{}, fmt.Errorf("secret %s: %w", sec.Name, ErrExist)
 		}
 		sec.ID, sec.Created, sec.Version = old.ID, old.Created, old.Version+1
 	} else if !errors.Is(err, ErrNotFound) {

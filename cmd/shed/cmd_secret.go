@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/secret"
@@ -132,10 +133,8 @@ func readSecretValue(c *cli.Context) ([]byte, error) {
 		}
 		defer fh.Close()
 		r = fh
-	} else if in, ok := c.App.Reader.(*os.File); ok {
-		if st, err := in.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			fmt.Fprintln(c.App.ErrWriter, "shed: reading the secret from the terminal; end it with Ctrl-D")
-		}
+	} else if in, ok := c.App.Reader.(*os.File); ok && term.IsTerminal(int(in.Fd())) {
+		fmt.Fprintln(c.App.ErrWriter, "shed: reading the secret from the terminal; end it with Ctrl-D")
 	}
 	b, err := io.ReadAll(io.LimitReader(r, secret.MaxValue+2))
 	if err != nil {
