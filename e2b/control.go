@@ -17,6 +17,7 @@ import (
 
 	"toolshed.dev/shed/app"
 	"toolshed.dev/shed/bench"
+	"toolshed.dev/shed/proxy"
 	"toolshed.dev/shed/records"
 )
 
@@ -187,8 +188,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	// E2B's denyOut 0.0.0.0/0: the proxy stays, so that an update can open it again).
 	nw, msg := parseNetwork(req.Network, "network")
 	var allow, deny []string
+	var inject []proxy.Injection
 	if msg == "" {
 		allow, deny, msg = nw.rules("network", req.AllowInternetAccess)
+	}
+	if msg == "" {
+		// Its header transforms (network.go): the proxy's injections, for the Bench's life.
+		inject, msg = transforms(nw.Rules, "network.rules")
 	}
 	if msg != "" {
 		writeError(w, http.StatusBadRequest, "%s", msg)
@@ -203,6 +209,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	breq := &app.BenchCreateRequest{
 		Workshop: req.TemplateID, Name: req.Alias, LifetimeS: timeout, NetAllow: allow, NetDeny: deny, OnTimeout: onTimeout,
+		Inject: inject,
 	}
 	template := req.TemplateID
 	if snap != nil {

@@ -221,7 +221,9 @@ func transforms(raw json.RawMessage, where string) ([]proxy.Injection, string) {
 			for name := range headers {
 				names = append(names, name)
 			}
-			slices.Sort(names)
+			slices.SortFunc(names, func(a, b string) int {
+				return cmp.Or(strings.Compare(http.CanonicalHeaderKey(a), http.CanonicalHeaderKey(b)), strings.Compare(a, b))
+			})
 			seen := map[string]string{}
 			for _, name := range names {
 				v := headers[name]

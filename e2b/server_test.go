@@ -83,9 +83,9 @@ func do(t *testing.T, hs *httptest.Server, method, path, key, body string) (int,
 }
 
 // TestControlPlaneRefusals: no key, a wrong key, a template that is no record the user may launch,
-// what shed does not do (pause, network transforms, volumes, an MCP gateway), malformed network rules, another user's or an
-// unknown sandbox: each is refused with its status and a message that says what to do, and nothing
-// is created.
+// what shed does not do (an egress proxy, volumes), malformed network rules and transforms, another
+// user's or an unknown sandbox: each is refused with its status and a message that says what to do,
+// and nothing is created.
 func TestControlPlaneRefusals(t *testing.T) {
 	hs, key, root := server(t)
 	cases := []struct {
@@ -101,7 +101,7 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"a file as template", "POST", "/v2/sandboxes", key, `{"templateID":"/etc/shadow"}`, 404, "no Workshop record"},
 		{"malformed CIDR", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowOut":["8.8.8.8/33"]}}`, 400, `allow entry 0 (\"8.8.8.8/33\"): malformed CIDR block`},
 		{"malformed name", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"denyOut":["1.1.1.1","a b"]}}`, 400, `deny entry 1 (\"a b\")`},
-		{"network transforms", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"rules":{"x.test":[{"transform":{"headers":{"A":"b"}}}]}}}`, 400, "network.rules"},
+		{"malformed transforms", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"rules":{"*":[{"transform":{"headers":{"A":"b"}}}]}}}`, 400, `network.rules[\"*\"]: a bare *`},
 		{"egress proxy", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"egressProxy":{"address":"p:1080"}}}`, 400, "SOCKS5"},
 		{"unknown network field", "POST", "/v2/sandboxes", key, `{"templateID":"tools","network":{"allowout":["1.1.1.1"]}}`, 400, "network.allowout: unknown field"},
 		{"network unknown", "PUT", "/sandboxes/tools-000000/network", key, `{}`, 404, "not found"},
