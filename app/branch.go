@@ -14,7 +14,6 @@ import (
 
 	"toolshed.dev/shed/bench"
 	"toolshed.dev/shed/recipe"
-	"toolshed.dev/shed/secret"
 	"toolshed.dev/shed/store"
 	"toolshed.dev/shed/upper"
 )
@@ -270,19 +269,9 @@ func (s *Service) relaunchOptions(rec *bench.Record) bench.Options {
 	o := bench.Options{ID: rec.ID, Resume: true, Owner: rec.Owner, Net: rec.Net, Rules: rules, Argv: holdArgv, User: "root", Limits: rec.Limits, OnTimeout: rec.OnTimeout,
 		Workshop: rec.Workshop}
 	if len(rec.Secrets) > 0 || len(rec.Inject) > 0 {
-		// Checked against its launcher when it was first launched; still its owner's, or operators'
-		// (which an operator gave it then), at every request.
-		st := s.secrets()
-		o.Secrets = &bench.Secrets{Names: rec.Secrets, Inject: rec.Inject, Lookup: func(name string) (*secret.Secret, []byte, error) {
-			sec, v, err := st.Value(name)
-			if errors.Is(err, secret.ErrNotFound) || err == nil && sec.Owner != "" && sec.Owner != rec.Owner {
-				return nil, nil, nil
-			}
-			if err != nil {
-				return nil, nil, err
-			}
-			return &sec, v, nil
-		}}
+		// The secrets as they were allowed at its first launch (their ids and owners): one removed
+		// and added again since, or given to another user, is revoked for it.
+		o.Secrets = &bench.Secrets{Names: rec.Secrets, Refs: rec.SecretRefs, Inject: rec.Inject, Lookup: secretLookup(s.secrets())}
 	}
 	return o
 }

@@ -87,7 +87,11 @@ func (s *Service) SecretAdd(ctx context.Context, c *Call, req *SecretAddRequest)
 		return nil, usage("--host names where it may go", "secret %s: a place but no host", sec.Name)
 	}
 	st := s.secrets()
-	if old, err := st.Get(sec.Name); err == nil && !mayUseSecret(c.Caller, &old) {
+	old, oerr := st.Get(sec.Name)
+	if oerr == nil && c.Caller.Role == Operator && req.Owner == "" {
+		sec.Owner = old.Owner // a replace keeps the owner unless the operator names another
+	}
+	if old, err := old, oerr; err == nil && !mayUseSecret(c.Caller, &old) {
 		// Names are one namespace, as E2B's are a project's: taken, not forbidden.
 		return nil, fail(CodeConflict, fmt.Errorf("secret name %s is taken", sec.Name), "name yours otherwise")
 	}
@@ -163,35 +167,56 @@ func mayUseSecret(c *Caller, sec *secret.Secret) bool {
 }
 
 // benchSecrets checks that the caller may use the secrets named (by the launch and the recipe) and
-// those its injections name, and gives the Bench their lookup. A secret's owner is checked again at
-// every request: one given to someone else since is refused as revoked.
+// those its injections name, and gives the Bench their lookup: each as it is now allowed (its id and
+// owner), so that one removed and added again, or given to another user, is revoked for the Bench.
 func (s *Service) benchSecrets(c *Caller, names []string, inject []proxy.Injection) (*bench.Secrets, error) {
 	if len(names) == 0 && len(inject) == 0 {
 		return nil, nil
 	}
-	st := s.secrets()
-	all := slices.Clone(names)
-	for _, in := range inject {
-		all = append(all, proxy.SecretRefs(in.Value)...)
+	for i, in := range inject {
+		if err := proxy.CheckInjection(in); err != nil {
+			return nil, usage("a host (or *.name), a header name and a value without control characters", "inject[%d]: %v", i, err)
+		}
 	}
-	for _, n := range all {
+	st := s.secrets()
+	sc := &bench.Secrets{Inject: inject, Lookup: secretLookup(st)}
+	allow := func(n string, named bool) error {
 		sec, err := st.Get(n)
 		if err == nil && !mayUseSecret(c, &sec) {
 			err = fmt.Errorf("secret %s: %w", n, secret.ErrNotFound)
 		}
 		if err != nil {
-			return nil, fail(CodeNotFound, err, "`shed secret ls` lists the secrets you may use; `shed secret add` stores one")
+			return fail(CodeNotFound, err, "`shed secret ls` lists the secrets you may use; `shed secret add` stores one")
+		}
+		if named && !slices.Contains(sc.Names, sec.Name) {
+			sc.Names = append(sc.Names, sec.Name) // by its name, however it was named (an E2B id)
+		}
+		if !slices.ContainsFunc(sc.Refs, func(r bench.SecretRef) bool { return r.Name == sec.Name }) {
+			sc.Refs = append(sc.Refs, bench.SecretRef{Name: sec.Name, ID: sec.ID, Owner: sec.Owner})
+		}
+		return nil
+	}
+	for _, n := range names {
+		if err := allow(n, true); err != nil {
+			return nil, err
 		}
 	}
-	slices.Sort(names)
-	return &bench.Secrets{Names: slices.Compact(names), Inject: inject, Lookup: secretLookup(st, *c)}, nil
+	for _, in := range inject {
+		for _, n := range proxy.SecretRefs(in.Value) {
+			if err := allow(n, false); err != nil {
+				return nil, err
+			}
+		}
+	}
+	slices.Sort(sc.Names)
+	return sc, nil
 }
 
-// secretLookup reads a secret as it is now, for a Bench of caller's.
-func secretLookup(st *secret.Store, caller Caller) func(string) (*secret.Secret, []byte, error) {
+// secretLookup reads a secret as it is now (bench.Secrets narrows it to the ones allowed).
+func secretLookup(st *secret.Store) func(string) (*secret.Secret, []byte, error) {
 	return func(name string) (*secret.Secret, []byte, error) {
 		sec, v, err := st.Value(name)
-		if errors.Is(err, secret.ErrNotFound) || err == nil && !mayUseSecret(&caller, &sec) {
+		if errors.Is(err, secret.ErrNotFound) {
 			return nil, nil, nil
 		}
 		if err != nil {

@@ -161,8 +161,9 @@ type Record struct {
 	NetDeny  []string `json:"net_deny,omitempty"`
 	// Secrets are the secrets it may use (names: never a value), and BrokerEnv the variables that
 	// hold their placeholders and point its clients at its proxy's CA: every command gets them.
-	Secrets   []string `json:"secrets,omitempty"`
-	BrokerEnv []string `json:"broker_env,omitempty"`
+	Secrets    []string    `json:"secrets,omitempty"`
+	SecretRefs []SecretRef `json:"secret_refs,omitempty"` // as they were allowed (Secrets.Refs)
+	BrokerEnv  []string    `json:"broker_env,omitempty"`
 	// Inject are the headers its proxy sets (E2B's network transforms): values as given, which name
 	// secrets as ${e2b.secrets.NAME}, never hold theirs.
 	Inject []proxy.Injection `json:"inject,omitempty"`
@@ -382,7 +383,7 @@ func Run(ctx context.Context, s *store.Store, r *recipe.Recipe, layers []store.P
 				if err != nil {
 					return 0, err
 				}
-				rec.Secrets, rec.Inject = opts.Secrets.Names, opts.Secrets.Inject
+				rec.Secrets, rec.SecretRefs, rec.Inject = opts.Secrets.Names, opts.Secrets.Refs, opts.Secrets.Inject
 				spec.Env = mergeEnv(spec.Env, rec.BrokerEnv)
 				spec.Files = append(spec.Files, sandbox.File{Path: CABundle, Data: bundle, Mode: 0o644})
 			}

@@ -20,11 +20,39 @@ import (
 // Secrets is what a Bench may use without holding it (docs/proxy.md, "Brokered credentials"): the
 // secrets it names, whose placeholders it finds in their variables, and E2B's transform headers.
 type Secrets struct {
-	Names  []string
+	Names []string
+	// Refs are the secrets as they were when the launch was allowed (Names and those Inject's values
+	// name): Lookup answers a secret only while it is the same one (its id) with the same owner, so
+	// one removed and added again under its name, or given to someone else, is revoked here.
+	Refs   []SecretRef
 	Inject []proxy.Injection
 	// Lookup reads a secret as it is now; nil and no error if it is gone. The Bench's proxy asks at
 	// every request, so that a revoked secret stops at the next one.
 	Lookup func(name string) (*secret.Secret, []byte, error)
+}
+
+// SecretRef is a secret a Bench was allowed, as it was then.
+type SecretRef struct {
+	Name  string `json:"name"`
+	ID    string `json:"id"`
+	Owner string `json:"owner,omitempty"`
+}
+
+// Lookup is sc.Lookup narrowed to Refs: a secret is answered only while it is the one allowed.
+func (sc *Secrets) lookup(n string) (*secret.Secret, []byte, error) {
+	sec, v, err := sc.Lookup(n)
+	if err != nil || sec == nil {
+		return nil, nil, err
+	}
+	for _, r := range sc.Refs {
+		if r.Name == sec.Name {
+			if r.ID != sec.ID || r.Owner != sec.Owner {
+				return nil, nil, nil
+			}
+			return sec, v, nil
+		}
+	}
+	return nil, nil, nil
 }
 
 // CABundle is where a brokered Bench finds the system's certificates and its proxy's CA: Debian's
@@ -50,7 +78,7 @@ func Credential(sec *secret.Secret, value []byte) *proxy.Credential {
 // network allows, fails the launch.
 func (sc *Secrets) broker(name string, rules []proxy.Rule, s *store.Store, layers []store.Path) (*proxy.Broker, []string, []byte, error) {
 	b := &proxy.Broker{Inject: sc.Inject, Lookup: func(n string) (*proxy.Credential, error) {
-		sec, v, err := sc.Lookup(n)
+		sec, v, err := sc.lookup(n)
 		if err != nil || sec == nil {
 			return nil, err
 		}
@@ -58,7 +86,7 @@ func (sc *Secrets) broker(name string, rules []proxy.Rule, s *store.Store, layer
 	}}
 	var env []string
 	for _, n := range sc.Names {
-		sec, _, err := sc.Lookup(n)
+		sec, _, err := sc.lookup(n)
 		if err == nil && sec == nil {
 			err = fmt.Errorf("secret %s: %w", n, secret.ErrNotFound)
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
 	"cmp"
 	"context"
 	"crypto/ecdsa"
@@ -124,7 +125,7 @@ func (in Injection) match(t target) int {
 	if h == t.host {
 		return 1 << 16
 	}
-	if suffix, ok := strings.CutPrefix(h, "*"); ok && strings.HasSuffix(t.host, suffix) && len(t.host) > len(suffix) {
+	if suffix, ok := strings.CutPrefix(h, "*"); ok && strings.HasPrefix(suffix, ".") && len(suffix) > 1 && strings.HasSuffix(t.host, suffix) && len(t.host) > len(suffix) {
 		return len(suffix)
 	}
 	return 0
@@ -199,7 +200,7 @@ func (q *request) may(name string, injected bool) (*Credential, *refusal) {
 	c, err := q.lookup(name)
 	switch {
 	case err != nil:
-		return nil, &refusal{name, "cannot be read: " + err.Error()}
+		return nil, &refusal{name, "cannot be read (the supervisor's log says why)"}
 	case c == nil:
 		return nil, &refusal{name, "revoked"}
 	case !q.tls:
@@ -227,8 +228,13 @@ func (q *request) prepare(out *http.Request) *refusal {
 		if ref != nil {
 			return ref
 		}
-		if q.place(out, c, ph) {
-			q.used = append(q.used, c.Value)
+		q.place(out, c, ph)
+	}
+	// Every value that may go here is masked in the answer, sent in this request or not: an API
+	// that stores what it got (a body with --body) would hand it back to a later request.
+	for _, s := range q.b.Secrets {
+		if c, ref := q.may(s.Name, false); ref == nil {
+			q.use(c.Value)
 		}
 	}
 	for _, in := range q.b.injections(q.t) {
@@ -242,7 +248,7 @@ func (q *request) prepare(out *http.Request) *refusal {
 				return ref
 			}
 			v = strings.ReplaceAll(v, "${e2b.secrets."+name+"}", string(c.Value))
-			q.used = append(q.used, c.Value)
+			q.use(c.Value)
 		}
 		out.Header.Set(in.Header, v)
 	}
@@ -293,7 +299,6 @@ func (q *request) replaceBody(out *http.Request) *refusal {
 		}
 		if c.Body {
 			b = bytes.ReplaceAll(b, []byte(s.Placeholder), c.Value)
-			q.used = append(q.used, c.Value)
 		}
 	}
 	out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
@@ -319,9 +324,35 @@ func headersHold(h http.Header, s string) bool {
 	return false
 }
 
+// use adds v to the values masked in the answer, with the forms a request carries it in (escaped in
+// a URL, base64 as basic auth does), and extra forms.
+func (q *request) use(v []byte, extra ...string) {
+	forms := append([]string{string(v), url.QueryEscape(string(v)), url.PathEscape(string(v)), base64.StdEncoding.EncodeToString(v), base64.RawStdEncoding.EncodeToString(v)}, extra...)
+	for _, f := range forms {
+		if f != "" && !slices.ContainsFunc(q.used, func(u []byte) bool { return string(u) == f }) {
+			q.used = append(q.used, []byte(f))
+		}
+	}
+}
+
+// scrub masks the values used in s (an error that may quote the server's bytes).
+func (q *request) scrub(s string) string {
+	for _, u := range q.used {
+		s = strings.ReplaceAll(s, string(u), strings.Repeat("*", len(u)))
+	}
+	return s
+}
+
 // place replaces ph by c's value where c's place is in out, and reports whether it did.
 func (q *request) place(out *http.Request, c *Credential, ph string) bool {
 	p, done := c.Place, false
+	if p.Header != "" {
+		defer func() {
+			if done {
+				q.use(c.Value)
+			}
+		}()
+	}
 	switch {
 	case p.Header != "":
 		want := strings.Replace(p.Template, "{}", ph, 1)
@@ -340,21 +371,29 @@ func (q *request) place(out *http.Request, c *Credential, ph string) bool {
 			if pass == ph {
 				pass = string(c.Value)
 			}
-			out.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":"+pass)))
+			cred := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+			out.Header.Set("Authorization", "Basic "+cred)
+			q.use(c.Value, cred)
 			done = true
 		}
 	case p.Query != "":
-		vals, err := url.ParseQuery(out.URL.RawQuery)
-		if err == nil {
-			for i, v := range vals[p.Query] {
-				if v == ph {
-					vals[p.Query][i], done = string(c.Value), true
+		// Only the parameter's value is replaced, in place: the query's order and encoding stay
+		// (a signed URL's signature covers them).
+		pairs := strings.Split(out.URL.RawQuery, "&")
+		for i, pair := range pairs {
+			k, v, _ := strings.Cut(pair, "=")
+			if uk, err := url.QueryUnescape(k); err == nil && uk == p.Query {
+				if uv, err := url.QueryUnescape(v); err == nil && uv == ph {
+					pairs[i], done = k+"="+url.QueryEscape(string(c.Value)), true
 				}
 			}
-			if done {
-				out.URL.RawQuery = vals.Encode()
-			}
 		}
+		if done {
+			out.URL.RawQuery = strings.Join(pairs, "&")
+		}
+	}
+	if done {
+		q.use(c.Value)
 	}
 	return done
 }
@@ -365,18 +404,20 @@ func (q *request) mask(resp *http.Response) {
 	if len(q.used) == 0 {
 		return
 	}
-	for _, vs := range resp.Header {
-		for i, v := range vs {
-			for _, u := range q.used {
-				v = strings.ReplaceAll(v, string(u), strings.Repeat("*", len(u)))
-			}
-			vs[i] = v
-		}
-	}
+	q.maskHeader(resp.Header)
 	used := q.used
 	resp.Body = &scanner{src: resp.Body, pats: used, act: func(i int) ([]byte, error) {
 		return bytes.Repeat([]byte("*"), len(used[i])), nil
 	}}
+}
+
+// maskHeader masks the values used in h (an answer's header or trailer).
+func (q *request) maskHeader(h http.Header) {
+	for _, vs := range h {
+		for i, v := range vs {
+			vs[i] = q.scrub(v)
+		}
+	}
 }
 
 // scanner streams src, handing each occurrence of one of pats to act, which returns what goes in its
@@ -402,11 +443,29 @@ func (s *scanner) Read(p []byte) (int, error) {
 			s.buf = append(s.buf, chunk[:n]...)
 			s.err = err
 		}
+		longest := 0
+		for _, pat := range s.pats {
+			longest = max(longest, len(pat))
+		}
 		at, which := -1, -1
 		for i, pat := range s.pats {
-			if j := bytes.Index(s.buf, pat); j >= 0 && (at < 0 || j < at) {
+			if len(pat) == 0 {
+				continue
+			}
+			// The earliest match; at one place, the longest pattern (a value may begin another).
+			if j := bytes.Index(s.buf, pat); j >= 0 && (at < 0 || j < at || j == at && len(pat) > len(s.pats[which])) {
 				at, which = j, i
 			}
+		}
+		if at >= 0 && s.err == nil && len(s.buf) < at+longest {
+			// A longer pattern may still match here, or begin before here, once more bytes come:
+			// decide then. What goes now is what no pattern can begin in: before the match, and
+			// before the last longest-1 bytes (a match begun earlier would have been found).
+			if n := min(at, max(0, len(s.buf)-(longest-1))); n > 0 {
+				s.out = append(s.out, s.buf[:n]...)
+				s.buf = append([]byte(nil), s.buf[n:]...)
+			}
+			continue
 		}
 		if at >= 0 {
 			repl, err := s.act(which)
@@ -421,9 +480,7 @@ func (s *scanner) Read(p []byte) (int, error) {
 		}
 		keep := 0
 		if s.err == nil {
-			for _, pat := range s.pats {
-				keep = max(keep, len(pat)-1)
-			}
+			keep = max(longest-1, 0)
 		}
 		if len(s.buf) > keep {
 			s.out = append(s.out, s.buf[:len(s.buf)-keep]...)
@@ -643,3 +700,30 @@ func (l *oneConn) Close() error {
 }
 
 func (l *oneConn) Addr() net.Addr { return l.c.LocalAddr() }
+
+// CheckInjection refuses an injection that could not be what its caller meant or that would corrupt
+// a request: a host that is not a name, an IP literal or "*.name", a header that is not a token or is
+// one the proxy owns (Host, Proxy-*, the framing and hop-by-hop headers), a value with control
+// characters.
+func CheckInjection(in Injection) error {
+	host := strings.TrimPrefix(in.Host, "*.")
+	if !validHost(canonicalHost(host)) || strings.HasSuffix(host, ".") || strings.Contains(host, "*") {
+		return fmt.Errorf("host %q: a DNS name, an IP address or *.NAME", in.Host)
+	}
+	if in.Port < 0 || in.Port > 65535 {
+		return fmt.Errorf("port %d out of range", in.Port)
+	}
+	if in.Header == "" || strings.IndexFunc(in.Header, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
+	}) >= 0 {
+		return fmt.Errorf("header %q: not a header name", in.Header)
+	}
+	h := http.CanonicalHeaderKey(in.Header)
+	if h == "Host" || h == "Content-Length" || strings.HasPrefix(h, "Proxy-") || slices.Contains(hopHeaders, h) {
+		return fmt.Errorf("header %q: the proxy's own, not a header to set", in.Header)
+	}
+	if strings.ContainsFunc(in.Value, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return fmt.Errorf("header %s: the value holds a control character", in.Header)
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -316,5 +317,86 @@ func TestBrokerImpostor(t *testing.T) {
 	ds := px.rec.wait(t, 1)
 	if ds[0].Allowed || !strings.Contains(ds[0].Reason, "certificate") || strings.Contains(ds[0].Reason, brokerValue) {
 		t.Errorf("decision: %+v", ds[0])
+	}
+}
+
+// TestBrokerMaskForms: a value with characters that URLs and base64 change comes back in none of the
+// forms the request carried it in: basic auth echoed, a query string kept by a redirect, a trailer, a
+// value stored by one request and read by another that carries none.
+func TestBrokerMaskForms(t *testing.T) {
+	const value = "ab/cd+ef==x"
+	var stored string
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/basic":
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		case "/redirect":
+			w.Header().Set("Location", "/next/?"+r.URL.RawQuery)
+			w.WriteHeader(http.StatusMovedPermanently)
+		case "/trailer":
+			w.Header().Set("Trailer", "X-T")
+			io.WriteString(w, "body")
+			w.Header().Set("X-T", r.Header.Get("Authorization"))
+		case "/store":
+			stored = r.URL.Query().Get("key")
+		case "/read":
+			io.WriteString(w, "stored: "+stored)
+		}
+	}))
+	defer up.Close()
+	host, port := hostPort(t, up.URL)
+	bound := []proxy.Rule{{Host: host, Port: port}}
+	creds := map[string]*proxy.Credential{
+		"b": {Value: []byte(value), Hosts: bound, Place: proxy.Place{Basic: true}},
+		"q": {Value: []byte(value), Hosts: bound, Place: proxy.Place{Query: "key"}},
+		"h": {Value: []byte(value), Hosts: bound, Place: proxy.Place{Header: "Authorization", Template: "Bearer {}"}},
+	}
+	ca, _ := proxy.NewCA("test")
+	roots := x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	px := start(t, proxy.Config{Allow: bound, AllowPrivate: true, Broker: &proxy.Broker{
+		CA: ca, Roots: roots,
+		Secrets: []proxy.Brokered{{Name: "b", Placeholder: basicPH}, {Name: "q", Placeholder: queryPH}, {Name: "h", Placeholder: brokerPH}},
+		Lookup:  func(n string) (*proxy.Credential, error) { return creds[n], nil },
+	}})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM())
+	tr := &http.Transport{Proxy: http.ProxyURL(px.url), TLSClientConfig: &tls.Config{RootCAs: pool}}
+	client := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(path, auth string) string {
+		req, _ := http.NewRequest("GET", up.URL+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var all strings.Builder
+		io.Copy(&all, resp.Body)
+		resp.Header.Write(&all)
+		resp.Trailer.Write(&all)
+		return all.String()
+	}
+	got := []string{
+		get("/basic", "Basic "+base64.StdEncoding.EncodeToString([]byte("x-token:"+basicPH))),
+		get("/redirect?a=1&key="+queryPH+"&z=2", ""),
+		get("/trailer", "Bearer "+brokerPH),
+	}
+	get("/store?key="+queryPH, "")
+	got = append(got, get("/read", ""))
+	if !strings.Contains(got[1], "a=1&key=") || !strings.Contains(got[1], "&z=2") {
+		t.Errorf("the query's order changed: %q", got[1])
+	}
+	if stored != value {
+		t.Fatalf("the server stored %q, want the value: the query was not brokered", stored)
+	}
+	for i, g := range got {
+		for _, form := range []string{value, url.QueryEscape(value), base64.StdEncoding.EncodeToString([]byte("x-token:" + value)), base64.StdEncoding.EncodeToString([]byte(value))} {
+			if strings.Contains(g, form) {
+				t.Errorf("answer %d carries the value as %q: %q", i, form, g)
+			}
+		}
 	}
 }

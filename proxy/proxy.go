@@ -596,6 +596,8 @@ func (s *server) forwardTo(w http.ResponseWriter, r *http.Request, t target, add
 	var q *request
 	if s.p.broker != nil {
 		q = &request{b: s.p.broker, t: t, tls: scheme == "https", creds: map[string]*Credential{}}
+		// An error may quote what the server sent: the reason logged never holds a value.
+		defer func() { d.Reason = q.scrub(d.Reason) }()
 		if ref := q.prepare(out); ref != nil {
 			d.Reason, d.Secret = ref.why, ref.secret
 			w.Header().Set("Connection", "close")
@@ -654,6 +656,9 @@ func (s *server) forwardTo(w http.ResponseWriter, r *http.Request, t target, add
 		// Abort rather than end the response cleanly: a chunked body would otherwise look complete.
 		// net/http recovers this panic silently and closes the connection.
 		panic(http.ErrAbortHandler)
+	}
+	if q != nil {
+		q.maskHeader(resp.Trailer)
 	}
 	for k, v := range resp.Trailer {
 		h[http.TrailerPrefix+k] = v

@@ -53,7 +53,7 @@ func fill(v reflect.Value, n *int) {
 		v.SetBool(true)
 	case reflect.Int, reflect.Int32, reflect.Int64:
 		v.SetInt(int64(-*n * 1000))
-	case reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		v.SetUint(uint64(*n * 1000))
 	default:
 		panic("fill: a field of kind " + v.Kind().String() + ": teach encodeConfig and this test about it")

@@ -297,7 +297,7 @@ func (s *Store) write(sec Secret, value []byte) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err == nil {
+	if _, err = tmp.Write(b); err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {

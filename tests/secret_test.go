@@ -182,6 +182,13 @@ echo "== save"; env > /root/saved-env; echo "machine $API password $API_TOKEN" >
 	if o := as("", "bench", "exec", b, "--", "sh", "-c", `curl -sS https://`+h.API+`/ -H "Authorization: Bearer $API_TOKEN"`).stdout; !strings.Contains(o, "secret "+secretName+": revoked") {
 		t.Errorf("after revoking: %q", o)
 	}
+	// Added again under its name (a new secret, a new id): still revoked for this Bench, which was
+	// allowed the one removed.
+	ok("secret add again", as(token+"\n", "secret", "add", "--host", h.API, "--header", "Authorization: Bearer {}", "--env", "API_TOKEN", secretName))
+	t.Cleanup(func() { via(t, sock, uid, "", "secret", "rm", secretName) })
+	if o := as("", "bench", "exec", b, "--", "sh", "-c", `curl -sS https://`+h.API+`/ -H "Authorization: Bearer $API_TOKEN"`).stdout; !strings.Contains(o, "secret "+secretName+": revoked") {
+		t.Errorf("after adding it again: %q", o)
+	}
 	audit := ok("audit", via(t, sock, 0, "", "--json", "audit", "--bench", b)).stdout
 	var entries []struct{ Event, Dest, Detail string }
 	if err := json.Unmarshal([]byte(audit), &entries); err != nil {

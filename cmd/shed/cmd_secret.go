@@ -134,7 +134,14 @@ func readSecretValue(c *cli.Context) ([]byte, error) {
 		defer fh.Close()
 		r = fh
 	} else if in, ok := c.App.Reader.(*os.File); ok && term.IsTerminal(int(in.Fd())) {
-		fmt.Fprintln(c.App.ErrWriter, "shed: reading the secret from the terminal; end it with Ctrl-D")
+		// Typed, it is not echoed: one line.
+		fmt.Fprint(c.App.ErrWriter, "secret value: ")
+		b, err := term.ReadPassword(int(in.Fd()))
+		fmt.Fprintln(c.App.ErrWriter)
+		if err != nil {
+			return nil, err
+		}
+		r = bytes.NewReader(b)
 	}
 	b, err := io.ReadAll(io.LimitReader(r, secret.MaxValue+2))
 	if err != nil {
