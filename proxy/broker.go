@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"slices"
 	"cmp"
 	"context"
 	"crypto/ecdsa"
@@ -22,6 +21,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
