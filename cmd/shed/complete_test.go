@@ -48,14 +48,14 @@ func TestCompleteCandidates(t *testing.T) {
 		words []string
 		want  string
 	}{
-		{[]string{""}, "init recipe instantiate lock realize log why bench snapshot diff store key workshop daemon snapshotter k8s mcp audit agent copy export import root gc completion man help"},
+		{[]string{""}, "init recipe instantiate lock realize log why bench snapshot diff store key workshop daemon snapshotter k8s mcp audit agent secret copy export import root gc completion man help"},
 		{[]string{"bench", "r"}, "run rm resume reset"},
 		{[]string{"bench", "fork", "-"}, "--count --lifetime --root --json --verbose --help -h"},
 		{[]string{"bench", "create", "--snapshot", ""}, ""},
 		{[]string{"bench", "create", "-f", ""}, ":files"},
 		{[]string{"snapshot", ""}, "create ls rm help"},
 		{[]string{"bench", "run", "--gr"}, "--grant"},
-		{[]string{"bench", "run", "-"}, "--grant --net --offline --keep --name --user -u --tty -t --file -f --memory --pids --metrics --verify --substituter --root --json --verbose --help -h"},
+		{[]string{"bench", "run", "-"}, "--grant --net --secret --offline --keep --name --user -u --tty -t --file -f --memory --pids --metrics --verify --substituter --root --json --verbose --help -h"},
 		{[]string{"bench", "run", "-f", ""}, ":files"},
 		{[]string{"bench", "run", "--file=w"}, ":files"},
 		{[]string{"bench", "run", "--root", ""}, ":dirs"},
