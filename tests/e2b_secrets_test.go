@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -248,37 +247,5 @@ func othersCannotUse(t *testing.T, call func(key, method, path, body string) (in
 	}
 	if code, body := call(other, "GET", "/v2/sandboxes", ""); code != 200 || strings.TrimSpace(body) != "[]" {
 		t.Errorf("another user's sandboxes after: %d %s, want none made", code, body)
-	}
-}
-
-// secretsNowhere hands check every process's environment and command line, and every file under
-// root but the secrets' own directory (the supervisor's, 0600: the one place a value is kept).
-func secretsNowhere(t *testing.T, root string, check func(where string, b []byte)) {
-	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		for _, f := range []string{"environ", "cmdline"} {
-			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil {
-				check(p+"/"+f, b)
-			}
-		}
-	}
-	files := 0
-	secretsDir := filepath.Join(root, "secrets")
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if p == secretsDir {
-			return filepath.SkipDir
-		}
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		if b, err := os.ReadFile(p); err == nil {
-			files++
-			check(p, b)
-		}
-		return nil
-	})
-	if files < 100 {
-		t.Errorf("looked in only %d files of %s", files, root)
 	}
 }

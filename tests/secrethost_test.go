@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
@@ -201,5 +202,37 @@ func secretForms(v string) map[string]string {
 	return map[string]string{
 		"value": v, "base64": base64.StdEncoding.EncodeToString(b), "base64 unpadded": base64.RawStdEncoding.EncodeToString(b),
 		"base64url": base64.RawURLEncoding.EncodeToString(b), "hex": hex.EncodeToString(b), "HEX": fmt.Sprintf("%X", b),
+	}
+}
+
+// secretsNowhere hands check every process's environment and command line, and every file under
+// root but the secrets' own directory (the supervisor's, 0600: the one place a value is kept).
+func secretsNowhere(t *testing.T, root string, check func(where string, b []byte)) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"environ", "cmdline"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil {
+				check(p+"/"+f, b)
+			}
+		}
+	}
+	files := 0
+	secretsDir := filepath.Join(root, "secrets")
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if p == secretsDir {
+			return filepath.SkipDir
+		}
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil {
+			files++
+			check(p, b)
+		}
+		return nil
+	})
+	if files < 100 {
+		t.Errorf("looked in only %d files of %s", files, root)
 	}
 }
