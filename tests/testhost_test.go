@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -14,12 +15,19 @@ import (
 
 var hosts atomic.Int32
 
+// testHostMu is held by the test that has the test host, from startTestHost to its end: two hosts
+// at one address would answer for each other (TestBenchWork's pip index for TestSupervisorLoop's,
+// seen in CI), and parallel tests use it.
+var testHostMu sync.Mutex
+
 // startTestHost makes a host outside this machine's network as far as a Bench
 // can tell: a network namespace behind a veth pair, at 198.51.100.2
 // (TEST-NET-2, on this machine only), serving www over HTTP on port 80, and
-// returns its address. Tests that use it do not run in parallel.
+// returns its address. One test has it at a time (testHostMu).
 func startTestHost(t *testing.T, www string) string {
 	t.Helper()
+	testHostMu.Lock()
+	t.Cleanup(testHostMu.Unlock) // registered first: runs after the host's own cleanups
 	removeStaleHosts()
 	n := int(hosts.Add(1))
 	ns := fmt.Sprintf("shedtest-%d-%d", os.Getpid(), n)
