@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -159,20 +160,37 @@ func listenInNetns(t *testing.T, ns, addr string) net.Listener {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		// This thread changes namespace and is never given back to the runtime: it ends with the
-		// goroutine (LockOSThread without Unlock).
+		// The thread goes into the namespace and back before it is given back to the runtime.
+		// Never let it end locked instead: a thread's end delivers Pdeathsig to every process it
+		// started (dieWithTests), and this thread may have started another test's supervisor.
 		runtime.LockOSThread()
+		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- res{nil, err}
+			return
+		}
+		defer unix.Close(self)
 		fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
+			runtime.UnlockOSThread()
 			ch <- res{nil, err}
 			return
 		}
 		defer unix.Close(fd)
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			ch <- res{nil, err}
 			return
 		}
 		l, err := net.Listen("tcp", addr)
+		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		} else {
+			// Stuck in the namespace: this thread must end with the goroutine. Rare, and then
+			// the run may lose a helper process; say so.
+			err = errors.Join(err, errors.New("could not return to the test's network namespace"))
+		}
 		ch <- res{l, err}
 	}()
 	r := <-ch
