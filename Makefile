@@ -10,6 +10,7 @@ STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 VERSION   ?= $(shell git describe --tags --dirty 2>/dev/null || echo 0.0.0-dev)
 COMMIT    ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; })
 BUILDFLAGS = -tags urfave_cli_no_docs -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)"
+LEANFLAGS  = -tags urfave_cli_no_docs,shed_lean -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)"
 PREFIX    ?= /usr/local
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS = ./cache:FuzzReadLayer ./recipe:FuzzParse ./derivation:FuzzDecode ./store:FuzzParseManifest ./store:FuzzDecodeRecord ./api:FuzzDecode
@@ -23,9 +24,12 @@ deps: ## install (as root, with apt-get) the Debian packages that example and te
 	scripts/deps.sh
 
 # bin/shed is the small front (cmd/shed-front): it sends `bench run` and `bench exec` to a supervisor itself
-# and hands every other command to the whole CLI beside it, bin/shed-cli (cmd/shed; docs/architecture.md).
-build: ## build bin/shed (a small front), bin/shed-cli (the whole CLI, which it runs for most commands) and bin/shed-init (the Bench's init)
-	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/shed-cli ./cmd/shed
+# and hands every other command to the CLI beside it, bin/shed-cli (cmd/shed built lean: tag shed_lean),
+# which hands the servers (daemon, mcp, snapshotter) and `k8s` to bin/shed-serve (cmd/shed whole), so
+# that no other command pays their libraries' package initialization (docs/architecture.md).
+build: ## build bin/shed (a small front), bin/shed-cli (the CLI it runs for most commands), bin/shed-serve (the CLI with the servers) and bin/shed-init (the Bench's init)
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/shed-serve ./cmd/shed
+	CGO_ENABLED=0 $(GO) build $(LEANFLAGS) -o bin/shed-cli ./cmd/shed
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/ ./cmd/shed-init
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/shed ./cmd/shed-front
 
@@ -77,6 +81,7 @@ bench-scale: build ## run the benchmarks at scale: gc of 100,000 and 1,000,000 p
 lint: ## gofmt, go vet, staticcheck, and go mod tidy must leave no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags shed_lean ./cmd/shed ./app
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) mod tidy -diff
 
@@ -96,7 +101,7 @@ docs: build ## regenerate docs/cli.md and the man page from the CLI definition, 
 # uninstall removes those, when empty, and never one that was there before (PREFIX/bin itself...).
 INSTALL_DIRS = bin libexec/shed share/man/man1 share/bash-completion/completions share/zsh/site-functions share/fish/vendor_completions.d
 
-install: build ## install shed, the whole CLI it runs (libexec/shed/shed-cli), its init (libexec/shed/shed-init), its man page and shell completions under DESTDIR/PREFIX (default /usr/local)
+install: build ## install shed, the CLI it runs (libexec/shed/shed-cli and shed-serve), its init (libexec/shed/shed-init), its man page and shell completions under DESTDIR/PREFIX (default /usr/local)
 	@new=; for d in $(INSTALL_DIRS); do d='$(PREFIX)'/$$d; \
 		while [ -n "$$d" ] && [ "$$d" != / ] && [ "$$d" != . ] && [ ! -d '$(DESTDIR)'"$$d" ]; do new="$$new$$d\n"; d=$$(dirname "$$d"); done; \
 	done; mkdir -p $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALL_DIRS)); \
@@ -104,6 +109,7 @@ install: build ## install shed, the whole CLI it runs (libexec/shed/shed-cli), i
 	mv '$(DESTDIR)$(PREFIX)/libexec/shed/dirs.new' '$(DESTDIR)$(PREFIX)/libexec/shed/dirs'
 	install -m 0755 bin/shed $(DESTDIR)$(PREFIX)/bin/shed
 	install -m 0755 bin/shed-cli $(DESTDIR)$(PREFIX)/libexec/shed/shed-cli
+	install -m 0755 bin/shed-serve $(DESTDIR)$(PREFIX)/libexec/shed/shed-serve
 	install -m 0755 bin/shed-init $(DESTDIR)$(PREFIX)/libexec/shed/shed-init
 	install -m 0644 docs/man/shed.1 $(DESTDIR)$(PREFIX)/share/man/man1/shed.1
 	bin/shed completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/shed
@@ -111,7 +117,8 @@ install: build ## install shed, the whole CLI it runs (libexec/shed/shed-cli), i
 	bin/shed completion fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
 
 uninstall: ## remove what install installed, and the directories it made, when empty
-	rm -f $(DESTDIR)$(PREFIX)/bin/shed $(DESTDIR)$(PREFIX)/libexec/shed/shed-cli $(DESTDIR)$(PREFIX)/libexec/shed/shed-init $(DESTDIR)$(PREFIX)/share/man/man1/shed.1 \
+	rm -f $(DESTDIR)$(PREFIX)/bin/shed $(DESTDIR)$(PREFIX)/libexec/shed/shed-cli $(DESTDIR)$(PREFIX)/libexec/shed/shed-serve \
+		$(DESTDIR)$(PREFIX)/libexec/shed/shed-init $(DESTDIR)$(PREFIX)/share/man/man1/shed.1 \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/shed $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_shed \
 		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/shed.fish
 	@# Deepest first: a directory sorts after its parent. libexec/shed is shed's own, recorded or not.

@@ -106,7 +106,7 @@ func reference(t *testing.T) string {
 	}
 	for _, n := range app.Operations() {
 		o, _ := app.Lookup(n)
-		fmt.Fprintf(&b, "\n### %s\n\n%s\n\nRoles: %s.\n\n", n, strings.Join(strings.Fields(methods[o.Method]), " "), roles(n))
+		fmt.Fprintf(&b, "\n### %s\n\n%s\n\nRoles: %s.\n\n", n, strings.Join(strings.Fields(methods[o.Method()]), " "), roles(n))
 		for _, side := range []struct {
 			what string
 			v    any

@@ -259,10 +259,13 @@ type Operation struct {
 	Name string
 	// New returns a pointer to a zero request; NewResult one to a zero result (for docs and clients).
 	New, NewResult func() any
-	// Method is the Service method that runs it (for docs/api.md).
-	Method string
-	run    func(ctx context.Context, s *Service, c *Call, req any) (any, error)
+	fn             any // the Service method that runs it
+	run            func(ctx context.Context, s *Service, c *Call, req any) (any, error)
 }
+
+// Method is the name of the Service method that runs the operation (for docs/api.md); found when
+// asked, not as every shed process registers its operations.
+func (o *Operation) Method() string { return methodName(o.fn) }
 
 var operations = map[string]*Operation{}
 
@@ -275,7 +278,7 @@ func op[Req, Resp any](name string, fn func(s *Service, ctx context.Context, c *
 		Name:      name,
 		New:       func() any { return new(Req) },
 		NewResult: func() any { return new(Resp) },
-		Method:    methodName(fn),
+		fn:        fn,
 		run: func(ctx context.Context, s *Service, c *Call, req any) (any, error) {
 			r, ok := req.(*Req)
 			if !ok {

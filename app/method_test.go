@@ -11,11 +11,11 @@ func TestMethodNames(t *testing.T) {
 			continue
 		}
 		o, _ := Lookup(n)
-		if o.Method == "" || o.Method[0] < 'A' || o.Method[0] > 'Z' {
-			t.Errorf("%s: method %q", n, o.Method)
+		if o.Method() == "" || o.Method()[0] < 'A' || o.Method()[0] > 'Z' {
+			t.Errorf("%s: method %q", n, o.Method())
 		}
 	}
-	if o, _ := Lookup("realize"); o.Method != "Realize" {
-		t.Errorf("realize runs %q", o.Method)
+	if o, _ := Lookup("realize"); o.Method() != "Realize" {
+		t.Errorf("realize runs %q", o.Method())
 	}
 }

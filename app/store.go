@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"toolshed.dev/shed/cache"
@@ -427,11 +428,11 @@ type StoreAddRequest struct {
 	Name string `json:"name,omitempty"` // default: the base name of Dir
 }
 
-var badNameChars = regexp.MustCompile(`[^A-Za-z0-9+._?=-]+`)
+var badNameChars = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9+._?=-]+`) })
 
 // storeName turns a file name into a valid store name.
 func storeName(base string) string {
-	n := strings.TrimLeft(badNameChars.ReplaceAllString(base, "-"), ".")
+	n := strings.TrimLeft(badNameChars().ReplaceAllString(base, "-"), ".")
 	if n == "" || n == "-" {
 		return "source"
 	}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -266,7 +267,7 @@ func (c *checker) network(t map[string]any, tf field, n *Network) {
 	names, fields, _ := c.strList(t, tf, "secrets", `secrets = ["github-token"]`)
 	named := make(map[string]field)
 	for i, s := range names {
-		if !secretNameRE.MatchString(s) {
+		if !secretNameRE().MatchString(s) {
 			c.fail(fields[i], fmt.Sprintf("secret name %q: lowercase letters, digits, '-', '_' and '.'", s),
 				"name a secret of `shed secret ls`; the recipe holds names, never values")
 			continue
@@ -281,7 +282,7 @@ func (c *checker) network(t map[string]any, tf field, n *Network) {
 }
 
 // secretNameRE is package secret's name rule (recipe imports no package of the project).
-var secretNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+var secretNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
 
 func (c *checker) grants(root map[string]any, top field, r *Recipe) {
 	forbidden := c.forbidden

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/internal/hint"
+	"toolshed.dev/shed/internal/sibling"
 )
 
 // InitName is the small program a sandbox's init runs (cmd/shed-init): it links this package and
@@ -58,17 +59,12 @@ func sealedSelf() (*os.File, error) {
 func InitProgram() (string, error) { return initProgram() }
 
 func initProgram() (string, error) {
-	self, err := os.Readlink("/proc/self/exe")
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Dir(self)
-	for _, p := range []string{filepath.Join(dir, InitName), filepath.Join(filepath.Dir(dir), "libexec", "shed", InitName)} {
+	if p, err := sibling.Find(InitName); err == nil {
 		if real, err := filepath.EvalSymlinks(p); err == nil {
 			return real, nil // opened with O_NOFOLLOW: a packaged symlink is followed here, once
 		}
 	}
-	return self, nil
+	return os.Readlink("/proc/self/exe")
 }
 
 // checkInit refuses an init program that someone other than root or this process's user could have

@@ -37,7 +37,7 @@ def main():
         shutil.copy2(src, bins[k])
         # And the small init (cmd/shed-init) a launch executes, looked for beside the running binary:
         # without it init is the whole CLI, whose package initialization every launch would pay.
-        for extra in ("shed-cli", "shed-init"):
+        for extra in ("shed-cli", "shed-serve", "shed-init"):
             p = os.path.join(os.path.dirname(src), extra)
             if os.path.exists(p):
                 shutil.copy2(p, os.path.join(tmp, k, extra))

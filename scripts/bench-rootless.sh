@@ -14,7 +14,7 @@ work=${1:-$(mktemp -d /var/tmp/shed-rootless-XXXX)}
 mkdir -p "$work"
 chmod 755 "$work"
 make -s build
-install -m 0755 bin/shed bin/shed-cli "$work/"
+install -m 0755 bin/shed bin/shed-cli bin/shed-serve bin/shed-init "$work/"
 shed="$work/shed"
 as_user="setpriv --reuid=shedbench --regid=shedbench --init-groups env -i HOME=/home/shedbench PATH=/usr/bin:/bin SHED_SOCKET=none"
 mkdir -p "$work/w"

@@ -4,7 +4,7 @@
 #
 # Usage: scripts/e2b-sdk-tests.sh E2B [BINDIR] [-- VITEST_ARGS...]
 #   E2B     an E2B checkout, a bare git repository of one (its HEAD is taken), or its packages/js-sdk
-#   BINDIR  where shed and shed-init are (default: this repo's bin/, from `make build`)
+#   BINDIR  where shed, shed-cli, shed-serve and shed-init are (default: this repo's bin/, from `make build`)
 #   VITEST_ARGS go to both vitest runs, e.g. `-- tests/sandbox/commands` to run only those files
 # Environment:
 #   SHED_ROOT             a store to use (made if missing; no supervisor may be running on it). Default:
@@ -115,7 +115,7 @@ if [ $# -ge 1 ] && [ "$1" != -- ]; then bin=$1; shift; fi
 VITEST_ARGS=("$@")
 [ -t 1 ] || export NO_COLOR=1 # a log without vitest's colours
 SHED=$(cd "$bin" && pwd)/shed
-[ -x "$SHED" ] && [ -x "$bin/shed-cli" ] && [ -x "$bin/shed-init" ] || die "no shed, shed-cli and shed-init in $bin: make build, or name the directory"
+[ -x "$SHED" ] && [ -x "$bin/shed-cli" ] && [ -x "$bin/shed-serve" ] && [ -x "$bin/shed-init" ] || die "no shed, shed-cli, shed-serve and shed-init in $bin: make build, or name the directory"
 for c in node npm unshare ip openssl; do command -v $c >/dev/null || die "$c is missing"; done
 MYHOSTNAME=$(ldconfig -p | grep -o '/.*libnss_myhostname\.so\.2' | head -1 || true)
 [ -n "$MYHOSTNAME" ] || echo "e2b-sdk-tests: no libnss-myhostname: the tests of sandboxes' ports will fail (apt-get install libnss-myhostname)" >&2

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -170,21 +171,24 @@ func ParseHost(s string) (Host, error) {
 		return Host{Name: a.Unmap().String(), Port: port}, nil
 	}
 	name = strings.ToLower(name)
-	if !hostRE.MatchString(name) {
+	if !hostRE().MatchString(name) {
 		return Host{}, fmt.Errorf("host %q: a DNS name or an IP address, with :PORT if not 443", s)
 	}
 	return Host{Name: name, Port: port}, nil
 }
 
+// Compiled at first use, not at every shed process's start: most never check a secret.
 var (
-	hostRE = regexp.MustCompile(`^([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$`)
-	nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
-	envRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	hostRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$`)
+	})
+	nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
+	envRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`) })
 )
 
 // CheckName checks a secret's name: lowercase letters, digits, '-', '_' and '.', at most 63.
 func CheckName(name string) error {
-	if !nameRE.MatchString(name) || strings.HasPrefix(name, "sec_") {
+	if !nameRE().MatchString(name) || strings.HasPrefix(name, "sec_") {
 		return fmt.Errorf("secret name %q: lowercase letters, digits, '-', '_' and '.', starting with a letter or digit, at most 63, not starting sec_", name)
 	}
 	return nil
@@ -277,7 +281,7 @@ func check(sec *Secret, value []byte) error {
 	if sec.Env == "" {
 		sec.Env = EnvOf(sec.Name)
 	}
-	if !envRE.MatchString(sec.Env) {
+	if !envRE().MatchString(sec.Env) {
 		return fmt.Errorf("secret %s: variable %q: letters, digits and '_', not starting with a digit", sec.Name, sec.Env)
 	}
 	if len(sec.Hosts) > 0 && sec.Place == (Place{}) {

@@ -23,7 +23,7 @@ func TestMakeInstall(t *testing.T) {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
 	for _, f := range []string{
-		"usr/bin/shed", "usr/libexec/shed/shed-cli", "usr/share/man/man1/shed.1", "usr/share/bash-completion/completions/shed",
+		"usr/bin/shed", "usr/libexec/shed/shed-cli", "usr/libexec/shed/shed-serve", "usr/libexec/shed/shed-init", "usr/share/man/man1/shed.1", "usr/share/bash-completion/completions/shed",
 		"usr/share/zsh/site-functions/_shed", "usr/share/fish/vendor_completions.d/shed.fish",
 	} {
 		fi, err := os.Stat(filepath.Join(dest, f))
@@ -35,6 +35,13 @@ func TestMakeInstall(t *testing.T) {
 	v, err := exec.Command(filepath.Join(dest, "usr/bin/shed"), "--version").Output()
 	if err != nil || !strings.Contains(string(v), "(commit "+strings.TrimSpace(string(head))) {
 		t.Errorf("installed shed --version: %q, %v; want commit %s", v, err, head)
+	}
+	// The servers and k8s run in shed-serve, which shed-cli finds beside it: reading the recipe is
+	// shed-serve's (shed-cli would say where it looked for shed-serve).
+	k := exec.Command(filepath.Join(dest, "usr/bin/shed"), "--root", filepath.Join(dest, "store"), "k8s", "manifests", "--image", "registry.example/w:1", filepath.Join(dest, "none.toml"))
+	k.Env = append(os.Environ(), "SHED_SOCKET=none")
+	if out, err := k.CombinedOutput(); !strings.Contains(string(out), "shed: error: read recipe: open "+filepath.Join(dest, "none.toml")) {
+		t.Errorf("installed shed k8s manifests: %v\n%s\nwant shed-serve's error", err, out)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dest, "usr/share/bash-completion/completions/shed")); !strings.Contains(string(b), "__complete") {
 		t.Error("the bash completion is not shed's")

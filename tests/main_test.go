@@ -26,12 +26,20 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shedBin = filepath.Join(dir, "shed")
-	// As `make build` builds it (see BUILDFLAGS there): shed is the small front (cmd/shed-front), with
-	// the whole CLI (shed-cli) and the Bench's init beside it.
-	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", dir+"/", "../cmd/shed", "../cmd/shed-init", "../cmd/shed-front")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	err = build.Run()
+	// As `make build` builds it (see BUILDFLAGS and LEANFLAGS there): shed is the small front
+	// (cmd/shed-front), with the CLI built lean (shed-cli), the CLI whole with the servers
+	// (shed-serve) and the Bench's init beside it.
+	for _, b := range [][]string{
+		{"-tags", "urfave_cli_no_docs", "-o", filepath.Join(dir, "shed-serve"), "../cmd/shed"},
+		{"-tags", "urfave_cli_no_docs,shed_lean", "-o", dir + "/", "../cmd/shed", "../cmd/shed-init", "../cmd/shed-front"},
+	} {
+		build := exec.Command("go", append([]string{"build"}, b...)...)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err = build.Run(); err != nil {
+			break
+		}
+	}
 	if err == nil {
 		err = os.Rename(shedBin, filepath.Join(dir, "shed-cli"))
 	}

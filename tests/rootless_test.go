@@ -138,9 +138,11 @@ func newHostUser(t *testing.T, prefix string, subIDs bool) *hostUser {
 	u.shareDir = dir
 	u.shedBin = filepath.Join(dir, "shed")
 	// Copied by a child, not by this process: a fork of any test while it held the copy open for
-	// writing would make exec fail with ETXTBSY (golang.org/issue/22315). The whole CLI goes beside
-	// the small shed, which runs it for most commands.
-	if out, err := exec.Command("install", "-m", "0755", shedBin, filepath.Join(filepath.Dir(shedBin), "shed-cli"), dir).CombinedOutput(); err != nil {
+	// writing would make exec fail with ETXTBSY (golang.org/issue/22315). The CLI goes beside the
+	// small shed, which runs it for most commands, and so does shed-serve, which it runs for the
+	// servers.
+	bin := filepath.Dir(shedBin)
+	if out, err := exec.Command("install", "-m", "0755", shedBin, filepath.Join(bin, "shed-cli"), filepath.Join(bin, "shed-serve"), dir).CombinedOutput(); err != nil {
 		t.Fatalf("install %s: %v %s", u.shedBin, err, out)
 	}
 	return u

@@ -28,6 +28,7 @@ import (
 
 	"toolshed.dev/shed/api/wire"
 	"toolshed.dev/shed/internal/nospace"
+	"toolshed.dev/shed/internal/sibling"
 )
 
 // CLIName is the whole CLI's file name, looked for beside this program, then in ../libexec/shed/.
@@ -44,18 +45,9 @@ func main() {
 
 // execCLI replaces this process with the whole CLI, with the same argv and environment.
 func execCLI() {
-	self, err := os.Readlink("/proc/self/exe")
+	p, err := sibling.Find(CLIName)
 	if err == nil {
-		dir := filepath.Dir(self)
-		for _, p := range []string{filepath.Join(dir, CLIName), filepath.Join(filepath.Dir(dir), "libexec", "shed", CLIName)} {
-			if _, serr := os.Stat(p); serr == nil {
-				err = unix.Exec(p, os.Args, os.Environ())
-				break
-			}
-		}
-		if err == nil {
-			err = fmt.Errorf("no %s beside %s nor in %s", CLIName, self, filepath.Join(filepath.Dir(dir), "libexec", "shed"))
-		}
+		err = unix.Exec(p, os.Args, os.Environ())
 	}
 	fmt.Fprintf(os.Stderr, "shed: error: the whole CLI: %v\nshed: hint: install shed again (`make install`): shed is a small program that runs %s for most commands\n", err, CLIName)
 	os.Exit(exitFailure)

@@ -4,24 +4,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/api"
-	"toolshed.dev/shed/apikey"
 	"toolshed.dev/shed/app"
-	"toolshed.dev/shed/e2b"
-	"toolshed.dev/shed/internal/fdbudget"
-	"toolshed.dev/shed/records"
-	"toolshed.dev/shed/sandbox"
-	"toolshed.dev/shed/store"
 )
 
 // maxWarm bounds the inits kept ready: each holds a sandbox id slot that builds and Benches need.
@@ -59,138 +50,7 @@ func cmdDaemon() *cli.Command {
 			&cli.StringFlag{Name: "e2b-tls-cert", Usage: "serve --e2b over TLS with the certificate chain in `FILE` (PEM; for *.DOMAIN too, to reach the ports by https://PORT-ID.DOMAIN)"},
 			&cli.StringFlag{Name: "e2b-tls-key", Usage: "the private key of --e2b-tls-cert, in `FILE` (PEM)"},
 		},
-		Action: func(c *cli.Context) error {
-			if os.Geteuid() != 0 {
-				return withHint(exitUsage, errors.New("the supervisor runs as root"), "start it with systemd (docs/supervisor.md) or sudo")
-			}
-			etls, err := e2bTLS(c)
-			if err != nil {
-				return err
-			}
-			if _, err := e2bDomain(c.String("e2b-domain"), 49982, false); err != nil {
-				return err
-			}
-			mem, err := memoryFlag(c, "user-memory")
-			if err != nil {
-				return err
-			}
-			pids, err := countFlag(c, "user-pids", 0, 0, "the most processes a user's Bench may have (0: no bound)")
-			if err == nil && pids > 0 && pids < app.MinPids {
-				err = withHint(exitUsage, fmt.Errorf("--user-pids %d: below the least a Bench runs in, %d (its init and the command)", pids, app.MinPids), "write 0 (no bound) or at least 2, e.g. 4096")
-			}
-			if err != nil {
-				return err
-			}
-			kept, err := countFlag(c, "user-kept", 0, 0, "the most kept Benches a user may have (0: no bound)")
-			if err != nil {
-				return err
-			}
-			snapshots, err := countFlag(c, "user-snapshots", 0, 0, "the most snapshots a user may have (0: no bound)")
-			if err != nil {
-				return err
-			}
-			userDisk, err := sizeFlag(c, "user-disk")
-			if err != nil {
-				return err
-			}
-			if c.Duration("task-state-ttl") < time.Minute {
-				return usageError("--task-state-ttl %s: at least a minute", c.Duration("task-state-ttl"))
-			}
-			benches, err := countFlag(c, "user-benches", 0, 0, "the most Benches a user may have (0: no bound)")
-			if err != nil {
-				return err
-			}
-			warm, err := countFlag(c, "warm", 0, maxWarm, "the Bench inits kept started ahead")
-			if err != nil {
-				return err
-			}
-			svc := service(c)
-			svc.StartAuditFlusher() // noted entries (launches, commands) synced within 100 ms
-			defer svc.FlushAudit()  // the counts of refusals dropped, which timers would write soon; noted entries
-			svc.UserLimits = sandbox.Limits{MemoryBytes: mem, Pids: pids}
-			svc.UserKept, svc.UserBenches, svc.UserSnapshots = int(kept), int(benches), int(snapshots)
-			svc.TaskStateTTL, svc.UserDisk = c.Duration("task-state-ttl"), userDisk
-			svc.Socket = c.String("socket")
-			// Benches made by bench.create live in this process, until removed, their lifetime ends
-			// or the supervisor stops (they stop with it: their state is swept at the next start).
-			svc.Detached = &app.Detached{Ctx: c.Context}
-			defer svc.Detached.Wait()
-			perWorkshop := map[string]int{}
-			total := int(warm)
-			for _, w := range c.StringSlice("warm-workshop") {
-				name, num, _ := strings.Cut(w, "=")
-				n, err := strconv.Atoi(num)
-				if !records.IsName(name) || err != nil || n < 0 || n > maxWarm {
-					return withHint(exitUsage, fmt.Errorf("--warm-workshop %q: want NAME=N, a record's name and a whole number from 0 to %d", w, maxWarm), "e.g. --warm-workshop jq-tools=2")
-				}
-				perWorkshop[name] = n
-				total += n
-			}
-			if total > maxWarm {
-				return usageError("--warm and --warm-workshop keep %d inits ready: at most %d (each holds one of the 512 sandbox id slots)", total, maxWarm)
-			}
-			svc.Pool = app.NewPool(c.Context, int(warm), perWorkshop)
-			svc.StartMetrics(c.Context)   // each running Bench's use, every 5 s (bench.metrics)
-			svc.StartTaskSweep(c.Context) // paused Benches and snapshots past --task-state-ttl, every minute
-			// The store must open now: a supervisor that cannot serve says so at start, not per request.
-			st, err := store.Open(svc.Root)
-			if err != nil {
-				return err
-			}
-			st.Close()
-			// The E2B port first: a busy one is said before the supervisor says it is on.
-			var eln net.Listener
-			if addr := c.String("e2b"); addr != "" {
-				if eln, err = net.Listen("tcp", addr); err != nil {
-					return listenError("e2b", addr, err)
-				}
-				defer eln.Close()
-			}
-			ln, err := api.Listen(c.String("socket"))
-			if errors.Is(err, api.ErrListening) {
-				return withHint(exitFailure, err, "one supervisor a socket: stop that one first (`systemctl stop shed`, or end its process), or give this one another --socket")
-			}
-			if err != nil {
-				return err
-			}
-			// The supervisor logs every request (who, what, the outcome) to stderr, for journald;
-			// --verbose adds the debug lines.
-			log := logger(c)
-			if !c.Bool("verbose") {
-				log = slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			}
-			svc.Log = log
-			log.Info("supervisor listening", "socket", c.String("socket"), "root", svc.Root)
-			// What each face may hold (docs/supervisor.md): the faces take at most half the descriptors.
-			b := fdbudget.Process()
-			log.Info("descriptor budget", "limit", b.Limit, "faces", b.Faces(), "socket_requests", b.SocketRequests, "socket_per_user", b.SocketPerUser,
-				"e2b_conns", b.E2BConns, "e2b_per_peer", b.E2BPerPeer, "e2b_per_user", b.E2BPerUser, "e2b_in_flight", b.E2BInFlight,
-				"propose_conns", b.ProposeConns, "propose_per_bench", b.ProposePerBench, "proxy_conns", b.ProxyConns, "proxy_per_bench", b.ProxyPerBench)
-			fmt.Fprintf(c.App.ErrWriter, "shed: supervisor on %s for the store at %s\n", c.String("socket"), svc.Root)
-			if eln != nil {
-				if ip := eln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && etls == nil {
-					log.Warn("the E2B API is plain HTTP on a non-loopback address: API keys and tokens cross the network in clear; put TLS in front (--e2b-tls-cert)", "addr", eln.Addr().String())
-				}
-				domain, err := e2bDomain(c.String("e2b-domain"), eln.Addr().(*net.TCPAddr).Port, etls != nil)
-				if err != nil {
-					return err
-				}
-				es := &e2b.Server{Service: svc, Operators: c.String("operators-group"), Log: log, Keys: apikey.Open(svc.Root), CallerOf: api.CallerOf,
-					Domain: domain, TLS: etls}
-				scheme := "http"
-				if etls != nil {
-					scheme = "https"
-				}
-				fmt.Fprintf(c.App.ErrWriter, "shed: E2B API on %s://%s (E2B_API_URL and E2B_SANDBOX_URL), sandboxes' ports at PORT-ID.%s\n", scheme, eln.Addr(), domain)
-				go func() {
-					if err := es.Serve(c.Context, eln); err != nil {
-						log.Error("e2b server", "err", err)
-					}
-				}()
-			}
-			srv := &api.Server{Service: svc, Operators: c.String("operators-group"), Log: log}
-			return srv.Serve(c.Context, ln)
-		},
+		Action: daemonServe, // serve.go
 	}
 }
 

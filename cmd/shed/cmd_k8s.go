@@ -1,12 +1,7 @@
 package main
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/urfave/cli/v2"
-
-	"toolshed.dev/shed/app"
 )
 
 func cmdK8s() *cli.Command {
@@ -34,27 +29,7 @@ func cmdK8s() *cli.Command {
 				&cli.StringFlag{Name: "memory", Usage: "each pod's memory request and limit (`QUANTITY`, e.g. 4Gi)"},
 				&cli.StringFlag{Name: "egress-proxy", Usage: "`IP:PORT` of the allowlisting proxy pods reach allowed host names through"},
 			},
-			Action: func(c *cli.Context) error {
-				if c.NArg() > 1 {
-					return usageError("k8s manifests takes one WORKSHOP")
-				}
-				res, err := call[app.K8sManifestsResult](c, "k8s.manifests", &app.K8sManifestsRequest{
-					Workshop: c.Args().First(), Image: c.String("image"), Name: c.String("name"), Namespace: c.String("namespace"),
-					RuntimeClass: c.String("runtime-class"), Replicas: int32(c.Int("replicas")), CPU: c.String("cpu"),
-					Memory: c.String("memory"), EgressProxy: c.String("egress-proxy"),
-				})
-				if err != nil {
-					return err
-				}
-				if c.Bool("json") {
-					return printJSON(c, res)
-				}
-				if len(res.Unreachable) > 0 {
-					fmt.Fprintf(c.App.ErrWriter, "shed: warning: a NetworkPolicy cannot name hosts: %s unreachable from the pods; --egress-proxy IP:PORT lets them through an allowlisting proxy\n", strings.Join(res.Unreachable, ", "))
-				}
-				fmt.Fprint(c.App.Writer, res.YAML)
-				return nil
-			},
+			Action: k8sManifests, // serve.go
 		}},
 	}
 }

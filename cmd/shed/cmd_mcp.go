@@ -1,15 +1,7 @@
 package main
 
 import (
-	"context"
-	"os"
-
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
-
-	"toolshed.dev/shed/api"
-	"toolshed.dev/shed/app"
-	"toolshed.dev/shed/mcp"
 )
 
 func cmdMCP() *cli.Command {
@@ -23,30 +15,6 @@ func cmdMCP() *cli.Command {
 			"bench_read_file, bench_list_files, bench_stat_file, bench_watch_start, bench_watch_events,\n" +
 			"bench_watch_stop, bench_network, bench_set_lifetime, bench_list, bench_metrics, bench_remove,\n" +
 			"bench_propose. See docs/agents.md.",
-		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usageError("mcp takes no arguments")
-			}
-			null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-			if err != nil {
-				return err
-			}
-			defer null.Close()
-			// stdin and stdout are the protocol's: the supervisor gets /dev/null for them, and the
-			// commands' output comes back in results.
-			stdio := &[3]*os.File{null, null, os.Stderr}
-			hosts := app.HostPaths{Root: storeRoot(c), Socket: os.Getenv(api.SocketEnv)}
-			if hosts.Socket == "" || hosts.Socket == "none" {
-				hosts.Socket = api.DefaultSocket
-			}
-			s := &mcp.Server{
-				Version: version,
-				Hosts:   hosts,
-				Call: func(ctx context.Context, op string, req, resp any) error {
-					return callInto(ctx, c, stdio, "mcp", op, req, resp)
-				},
-			}
-			return s.Run(c.Context, &sdk.StdioTransport{})
-		},
+		Action: mcpServe, // serve.go
 	}
 }

@@ -1,14 +1,7 @@
 package main
 
 import (
-	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
-
 	"github.com/urfave/cli/v2"
-
-	"toolshed.dev/shed/snapshotter"
 )
 
 // defaultSnapshotterSocket is where containerd's proxy_plugins entry finds the snapshotter.
@@ -31,33 +24,6 @@ func cmdSnapshotter() *cli.Command {
 			&cli.StringFlag{Name: "socket", Value: defaultSnapshotterSocket, Usage: "the socket's `PATH`"},
 			&cli.StringFlag{Name: "dir", Usage: "where its records, unpacked layers and uppers live (`DIR`, default: <root>/containerd)"},
 		},
-		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return withHint(exitUsage, fmt.Errorf("snapshotter takes no arguments"), "`shed snapshotter --socket PATH`")
-			}
-			svc := service(c)
-			ns, err := svc.OpenNodeStore()
-			if err != nil {
-				return err
-			}
-			defer ns.Close()
-			dir := c.String("dir")
-			if dir == "" {
-				dir = filepath.Join(svc.Root, "containerd")
-			}
-			sn, err := snapshotter.Open(ns, dir)
-			if err != nil {
-				return err
-			}
-			defer sn.Close()
-			// A service's log: each layer taken from the store, each refused, on stderr (the journal).
-			sn.Log = slog.New(slog.NewTextHandler(c.App.ErrWriter, nil))
-			sock := c.String("socket")
-			if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.App.ErrWriter, "shed snapshotter: serving containerd on %s\n", sock)
-			return sn.Serve(c.Context, sock)
-		},
+		Action: snapshotterServe, // serve.go
 	}
 }
