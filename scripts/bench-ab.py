@@ -9,7 +9,7 @@ ninetieth percentiles, the CPU time (user + system) of each, and the median of t
 The store is SHED_ROOT's; realize RECIPE first. With AB_SOCKETS="OLD_SOCKET NEW_SOCKET" each binary's launches
 go through its own supervisor (start `OLD daemon --socket OLD_SOCKET` and the new one's first); without it,
 SHED_SOCKET is whatever the environment says. Both binaries are copied afresh into a temporary
-directory each first, with the shed-cli and shed-init beside a small shed (cmd/shed-front): the same binary under
+directory each first, with the shed-cli, shed-serve and shed-init beside a small shed (cmd/shed-front): the same binary under
 two names differed by 0.9-1.6 ms here when one was the linker's output and the other a copy (how the
 page cache holds a file changes what its start costs).
 """

@@ -6,7 +6,7 @@
 #  2. The `e2b` SDK (JS, tests/testdata/e2b-bench.mjs, as nobody with an API key) on loopback:
 #     commands.run("true") again and again on one sandbox, and Sandbox.create alone, medians.
 # Needs root, node and npm, Debian's mirror the first time. N (200) execs a side, ACTIONS (100),
-# CREATES (30); SHED, a shed binary (with its shed-init beside it) to measure instead of this tree's.
+# CREATES (30); SHED, a shed binary (with its shed-cli, shed-serve and shed-init beside it) to measure instead of this tree's.
 # Usage: scripts/bench-exec.sh [WORKDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."

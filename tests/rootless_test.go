@@ -624,6 +624,39 @@ func TestRootless(t *testing.T) {
 		t.Errorf("the Bench's command outlived its SIGTERMed shed:\n%s", strings.Join(left, "\n"))
 	}
 
+	// The same for a server (`shed mcp`, which runs in shed-serve): the process the user started is
+	// the one that enters the user namespace, so the signal reaches the server, and none outlives it.
+	mcp, cancelMCP := u.command(t, "", nil, u.shedBin, "mcp")
+	defer cancelMCP()
+	stdin, err := mcp.StdinPipe() // open: the server waits for requests
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	var mcpErr bytes.Buffer
+	mcp.Stderr = &mcpErr
+	if err := mcp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	isMCP := func(_ string, argv []string) bool { return slices.Equal(argv, []string{u.shedBin, "mcp"}) }
+	for i := 0; i < 200 && len(procsWhere(isMCP)) < 2; i++ { // it and its copy in the user namespace
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := len(procsWhere(isMCP)); n < 2 {
+		t.Fatalf("shed mcp: %d processes, want it and its copy in the user namespace: %s", n, mcpErr.String())
+	}
+	mcp.Process.Signal(syscall.SIGTERM)
+	mcp.Wait()
+	if code := mcp.ProcessState.ExitCode(); code != 143 || !strings.Contains(mcpErr.String(), "shed: error: interrupted (SIGTERM)") {
+		t.Errorf("SIGTERM to the user's shed mcp: exit %d, stderr:\n%s\nwant 143 and interrupted (SIGTERM)", code, mcpErr.String())
+	}
+	for i := 0; i < 100 && len(procsWhere(isMCP)) > 0; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if left := procsWhere(isMCP); len(left) > 0 {
+		t.Errorf("shed mcp outlived its SIGTERM:\n%s", strings.Join(left, "\n"))
+	}
+
 	// Resource limits need root: refused, and the command does not run without them.
 	for _, limit := range [][]string{{"--memory", "64M"}, {"--pids", "16"}} {
 		args := append(append([]string{"bench", "run"}, limit...), "-f", file, "--", "sh", "-c", "echo ran")

@@ -1,3 +1,5 @@
+//go:build !shed_lean
+
 package main
 
 import (

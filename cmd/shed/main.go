@@ -20,6 +20,7 @@ import (
 
 	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/app"
+	"toolshed.dev/shed/internal/sibling"
 	"toolshed.dev/shed/internal/userns"
 	"toolshed.dev/shed/sandbox"
 	"toolshed.dev/shed/store"
@@ -44,6 +45,12 @@ func main() {
 	sandbox.Init()
 	// shed re-executed by userns.Enter waits here to be root of its user namespace.
 	userns.Init()
+	// The lean build runs shed-serve for the servers (serve_lean.go) before anything else, so that
+	// shed-serve enters a user namespace itself when it needs one: the process userns.Enter relays
+	// signals to must be the one that serves, not one that execs it.
+	if served(os.Args) {
+		os.Exit(execServe(os.Args))
+	}
 	if userns.Needed() && worksOnStore(os.Args) {
 		os.Exit(enterUserns(os.Args))
 	}
@@ -84,6 +91,43 @@ func worksOnStore(args []string) bool {
 		}
 	}
 	return false // shed alone, or only flags: help or --version
+}
+
+// served says whether args name a command whose action is serve.go's (daemon, mcp, snapshotter, k8s):
+// its first word that is not a global flag.
+func served(args []string) bool {
+	args = hoistGlobalFlags(args)
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--root" || a == "-root":
+			i++
+		case strings.HasPrefix(a, "-"):
+		default:
+			return lean && servedCommands[a]
+		}
+	}
+	return false
+}
+
+// servedCommands are the commands whose actions are serve.go's.
+var servedCommands = map[string]bool{"daemon": true, "mcp": true, "snapshotter": true, "k8s": true}
+
+// ServeName is the file name of the CLI built whole, with the servers.
+const ServeName = "shed-serve"
+
+// execServe replaces this process with shed-serve beside it, with the same argv and environment; it
+// returns only when that cannot be done, with the exit code of the error it reports.
+func execServe(args []string) int {
+	p, err := sibling.Find(ServeName)
+	if err == nil {
+		err = unix.Exec(p, args, os.Environ())
+	}
+	err = withHint(exitFailure, fmt.Errorf("this command runs in %s: %w", ServeName, err),
+		"install shed again (`make install`): shed-cli runs shed-serve for the servers (daemon, mcp, snapshotter) and k8s")
+	if wantsJSON(hoistGlobalFlags(args)) {
+		return reportJSON(os.Stderr, err)
+	}
+	return report(os.Stderr, err)
 }
 
 // enterUserns runs this command line again as root of a user namespace of its own, and exits with

@@ -3,7 +3,7 @@
 package main
 
 // The actions of the commands whose libraries only shed-serve links: the supervisor (the E2B API's
-// connect and protobuf), the MCP server (the MCP SDK, JSON Schema), containerd's snapshotter (gRPC,
+// connect and envd messages), the MCP server (the MCP SDK, JSON Schema), containerd's snapshotter (gRPC,
 // containerd's API) and the Kubernetes objects (the Kubernetes API types). shed-cli, built with the
 // tag shed_lean, runs shed-serve for them (serve_lean.go): every other command, the launches and
 // realizes on a store among them, pays none of those libraries' package initialization
@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"toolshed.dev/shed/api"
 	"toolshed.dev/shed/apikey"
@@ -35,6 +37,8 @@ import (
 	"toolshed.dev/shed/snapshotter"
 	"toolshed.dev/shed/store"
 )
+
+const lean = false
 
 // daemonServe is `shed daemon`: the supervisor.
 func daemonServe(c *cli.Context) error {
@@ -248,4 +252,73 @@ func k8sManifests(c *cli.Context) error {
 	}
 	fmt.Fprint(c.App.Writer, res.YAML)
 	return nil
+}
+
+// e2bTLS is the TLS configuration of --e2b-tls-cert and --e2b-tls-key, or nil without them. The
+// files are read at start: a bad pair is said before the supervisor is on.
+func e2bTLS(c *cli.Context) (*tls.Config, error) {
+	cert, key := c.String("e2b-tls-cert"), c.String("e2b-tls-key")
+	switch {
+	case cert == "" && key == "":
+		return nil, nil
+	case cert == "" || key == "":
+		return nil, usageError("--e2b-tls-cert and --e2b-tls-key go together: the certificate chain and its private key, PEM files")
+	case c.String("e2b") == "":
+		return nil, usageError("--e2b-tls-cert serves --e2b over TLS: name the address too, e.g. --e2b 127.0.0.1:443")
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, withHint(exitUsage, fmt.Errorf("--e2b-tls-cert %s, --e2b-tls-key %s: %w", cert, key, err), "PEM files: the certificate (its chain after it) and its unencrypted private key, e.g. made with `openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=e2b.localhost -addext subjectAltName=DNS:e2b.localhost,DNS:*.e2b.localhost -keyout key.pem -out cert.pem` (with --e2b-domain e2b.localhost)")
+	}
+	// HTTP/1.1 only: a port's WebSocket is an HTTP/1.1 upgrade.
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}, nil
+}
+
+// e2bDomain is --e2b-domain, or localhost with the E2B address's port (none for 443 over TLS or 80
+// without): the SDK appends no port to PORT-ID.DOMAIN, so the domain carries it.
+func e2bDomain(flag string, port int, tls bool) (string, error) {
+	if flag != "" {
+		host, bad := flag, false
+		if h, p, err := net.SplitHostPort(flag); err == nil {
+			n, perr := strconv.Atoi(p)
+			host, bad = h, perr != nil || n < 1 || n > 65535
+		}
+		if bad || host == "" || strings.ContainsAny(host, "/ \t@:") {
+			return "", usageError("--e2b-domain %q: a domain, with a port if the address has no default one, e.g. localhost:%d or sandboxes.example.com", flag, port)
+		}
+		return flag, nil
+	}
+	if (tls && port == 443) || (!tls && port == 80) {
+		return "localhost", nil
+	}
+	return net.JoinHostPort("localhost", strconv.Itoa(port)), nil
+}
+
+// listenError says why --NAME ADDR could not be listened on, and names what to do: for a port in use,
+// a port that is free on the same host now (the kernel's pick), or port 0 (any free port).
+func listenError(flag, addr string, err error) error {
+	err = fmt.Errorf("--%s %s: %w", flag, addr, err)
+	host, _, serr := net.SplitHostPort(addr)
+	if serr != nil {
+		return withHint(exitUsage, err, "write HOST:PORT, e.g. 127.0.0.1:49982 (port 0: any free port)")
+	}
+	switch {
+	case errors.Is(err, unix.EADDRINUSE):
+		hint := fmt.Sprintf("another program listens there (`ss -ltnp 'sport = :%s'` names it): name a free port", portOf(addr))
+		if l, lerr := net.Listen("tcp", net.JoinHostPort(host, "0")); lerr == nil {
+			hint += fmt.Sprintf(", e.g. --%s %s", flag, l.Addr())
+			l.Close()
+		}
+		return withHint(exitFailure, err, hint+fmt.Sprintf(", or --%s %s for any free one (the supervisor prints the one it took)", flag, net.JoinHostPort(host, "0")))
+	case errors.Is(err, unix.EADDRNOTAVAIL):
+		return withHint(exitUsage, err, fmt.Sprintf("%s is not an address of this host (`ip -brief address` lists them): e.g. --%s 127.0.0.1:%s", host, flag, portOf(addr)))
+	case errors.Is(err, unix.EACCES):
+		return withHint(exitFailure, err, "ports below 1024 are root's (CAP_NET_BIND_SERVICE): name a port above 1023")
+	}
+	return withHint(exitUsage, err, "name a free HOST:PORT, e.g. 127.0.0.1:49982 (port 0: any free port)")
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
 }

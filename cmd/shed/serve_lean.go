@@ -3,31 +3,19 @@
 package main
 
 // shed-cli is built lean (the tag shed_lean, as `make build` does): the commands whose libraries
-// only shed-serve links (serve.go) hand their command line, unchanged, to shed-serve beside it, as
-// the small shed hands its own to shed-cli.
+// only shed-serve links (serve.go) are handed, as main finds them (served), to shed-serve beside it,
+// argv and environment unchanged, as the small shed hands its own to shed-cli. Their definitions
+// are here too, for help, completion and the docs.
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
-
-	"toolshed.dev/shed/internal/sibling"
 )
 
-// ServeName is the file name of the CLI built whole, with the servers.
-const ServeName = "shed-serve"
+const lean = true
 
+// The actions, for a command line main's served did not take for one of them: the same hand-over.
 var daemonServe, mcpServe, snapshotterServe, k8sManifests = inServe, inServe, inServe, inServe
 
-// inServe replaces this process with shed-serve, with the same argv and environment: its flags
-// were parsed here as they will be there, so a bad one is said before the exec.
-func inServe(c *cli.Context) error {
-	p, err := sibling.Find(ServeName)
-	if err == nil {
-		err = unix.Exec(p, os.Args, os.Environ())
-	}
-	return withHint(exitFailure, fmt.Errorf("%s runs in %s: %w", c.Command.HelpName, ServeName, err),
-		"install shed again (`make install`): shed-cli runs shed-serve for the servers and the Kubernetes objects")
-}
+func inServe(*cli.Context) error { os.Exit(execServe(os.Args)); return nil }
