@@ -28,3 +28,26 @@ func TestLeanLinksNoServer(t *testing.T) {
 		}
 	}
 }
+
+// TestServedWord: main hands a command line to shed-serve by its command word, the first that is
+// not a global flag (--root takes a value); what follows the word, a Bench's command included, is
+// not read.
+func TestServedWord(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"shed", "daemon"}, "daemon"},
+		{[]string{"shed", "--root", "/srv/shed", "k8s", "manifests"}, "k8s"},
+		{[]string{"shed", "--json", "--root=/srv", "mcp"}, "mcp"},
+		{[]string{"shed", "-root", "daemon", "bench", "run"}, "bench"}, // a store called daemon
+		{[]string{"shed", "bench", "run", "--", "daemon"}, "bench"},
+		{[]string{"shed", "workshop", "ls", "--json"}, "workshop"},
+		{[]string{"shed", "--verbose"}, ""},
+		{[]string{"shed"}, ""},
+	} {
+		if got := commandWord(c.args); got != c.want {
+			t.Errorf("commandWord(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+}

@@ -93,9 +93,12 @@ func worksOnStore(args []string) bool {
 	return false // shed alone, or only flags: help or --version
 }
 
-// served says whether args name a command whose action is serve.go's (daemon, mcp, snapshotter, k8s):
-// its first word that is not a global flag.
-func served(args []string) bool {
+// served says whether this is the lean build and args name a command whose action is serve.go's
+// (daemon, mcp, snapshotter, k8s).
+func served(args []string) bool { return lean && servedCommands[commandWord(args)] }
+
+// commandWord is the command args name: their first word that is not a global flag, or "".
+func commandWord(args []string) string {
 	args = hoistGlobalFlags(args)
 	for i := 1; i < len(args); i++ {
 		switch a := args[i]; {
@@ -103,10 +106,10 @@ func served(args []string) bool {
 			i++
 		case strings.HasPrefix(a, "-"):
 		default:
-			return lean && servedCommands[a]
+			return a
 		}
 	}
-	return false
+	return ""
 }
 
 // servedCommands are the commands whose actions are serve.go's.
